@@ -1,0 +1,1 @@
+"""ort_cffi: ONNX Runtime training from Python."""

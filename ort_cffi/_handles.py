@@ -1,0 +1,196 @@
+"""Layer 3: one Python owner per native handle, and the process's ``OrtEnv``.
+
+Rules every handle follows:
+
+- ``NativeHandle`` owns exactly one native pointer and the ``Release*`` slot that frees it.
+  ``close()`` is idempotent; ``closed`` says whether it was called; ``_handle()`` gives the pointer
+  or raises ``OrtClosedException``. A class-level NULL makes a half-built object safe to finalize.
+- A handle that needs another native object to stay alive (a training session needs its checkpoint
+  state and the environment) *pins* it. A pinned handle that is closed is closed for its user at
+  once, but its native release waits until the last handle pinning it is released. So no order of
+  ``close()``, garbage collection or interpreter exit can free memory still in use.
+- ``__del__`` is the garbage-collection safety net; at interpreter exit every live handle is
+  released (pinning ones first), then the environment, last.
+- ``live_handles()`` lists what is still unreleased, for leak checks.
+"""
+from __future__ import annotations
+
+import atexit
+import threading
+import weakref
+from typing import Any, Callable, Iterable, Optional
+
+from ._errors import OrtClosedException, OrtException
+from .capi import check_status, ffi, get_runtime
+
+_bookkeeping = threading.Lock()  # guards pin counts and the closed/released transitions
+_live: "weakref.WeakSet[NativeHandle]" = weakref.WeakSet()
+
+
+class NativeHandle:
+    """Owns one native pointer. Subclasses set ``_kind`` (for messages)."""
+
+    _kind = "native handle"
+    _ptr: Any = ffi.NULL  # class-level NULL: a half-built object finalizes safely
+    _closed = True
+    _pins = 0
+    _pinned: "tuple[NativeHandle, ...]" = ()
+    _release: Optional[Callable[[Any], None]] = None
+
+    def _own(self, ptr: Any, release: Callable[[Any], None], pinned: "Iterable[NativeHandle]" = ()) -> None:
+        """Take ownership of ``ptr`` (call right after the native call that produced it)."""
+        pinned = tuple(pinned)
+        with _bookkeeping:
+            for parent in pinned:
+                parent._pins += 1
+            self._pinned = pinned
+            self._release = release
+            self._ptr = ptr
+            self._closed = False
+        _live.add(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def isClosed(self) -> bool:
+        return self._closed
+
+    def _handle(self) -> Any:
+        """The native pointer; raises if closed."""
+        if self._closed:
+            raise OrtClosedException(self._kind)
+        return self._ptr
+
+    def close(self) -> None:
+        """Release the native object (deferred while other handles still pin it). Idempotent."""
+        with _bookkeeping:
+            if self._closed:
+                return
+            self._closed = True
+            free_now = self._pins == 0
+        if free_now:
+            self._free()
+
+    def _free(self) -> None:
+        with _bookkeeping:
+            ptr, release, pinned = self._ptr, self._release, self._pinned
+            self._ptr, self._release, self._pinned = ffi.NULL, None, ()
+        if ptr and release is not None:
+            release(ptr)
+        _live.discard(self)
+        for parent in pinned:
+            parent._unpin()
+
+    def _unpin(self) -> None:
+        with _bookkeeping:
+            self._pins -= 1
+            free_now = self._closed and self._pins == 0 and bool(self._ptr)
+        if free_now:
+            self._free()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - nothing can be raised from a finalizer
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<{type(self).__name__} {state}>"
+
+
+def live_handles() -> "list[NativeHandle]":
+    """Handles whose native object has not been released yet (the environment excluded)."""
+    return [h for h in list(_live) if h._ptr and not isinstance(h, _ProcessHandle)]
+
+
+class _ProcessHandle(NativeHandle):
+    """A handle that lives as long as the process (environment, CPU memory info)."""
+
+
+class Env(_ProcessHandle):
+    """The process's one ``OrtEnv``, created on first use and released at exit, after everything else."""
+
+    _kind = "OrtEnv"
+
+    def __init__(self, log_level: int = 3, log_id: str = "ort_cffi") -> None:
+        rt = get_runtime()
+        out = ffi.new("OrtEnv**")
+        check_status(rt.api.CreateEnv(log_level, log_id.encode(), out), "CreateEnv")
+        self._own(out[0], rt.api.ReleaseEnv)
+
+
+class CpuMemoryInfo(_ProcessHandle):
+    """The CPU memory description that tensors over numpy memory are created with."""
+
+    _kind = "OrtMemoryInfo"
+
+    def __init__(self) -> None:
+        rt = get_runtime()
+        out = ffi.new("OrtMemoryInfo**")
+        check_status(rt.api.CreateCpuMemoryInfo(0, 0, out), "CreateCpuMemoryInfo")  # arena allocator, default mem
+        self._own(out[0], rt.api.ReleaseMemoryInfo)
+
+
+class _Process:
+    """Process-wide native objects, created on first use under a lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._env: Optional[Env] = None
+        self._memory_info: Optional[CpuMemoryInfo] = None
+        self._allocator: Any = None
+
+    def env(self) -> Env:
+        if self._env is None:
+            with self._lock:
+                if self._env is None:
+                    self._env = Env()
+        return self._env
+
+    def memory_info(self) -> CpuMemoryInfo:
+        if self._memory_info is None:
+            with self._lock:
+                if self._memory_info is None:
+                    self._memory_info = CpuMemoryInfo()
+        return self._memory_info
+
+    def allocator(self) -> Any:
+        """The runtime's default CPU allocator (owned by the runtime, never released)."""
+        if self._allocator is None:
+            rt = get_runtime()
+            out = ffi.new("OrtAllocator**")
+            check_status(rt.api.GetAllocatorWithDefaultOptions(out), "GetAllocatorWithDefaultOptions")
+            self._allocator = out[0]
+        return self._allocator
+
+    def shutdown(self) -> None:
+        """At exit: release every live handle (pinning ones first), then memory info, then the env."""
+        for handle in list(_live):
+            if not isinstance(handle, _ProcessHandle):
+                try:
+                    handle.close()
+                except OrtException:
+                    pass
+        for handle in (self._memory_info, self._env):
+            if handle is not None:
+                handle.close()
+
+
+process = _Process()
+atexit.register(process.shutdown)
+
+
+def allocator_string(rt: Any, allocator: Any, chars: Any) -> str:
+    """Decode a string the runtime allocated with ``allocator`` and free it (also on a decode error)."""
+    try:
+        return ffi.string(chars).decode()
+    finally:
+        check_status(rt.api.AllocatorFree(allocator, chars), "AllocatorFree")

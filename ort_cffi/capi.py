@@ -1,0 +1,143 @@
+"""The raw layer: ONNX Runtime's C API tables, for direct calls from Python.
+
+    from ort_cffi.capi import ffi, get_runtime
+    rt = get_runtime()
+    status = rt.training_api.SetSeed(42)      # an OrtStatus*, NULL on success
+
+``ffi`` holds the declarations of ``OrtApiBase``, ``OrtApi`` (API version 19, every slot in order)
+and ``OrtTrainingApi`` (all 33 slots), with the C headers' typedef names. ``get_runtime()`` loads
+the runtime once per process (see ``_loader.py`` for where it comes from) and checks, before the
+tables are used, that its version has the layout declared here.
+
+Every non-NULL ``OrtStatus*`` a raw call returns is the caller's to release
+(``rt.api.ReleaseStatus``); ``check_status`` reads, releases and raises it in one go.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Optional
+
+from ._errors import (
+    OrtException,
+    RuntimeLoadError,
+    TrainingApiUnavailableError,
+    UnsupportedRuntimeError,
+)
+from ._ffi import API_VERSION, ffi
+from ._loader import LoadedImage, find_and_load, find_training_wheel, load_wheel
+
+__all__ = ["ffi", "get_runtime", "load_runtime", "Runtime", "check_status", "API_VERSION"]
+
+# The OrtTrainingApi order declared in include/ is the one of ONNX Runtime 1.17 and later (it was
+# not append-only before: CreateTrainingSessionFromBuffer moved in 1.16), and OrtApi version 19
+# first exists in 1.19. Older runtimes are refused rather than called through a wrong layout.
+MIN_RUNTIME_VERSION = (1, 19)
+
+
+def _version_tuple(version: str) -> "tuple[int, ...]":
+    parts = []
+    for piece in version.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+class Runtime:
+    """The loaded runtime: ``api`` (``const OrtApi*``), ``training_api`` (``const OrtTrainingApi*``),
+    ``api_base``, ``version`` (e.g. "1.19.2"), ``library`` (the file it came from), ``image`` (the
+    file mapped: a private copy for the wheel) and ``kind`` ("wheel" or "library")."""
+
+    def __init__(self, loaded: LoadedImage) -> None:
+        self._loaded = loaded  # keeps the dlopen handle referenced
+        self.library = loaded.library
+        self.image = loaded.image
+        self.kind = loaded.kind
+        self.api_base: Any = ffi.cast("const OrtApiBase*", loaded.api_base_address)
+        self.version = ffi.string(self.api_base.GetVersionString()).decode()
+        if loaded.expected_version is not None and self.version != loaded.expected_version:
+            raise UnsupportedRuntimeError(
+                f"the runtime image {loaded.image} reports version {self.version!r} but the installed wheel is "
+                f"{loaded.expected_version!r}: refusing to use it"
+            )
+        if _version_tuple(self.version) < MIN_RUNTIME_VERSION:
+            raise UnsupportedRuntimeError(
+                f"ONNX Runtime {self.version} (from {self.library}) has a C API table layout ort_cffi does not "
+                f"declare: ort_cffi declares API version {API_VERSION} (ONNX Runtime "
+                f"{'.'.join(map(str, MIN_RUNTIME_VERSION))} and later, tested on 1.19.2); refusing to guess offsets"
+            )
+        self.api: Any = self.api_base.GetApi(API_VERSION)
+        if self.api == ffi.NULL:
+            raise UnsupportedRuntimeError(
+                f"ONNX Runtime {self.version} (from {self.library}) does not provide C API version {API_VERSION}"
+            )
+        self.training_api: Any = self.api.GetTrainingApi(API_VERSION)
+        if self.training_api == ffi.NULL:
+            raise TrainingApiUnavailableError(
+                f"ONNX Runtime {self.version} at {self.library} has no training API (GetTrainingApi returned NULL): "
+                "it is an inference-only build. Install onnxruntime-training-cpu==1.19.2 (`pip install "
+                "'ort_cffi[cpu]'`) or use a library built with --enable_training_apis"
+            )
+
+    def __repr__(self) -> str:
+        return f"<ort_cffi Runtime {self.version} ({self.kind}) from {self.library}>"
+
+
+_runtime: Optional[Runtime] = None
+_runtime_lock = threading.Lock()
+
+
+def _load(library: "str | os.PathLike[str] | None") -> Runtime:
+    loaded = find_and_load(library)
+    try:
+        return Runtime(loaded)
+    except UnsupportedRuntimeError:
+        if loaded.kind != "wheel":
+            raise
+    # A wheel whose cached probe no longer matches (e.g. reinstalled in place): measure once more.
+    wheel, _ = find_training_wheel()
+    if wheel is None:
+        raise RuntimeLoadError("the training wheel disappeared while it was being loaded")
+    return Runtime(load_wheel(wheel, refresh=True))
+
+
+def get_runtime() -> Runtime:
+    """The process's runtime, loaded on first use (``$ORT_CFFI_LIBRARY`` or the training wheel)."""
+    global _runtime
+    runtime = _runtime
+    if runtime is not None:
+        return runtime
+    with _runtime_lock:
+        if _runtime is None:
+            _runtime = _load(None)
+        return _runtime
+
+
+def load_runtime(library: "str | os.PathLike[str] | None" = None) -> Runtime:
+    """Load the runtime from an explicit shared library (or the default search when None).
+
+    Only one runtime can serve a process: asking for a different library once one is loaded raises.
+    """
+    global _runtime
+    with _runtime_lock:
+        if _runtime is not None:
+            if library is None or os.path.realpath(os.fspath(library)) == _runtime.library:
+                return _runtime
+            raise RuntimeLoadError(
+                f"a runtime is already loaded in this process ({_runtime.library}); cannot switch to {library}"
+            )
+        _runtime = _load(library)
+        return _runtime
+
+
+def check_status(status: Any, context: Optional[str] = None) -> None:
+    """The status chokepoint: a NULL ``OrtStatus*`` is success; otherwise read, release and raise."""
+    if not status:
+        return
+    api = get_runtime().api
+    try:
+        code = api.GetErrorCode(status)
+        message = ffi.string(api.GetErrorMessage(status)).decode(errors="replace")
+    finally:
+        api.ReleaseStatus(status)
+    raise OrtException.from_native(code, message, context)

@@ -1,0 +1,278 @@
+"""Facade: ``OnnxValue``, ``OnnxTensor`` and ``TensorInfo`` (Java's ai.onnxruntime classes), numpy in and out.
+
+The numpy boundary, in one place:
+
+- ``DTYPE_TO_ONNX`` maps numpy dtypes to ONNX element types (every numeric type the CPU runtime
+  handles, plus bool); anything else (strings, objects, complex) is refused with a clear error.
+- ``OnnxTensor.createTensor(env, array)`` does not copy a C-contiguous, aligned, native-order array:
+  the tensor is created over its memory (``CreateTensorWithDataAsOrtValue``) and keeps the array
+  alive. Any other array (Fortran order, strided views, byte-swapped) is copied once.
+- ``getValue()`` always returns a fresh array the caller owns (0-d for a scalar): nothing handed
+  out aliases memory that ``close()`` frees.
+"""
+from __future__ import annotations
+
+import enum
+from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ._errors import OrtException
+from ._handles import NativeHandle, process
+from .capi import check_status, ffi, get_runtime
+
+
+class OnnxTensorType(enum.IntEnum):
+    """ONNX tensor element types (``ONNXTensorElementDataType``)."""
+
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED = 0
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT = 1
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 = 2
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8 = 3
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16 = 4
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16 = 5
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32 = 6
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 = 7
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING = 8
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL = 9
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 = 10
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE = 11
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32 = 12
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64 = 13
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_COMPLEX64 = 14
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_COMPLEX128 = 15
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16 = 16
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN = 17
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FNUZ = 18
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2 = 19
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2FNUZ = 20
+
+    @classmethod
+    def mapFromInt(cls, value: int) -> "OnnxTensorType":
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED
+
+
+_T = OnnxTensorType
+DTYPE_TO_ONNX = {
+    np.dtype(np.float32): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
+    np.dtype(np.uint8): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
+    np.dtype(np.int8): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8,
+    np.dtype(np.uint16): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16,
+    np.dtype(np.int16): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16,
+    np.dtype(np.int32): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32,
+    np.dtype(np.int64): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64,
+    np.dtype(np.bool_): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL,
+    np.dtype(np.float16): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16,
+    np.dtype(np.float64): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE,
+    np.dtype(np.uint32): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32,
+    np.dtype(np.uint64): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64,
+}
+ONNX_TO_DTYPE = {onnx_type: dtype for dtype, onnx_type in DTYPE_TO_ONNX.items()}
+
+
+class OnnxValueType(enum.IntEnum):
+    """``ONNXType``: what kind of value an ``OnnxValue`` holds."""
+
+    ONNX_TYPE_UNKNOWN = 0
+    ONNX_TYPE_TENSOR = 1
+    ONNX_TYPE_SEQUENCE = 2
+    ONNX_TYPE_MAP = 3
+    ONNX_TYPE_OPAQUE = 4
+    ONNX_TYPE_SPARSETENSOR = 5
+    ONNX_TYPE_OPTIONAL = 6
+
+
+class TensorInfo:
+    """Element type and shape of a tensor (Java's ``TensorInfo``); ``-1`` marks a dimension unknown
+    in a model's signature."""
+
+    OnnxTensorType = OnnxTensorType
+
+    def __init__(self, onnx_type: int, shape: Sequence[int], dim_names: Sequence[str] = ()) -> None:
+        self.onnxType = OnnxTensorType.mapFromInt(onnx_type)
+        self.shape: Tuple[int, ...] = tuple(int(d) for d in shape)
+        self.dimensionNames: Tuple[str, ...] = tuple(dim_names)
+
+    @property
+    def dtype(self) -> Optional[np.dtype]:
+        """The numpy dtype of the elements (None for a type numpy lacks)."""
+        return ONNX_TO_DTYPE.get(self.onnxType)
+
+    def getShape(self) -> Tuple[int, ...]:
+        return self.shape
+
+    def isScalar(self) -> bool:
+        return len(self.shape) == 0
+
+    def getNumElements(self) -> int:
+        if any(d < 0 for d in self.shape):
+            raise OrtException.invalid_argument(f"shape {list(self.shape)} has unknown dimensions")
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TensorInfo) and (self.onnxType, self.shape) == (other.onnxType, other.shape)
+
+    def __hash__(self) -> int:
+        return hash((self.onnxType, self.shape))
+
+    def __repr__(self) -> str:
+        return f"TensorInfo(onnxType={self.onnxType.name}, shape={list(self.shape)})"
+
+
+def read_tensor_info(rt: Any, info_ptr: Any) -> TensorInfo:
+    """A ``TensorInfo`` from an ``OrtTensorTypeAndShapeInfo*`` (which the caller still owns)."""
+    api = rt.api
+    element_type = ffi.new("ONNXTensorElementDataType*")
+    check_status(api.GetTensorElementType(info_ptr, element_type), "GetTensorElementType")
+    count = ffi.new("size_t*")
+    check_status(api.GetDimensionsCount(info_ptr, count), "GetDimensionsCount")
+    dims = ffi.new("int64_t[]", max(count[0], 1))
+    check_status(api.GetDimensions(info_ptr, dims, count[0]), "GetDimensions")
+    return TensorInfo(element_type[0], [dims[i] for i in range(count[0])])
+
+
+def _value_tensor_info(rt: Any, value_ptr: Any) -> TensorInfo:
+    out = ffi.new("OrtTensorTypeAndShapeInfo**")
+    check_status(rt.api.GetTensorTypeAndShape(value_ptr, out), "GetTensorTypeAndShape")
+    try:
+        return read_tensor_info(rt, out[0])
+    finally:
+        rt.api.ReleaseTensorTypeAndShapeInfo(out[0])
+
+
+def as_tensor_array(data: Any, what: str = "tensor data") -> np.ndarray:
+    """``data`` as an array the runtime can read in place: supported dtype, native order, C-contiguous, aligned.
+
+    A conforming array comes back as it is; any other is copied once."""
+    array = data if isinstance(data, np.ndarray) else np.asarray(data)
+    dtype = array.dtype
+    if dtype not in DTYPE_TO_ONNX:
+        native = dtype.newbyteorder("=") if dtype.byteorder not in ("=", "|") else dtype
+        if native not in DTYPE_TO_ONNX:
+            kinds = ", ".join(sorted(str(d) for d in DTYPE_TO_ONNX))
+            raise OrtException.invalid_argument(
+                f"{what} has dtype {dtype}, which ort_cffi cannot pass to ONNX Runtime (supported: {kinds})"
+            )
+        return np.array(array, dtype=native, order="C")
+    if not (array.flags.c_contiguous and array.flags.aligned):
+        return np.array(array, order="C")
+    return array
+
+
+class OnnxValue(NativeHandle):
+    """A value the runtime reads or produced (``OrtValue``). Only tensors are produced by training models."""
+
+    _kind = "OnnxValue"
+
+    def getValue(self) -> Any:
+        raise NotImplementedError
+
+    def getType(self) -> OnnxValueType:
+        return OnnxValueType.ONNX_TYPE_TENSOR
+
+    def close(self) -> None:  # type: ignore[override]
+        """Close this value. Called as ``OnnxValue.close(mapping_or_iterable)`` (Java's static
+        ``OnnxValue.close(Map)``), closes every value in it."""
+        if not isinstance(self, OnnxValue):
+            close_all(self)
+            return
+        NativeHandle.close(self)
+
+
+def close_all(values: Union[Mapping[Any, Any], Iterable[Any]]) -> None:
+    """Close every ``OnnxValue`` in a mapping (its values) or an iterable."""
+    items = values.values() if isinstance(values, Mapping) else values
+    for value in list(items):
+        if isinstance(value, NativeHandle):
+            value.close()
+
+
+class OnnxTensor(OnnxValue):
+    """A tensor: over a numpy array's memory (``createTensor``), or allocated by the runtime (outputs)."""
+
+    _kind = "OnnxTensor"
+    _array: Optional[np.ndarray] = None
+    _info: Optional[TensorInfo] = None
+    _buffer: Any = None
+
+    @classmethod
+    def createTensor(cls, env: Any, data: Any, shape: Optional[Sequence[int]] = None) -> "OnnxTensor":
+        """A tensor over ``data`` (numpy array, scalar or nested sequence), optionally reshaped.
+
+        ``env`` is the ``OrtEnvironment`` (Java's first argument); a C-contiguous array is not copied
+        and is kept alive by the tensor (``CreateTensorWithDataAsOrtValue``)."""
+        array = as_tensor_array(data)
+        if shape is not None:
+            shape = tuple(int(d) for d in shape)
+            count = int(np.prod(shape, dtype=np.int64))
+            if count != array.size or any(d < 0 for d in shape):
+                raise OrtException.invalid_argument(
+                    f"cannot view {array.size} elements of shape {list(array.shape)} as shape {list(shape)}"
+                )
+            array = array.reshape(shape)  # a view: the array is contiguous
+        return cls._over_array(array)
+
+    @classmethod
+    def _over_array(cls, array: np.ndarray) -> "OnnxTensor":
+        """A tensor over a conforming array (see ``as_tensor_array``) without copying it."""
+        rt = get_runtime()
+        tensor = cls.__new__(cls)
+        buffer = ffi.from_buffer("char[]", array, require_writable=False)
+        shape = ffi.new("int64_t[]", array.shape) if array.ndim else ffi.NULL
+        out = ffi.new("OrtValue**")
+        check_status(
+            rt.api.CreateTensorWithDataAsOrtValue(
+                process.memory_info()._ptr, buffer, array.nbytes, shape, array.ndim, DTYPE_TO_ONNX[array.dtype], out
+            ),
+            "CreateTensorWithDataAsOrtValue",
+        )
+        tensor._own(out[0], rt.api.ReleaseValue)
+        tensor._array = array  # the memory the tensor reads and writes: kept alive with it
+        tensor._buffer = buffer
+        tensor._info = TensorInfo(DTYPE_TO_ONNX[array.dtype], array.shape)
+        return tensor
+
+    @classmethod
+    def _adopt(cls, value_ptr: Any) -> "OnnxTensor":
+        """Own a value the runtime allocated (a step's output). Called right after the native call."""
+        tensor = cls.__new__(cls)
+        tensor._own(value_ptr, get_runtime().api.ReleaseValue)
+        return tensor
+
+    @property
+    def writable(self) -> bool:
+        """False for a tensor over a read-only array (it cannot be a pinned output)."""
+        return self._array is None or bool(self._array.flags.writeable)
+
+    def getInfo(self) -> TensorInfo:
+        """Element type and shape (``GetTensorTypeAndShape``)."""
+        ptr = self._handle()
+        if self._info is None:
+            self._info = _value_tensor_info(get_runtime(), ptr)
+        return self._info
+
+    def getValue(self) -> np.ndarray:
+        """A copy of the data as a numpy array the caller owns (0-d for a scalar)."""
+        ptr = self._handle()
+        if self._array is not None:
+            return self._array.copy()
+        rt = get_runtime()
+        info = self.getInfo()
+        dtype = info.dtype
+        if dtype is None:
+            raise OrtException.invalid_argument(f"tensor element type {info.onnxType.name} has no numpy equivalent")
+        count = info.getNumElements()
+        if count == 0:
+            return np.empty(info.shape, dtype=dtype)
+        data = ffi.new("void**")
+        check_status(rt.api.GetTensorMutableData(ptr, data), "GetTensorMutableData")
+        raw = ffi.buffer(data[0], count * dtype.itemsize)
+        return np.frombuffer(raw, dtype=dtype).reshape(info.shape).copy()
+
+    def __repr__(self) -> str:
+        if self._closed:
+            return "<OnnxTensor closed>"
+        return f"<OnnxTensor {self.getInfo()!r}>"
