@@ -1,1 +1,43 @@
-"""ort_cffi: ONNX Runtime training from Python."""
+"""ort_cffi: ONNX Runtime's on-device training C API from Python (cffi, ABI mode), with the Java
+``ai.onnxruntime`` training classes one call at a time.
+
+Layers: ``_loader`` (find the runtime) → ``capi`` (raw tables, ``get_runtime()``) → ``_handles``
+(ownership, the environment) → the facade re-exported here.
+"""
+from ._errors import (
+    OrtErrorCode,
+    OrtException,
+    RuntimeLoadError,
+    RuntimeNotFoundError,
+    TrainingApiUnavailableError,
+    UnsupportedRuntimeError,
+)
+from .environment import OrtEnvironment
+from .options import OrtLoggingLevel, RunOptions, SessionOptions
+from .session import OrtSession, Result
+from .tensor import OnnxTensor, OnnxTensorType, OnnxValue, OnnxValueType, TensorInfo
+from .training import OrtAllocator, OrtCheckpointState, OrtTrainingSession
+
+__version__ = "0.1.0"
+__all__ = [
+    "OnnxTensor",
+    "OnnxTensorType",
+    "OnnxValue",
+    "OnnxValueType",
+    "OrtAllocator",
+    "OrtCheckpointState",
+    "OrtEnvironment",
+    "OrtErrorCode",
+    "OrtException",
+    "OrtLoggingLevel",
+    "OrtSession",
+    "OrtTrainingSession",
+    "Result",
+    "RunOptions",
+    "RuntimeLoadError",
+    "RuntimeNotFoundError",
+    "SessionOptions",
+    "TensorInfo",
+    "TrainingApiUnavailableError",
+    "UnsupportedRuntimeError",
+]

@@ -106,6 +106,22 @@ class NativeHandle:
         return f"<{type(self).__name__} {state}>"
 
 
+def pin_all(handles: "Iterable[NativeHandle]") -> None:
+    """Keep ``handles`` from being released while a native call uses them (a ``close()`` meanwhile is
+    deferred). Raises ``OrtClosedException``, pinning nothing, if one of them is already closed."""
+    with _bookkeeping:
+        for handle in handles:
+            if handle._closed:
+                raise OrtClosedException(handle._kind)
+        for handle in handles:
+            handle._pins += 1
+
+
+def unpin_all(handles: "Iterable[NativeHandle]") -> None:
+    for handle in handles:
+        handle._unpin()
+
+
 def live_handles() -> "list[NativeHandle]":
     """Handles whose native object has not been released yet (the environment excluded)."""
     return [h for h in list(_live) if h._ptr and not isinstance(h, _ProcessHandle)]

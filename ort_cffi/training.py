@@ -1,0 +1,792 @@
+"""Facade: ``OrtTrainingSession`` and ``OrtTrainingSession.OrtCheckpointState`` (Java's classes, one call
+at a time), over ``OrtTrainingApi``.
+
+What the C API leaves to its caller, done here once:
+
+- **Positional I/O.** ``TrainStep``/``EvalStep`` take every input and every output by position. The
+  session learns the names at construction; each step matches inputs *by name*, fetches every output,
+  and returns exactly the requested ones, labelled right (the Java binding did neither).
+- **Guards before C.** Closed handles, missing models (eval, optimizer, scheduler), out-of-range
+  indices and bad names are refused in Python: several of them crash the runtime (runtime-notes §4).
+- **Ownership.** A checkpoint the session loaded is the session's; one the caller passed stays the
+  caller's and is pinned by the session, so closing it early cannot free it under the session. One
+  lock per checkpoint serializes the session and the state (the runtime's session is not
+  thread-safe); the GIL is released inside every native call.
+- **Crash-safe saves.** ``saveCheckpoint`` writes a temporary file beside the target, flushes it to
+  disk and renames it over the target.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import tempfile
+import threading
+import weakref
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ._errors import OrtErrorCode, OrtException, OrtFileNotFoundException
+from ._handles import NativeHandle, allocator_string, pin_all, process, unpin_all
+from .capi import check_status, ffi, get_runtime
+from .options import RunOptions, SessionOptions
+from .session import PathOrBytes, Result, read_model, tensor_for_input
+from .tensor import DTYPE_TO_ONNX, OnnxTensor, TensorInfo, as_tensor_array, read_tensor_info
+
+PathLike = Union[str, "os.PathLike[str]"]
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+_PROPERTY_TYPES = {0: "int", 1: "float", 2: "str"}
+
+
+class OrtAllocator:
+    """The runtime's default CPU allocator (Java's ``OrtAllocator``, e.g. ``env.defaultAllocator``)."""
+
+    def __init__(self, ptr: Any) -> None:
+        self._ptr = ptr
+
+    def __repr__(self) -> str:
+        return "<OrtAllocator default CPU>"
+
+
+def _fspath(path: Any, what: str) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise OrtException.invalid_argument(f"the {what} must be a str or os.PathLike, not {type(path).__name__}")
+    result = os.fspath(path)
+    if not isinstance(result, str):
+        result = os.fsdecode(result)
+    if not result:
+        raise OrtException.invalid_argument(f"the {what} is empty")
+    return result
+
+
+def _check_name(name: Any, what: str = "property name") -> bytes:
+    if not isinstance(name, str):
+        raise OrtException.invalid_argument(f"the {what} must be a str, not {type(name).__name__}")
+    if "\0" in name:
+        raise OrtException.invalid_argument(f"the {what} {name!r} contains a NUL character")
+    return name.encode()
+
+
+def _atomic_write(target: str, write: Callable[[str], None], what: str) -> None:
+    """Have ``write(tmp_path)`` produce the file beside ``target``, fsync it, then rename it over
+    ``target``. On any failure the temporary file is removed and ``target`` is untouched."""
+    directory = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(directory):
+        raise OrtFileNotFoundException(
+            f"cannot write the {what} {target!r}: folder {directory!r} does not exist", OrtErrorCode.ORT_NO_SUCHFILE
+        )
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as written:
+            os.fsync(written.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class OrtCheckpointState(NativeHandle):
+    """A checkpoint's parameters, optimizer state and properties (``OrtCheckpointState``)."""
+
+    _kind = "OrtCheckpointState"
+
+    def __init__(self, _ptr: Any = None, _source: str = "") -> None:
+        if _ptr is None:
+            raise OrtException.invalid_argument(
+                "use OrtCheckpointState.loadCheckpoint(path) or loadCheckpointFromBuffer(bytes)"
+            )
+        self._rt = get_runtime()
+        self._own(_ptr, self._rt.training_api.ReleaseCheckpointState)
+        self._source = _source
+        self._lock = threading.Lock()  # shared with the session bound to this state
+        self._session: Optional["weakref.ref[OrtTrainingSession]"] = None
+
+    def _bound_session(self) -> Optional["OrtTrainingSession"]:
+        session = self._session() if self._session is not None else None
+        return session if session is not None and not session.closed else None
+
+    @staticmethod
+    def loadCheckpoint(checkpointPath: PathLike) -> "OrtCheckpointState":
+        """``LoadCheckpoint`` from a file."""
+        path = _fspath(checkpointPath, "checkpoint path")
+        if not os.path.isfile(path):
+            raise OrtFileNotFoundException(f"checkpoint {path!r} does not exist", OrtErrorCode.ORT_NO_SUCHFILE)
+        rt = get_runtime()
+        out = ffi.new("OrtCheckpointState**")
+        check_status(rt.training_api.LoadCheckpoint(path.encode(), out), f"loading checkpoint {path!r}")
+        return OrtCheckpointState(out[0], path)
+
+    @staticmethod
+    def loadCheckpointFromBuffer(buffer: Union[bytes, bytearray, memoryview]) -> "OrtCheckpointState":
+        """``LoadCheckpointFromBuffer``: a checkpoint from bytes in memory."""
+        if not isinstance(buffer, (bytes, bytearray, memoryview)):
+            raise OrtException.invalid_argument(f"the checkpoint buffer must be bytes, not {type(buffer).__name__}")
+        data = bytes(buffer)
+        if not data:
+            raise OrtException.invalid_argument("the checkpoint buffer is empty")
+        rt = get_runtime()
+        out = ffi.new("OrtCheckpointState**")
+        check_status(rt.training_api.LoadCheckpointFromBuffer(data, len(data), out), "loading a checkpoint from bytes")
+        return OrtCheckpointState(out[0], "<bytes>")
+
+    def saveCheckpoint(self, outputPath: PathLike, saveOptimizer: bool = False) -> None:
+        """``SaveCheckpoint``, crash-safe: a temporary file beside the target, flushed, then renamed."""
+        path = _fspath(outputPath, "checkpoint path")
+        include_optimizer = bool(saveOptimizer)
+        with self._lock:
+            ptr = self._handle()
+            _atomic_write(
+                path,
+                lambda tmp: check_status(
+                    self._rt.training_api.SaveCheckpoint(ptr, tmp.encode(), include_optimizer),
+                    f"saving checkpoint {path!r}",
+                ),
+                "checkpoint",
+            )
+
+    # --- properties ------------------------------------------------------------------------------
+
+    def addProperty(self, propertyName: str, propertyValue: Union[int, float, str]) -> None:
+        """``AddProperty``: an int (a true int64), a float (float32) or a str; an existing name is overwritten."""
+        name = _check_name(propertyName)
+        value = propertyValue
+        if isinstance(value, (bool, np.bool_)):
+            raise OrtException.invalid_argument(f"property {propertyName!r}: bool is not a property type (use int)")
+        if isinstance(value, numbers.Integral):
+            as_int = int(value)
+            if not INT64_MIN <= as_int <= INT64_MAX:
+                raise OrtException.invalid_argument(f"property {propertyName!r}: {as_int} does not fit in an int64")
+            kind, native = 0, ffi.new("int64_t*", as_int)
+        elif isinstance(value, numbers.Real):
+            as_float = float(value)
+            if math.isfinite(as_float) and abs(as_float) > FLOAT32_MAX:
+                raise OrtException.invalid_argument(f"property {propertyName!r}: {as_float} overflows a float32")
+            kind, native = 1, ffi.new("float*", as_float)
+        elif isinstance(value, str):
+            kind, native = 2, ffi.new("char[]", _check_name(value, "property value"))
+        else:
+            raise OrtException.invalid_argument(
+                f"property {propertyName!r}: values are int, float or str, not {type(value).__name__}"
+            )
+        with self._lock:
+            check_status(
+                self._rt.training_api.AddProperty(self._handle(), name, kind, native), f"adding property {propertyName!r}"
+            )
+
+    def _get_property(self, args: Tuple[Any, ...], wanted: int) -> Union[int, float, str]:
+        if len(args) == 2 and (args[0] is None or isinstance(args[0], OrtAllocator)):
+            args = args[1:]
+        if len(args) != 1:
+            raise OrtException.invalid_argument("property getters take ([allocator,] name)")
+        property_name = args[0]
+        name = _check_name(property_name)
+        allocator = process.allocator()
+        kind = ffi.new("enum OrtPropertyType*")
+        value = ffi.new("void**")
+        with self._lock:
+            check_status(
+                self._rt.training_api.GetProperty(self._handle(), name, allocator, kind, value),
+                f"reading property {property_name!r}",
+            )
+        try:  # the value was allocated with our allocator: free it whatever happens
+            if kind[0] != wanted:
+                raise OrtException(
+                    f"property {property_name!r} is a {_PROPERTY_TYPES.get(kind[0], kind[0])}, "
+                    f"not a {_PROPERTY_TYPES[wanted]}",
+                    OrtErrorCode.ORT_INVALID_ARGUMENT,
+                )
+            if wanted == 0:
+                return int(ffi.cast("int64_t*", value[0])[0])
+            if wanted == 1:
+                return float(ffi.cast("float*", value[0])[0])
+            return ffi.string(ffi.cast("char*", value[0])).decode()
+        finally:
+            check_status(self._rt.api.AllocatorFree(allocator, value[0]), "AllocatorFree")
+
+    def getIntProperty(self, *args: Any) -> int:
+        """``getIntProperty([allocator,] name)``: an int property (int64)."""
+        return int(self._get_property(args, 0))
+
+    def getFloatProperty(self, *args: Any) -> float:
+        """``getFloatProperty([allocator,] name)``: a float property (a float32 value)."""
+        return float(self._get_property(args, 1))
+
+    def getStringProperty(self, *args: Any) -> str:
+        """``getStringProperty([allocator,] name)``: a str property."""
+        return str(self._get_property(args, 2))
+
+    # --- parameters (beyond the Java binding) ---------------------------------------------------
+
+    def _bound(self) -> Any:
+        ptr = self._handle()
+        if self._bound_session() is None:
+            raise OrtException.invalid_argument(
+                "parameters of a checkpoint state can only be read or written while a training session is bound to it"
+            )
+        return ptr
+
+    def getParameterTypeAndShape(self, parameterName: str) -> TensorInfo:
+        """``GetParameterTypeAndShape``: element type and shape of one parameter."""
+        name = _check_name(parameterName, "parameter name")
+        out = ffi.new("OrtTensorTypeAndShapeInfo**")
+        with self._lock:
+            check_status(
+                self._rt.training_api.GetParameterTypeAndShape(self._bound(), name, out),
+                f"parameter {parameterName!r}",
+            )
+        try:
+            return read_tensor_info(self._rt, out[0])
+        finally:
+            self._rt.api.ReleaseTensorTypeAndShapeInfo(out[0])
+
+    def getParameter(self, parameterName: str) -> np.ndarray:
+        """``GetParameter``: a copy of one parameter as a numpy array."""
+        name = _check_name(parameterName, "parameter name")
+        out = ffi.new("OrtValue**")
+        with self._lock:
+            check_status(
+                self._rt.training_api.GetParameter(self._bound(), name, process.allocator(), out),
+                f"parameter {parameterName!r}",
+            )
+        with OnnxTensor._adopt(out[0]) as value:
+            return value.getValue()
+
+    def updateParameter(self, parameterName: str, parameter: Any) -> None:
+        """``UpdateParameter``: overwrite one parameter (same dtype and shape) from a numpy array."""
+        name = _check_name(parameterName, "parameter name")
+        info = self.getParameterTypeAndShape(parameterName)
+        array = as_tensor_array(parameter, f"parameter {parameterName!r}")
+        if DTYPE_TO_ONNX[array.dtype] != info.onnxType or tuple(array.shape) != info.shape:
+            raise OrtException.invalid_argument(
+                f"parameter {parameterName!r} is {info.dtype} of shape {list(info.shape)}; "
+                f"got {array.dtype} of shape {list(array.shape)}"
+            )
+        with OnnxTensor._over_array(array) as tensor:
+            with self._lock:
+                check_status(
+                    self._rt.training_api.UpdateParameter(self._bound(), name, tensor._ptr),
+                    f"updating parameter {parameterName!r}",
+                )
+
+
+class _ModelPlan:
+    """What one model (training or eval) needs per step, computed once at construction."""
+
+    __slots__ = ("kind", "input_names", "output_names", "input_pos", "output_pos", "in_values", "out_values", "step")
+
+    def __init__(self, kind: str, input_names: Tuple[str, ...], output_names: Tuple[str, ...], step: Any) -> None:
+        self.kind = kind
+        self.input_names = input_names
+        self.output_names = output_names
+        self.input_pos = {n: i for i, n in enumerate(input_names)}
+        self.output_pos = {n: i for i, n in enumerate(output_names)}
+        self.in_values = ffi.new("OrtValue*[]", max(len(input_names), 1))  # reused under the session lock
+        self.out_values = ffi.new("OrtValue*[]", max(len(output_names), 1))
+        self.step = step
+
+
+class NameSet(Tuple[str, ...]):
+    """An ordered, read-only set of names (Java's ``Set<String>``, in the model's order)."""
+
+    def contains(self, name: object) -> bool:
+        return name in self
+
+    def isEmpty(self) -> bool:
+        return len(self) == 0
+
+    def size(self) -> int:
+        return len(self)
+
+
+def _split_step_args(
+    args: Tuple[Any, ...], requested: Any, pinned: Any, run_options: Any
+) -> Tuple[Any, Any, Optional[RunOptions]]:
+    """Java's five overloads folded: each positional argument is dispatched on its type."""
+    for arg in args:
+        if arg is None:
+            continue
+        if isinstance(arg, RunOptions):
+            run_options = arg
+        elif isinstance(arg, Mapping):
+            pinned = arg
+        elif isinstance(arg, (set, frozenset, list, tuple)):
+            requested = arg
+        else:
+            raise OrtException.invalid_argument(
+                f"unexpected step argument of type {type(arg).__name__}: expected requested output names, "
+                "a dict of pinned outputs or RunOptions"
+            )
+    if run_options is not None and not isinstance(run_options, RunOptions):
+        raise OrtException.invalid_argument(f"runOptions must be RunOptions, not {type(run_options).__name__}")
+    return requested, pinned, run_options
+
+
+class OrtTrainingSession(NativeHandle):
+    """A training session over a checkpoint, a training model, and optionally eval and optimizer models."""
+
+    _kind = "OrtTrainingSession"
+    OrtCheckpointState = OrtCheckpointState
+
+    def __init__(
+        self,
+        checkpoint: Union[PathLike, OrtCheckpointState],
+        trainModel: PathOrBytes,
+        evalModel: Optional[PathOrBytes] = None,
+        optimizerModel: Optional[PathOrBytes] = None,
+        options: Optional[SessionOptions] = None,
+    ) -> None:
+        rt = self._rt = get_runtime()
+        train = read_model(trainModel, "training model")
+        evaluation = read_model(evalModel, "eval model") if evalModel is not None else (None, None)
+        optimizer = read_model(optimizerModel, "optimizer model") if optimizerModel is not None else (None, None)
+        if options is not None and not isinstance(options, SessionOptions):
+            raise OrtException.invalid_argument(f"options must be SessionOptions, not {type(options).__name__}")
+        from_buffers = train[1] is not None or evaluation[1] is not None or optimizer[1] is not None
+        if from_buffers and (train[1] is None or (evalModel is not None and evaluation[1] is None) or (optimizerModel is not None and optimizer[1] is None)):
+            raise OrtException.invalid_argument("give all models as paths or all as bytes (the C API takes one or the other)")
+
+        if isinstance(checkpoint, OrtCheckpointState):
+            state, self._owns_state = checkpoint, False
+        else:
+            state, self._owns_state = OrtCheckpointState.loadCheckpoint(_fspath(checkpoint, "checkpoint path")), True
+        self._state = state
+        own_options = options is None
+        session_options = options if options is not None else SessionOptions()
+        try:
+            with state._lock:
+                state_ptr = state._handle()
+                if state._bound_session() is not None:
+                    raise OrtException.invalid_argument(
+                        "this checkpoint state is already bound to an open training session; load it again for a second session"
+                    )
+                env = process.env()
+                out = ffi.new("OrtTrainingSession**")
+                if from_buffers:
+                    status = rt.training_api.CreateTrainingSessionFromBuffer(
+                        env._handle(), session_options._handle(), state_ptr,
+                        train[1], len(train[1] or b""),
+                        evaluation[1] or ffi.NULL, len(evaluation[1] or b""),
+                        optimizer[1] or ffi.NULL, len(optimizer[1] or b""),
+                        out,
+                    )
+                    where = "creating a training session from model bytes"
+                else:
+                    status = rt.training_api.CreateTrainingSession(
+                        env._handle(), session_options._handle(), state_ptr,
+                        train[0].encode(),
+                        evaluation[0].encode() if evaluation[0] else ffi.NULL,
+                        optimizer[0].encode() if optimizer[0] else ffi.NULL,
+                        out,
+                    )
+                    where = f"creating a training session from {train[0]!r}"
+                check_status(status, where)
+                self._own(out[0], rt.training_api.ReleaseTrainingSession, pinned=(env, state))
+                state._session = weakref.ref(self)
+        except BaseException:
+            if self._owns_state:
+                state.close()  # the state this constructor loaded must not leak (a Java defect)
+            raise
+        finally:
+            if own_options:
+                session_options.close()
+        self._lock = state._lock
+        self._has_eval = evalModel is not None
+        self._eval_from_path = evaluation[0] is not None
+        self._has_optimizer = optimizerModel is not None
+        self._has_scheduler = False
+        try:
+            self._train = self._plan("training", rt.training_api.TrainStep)
+            self._eval = self._plan("eval", rt.training_api.EvalStep) if self._has_eval else None
+        except BaseException:
+            self.close()
+            raise
+
+    # --- construction helpers ------------------------------------------------------------------
+
+    def _read_names(self, count_fn: Any, name_fn: Any) -> Tuple[str, ...]:
+        count = ffi.new("size_t*")
+        check_status(count_fn(self._ptr, count))
+        allocator = process.allocator()
+        names = []
+        for i in range(count[0]):  # indices < count only: a larger one aborts the process
+            out = ffi.new("char**")
+            check_status(name_fn(self._ptr, i, allocator, out))
+            names.append(allocator_string(self._rt, allocator, out[0]))
+        return tuple(names)
+
+    def _plan(self, kind: str, step: Any) -> _ModelPlan:
+        t = self._rt.training_api
+        if kind == "training":
+            inputs = self._read_names(t.TrainingSessionGetTrainingModelInputCount, t.TrainingSessionGetTrainingModelInputName)
+            outputs = self._read_names(t.TrainingSessionGetTrainingModelOutputCount, t.TrainingSessionGetTrainingModelOutputName)
+        else:
+            inputs = self._read_names(t.TrainingSessionGetEvalModelInputCount, t.TrainingSessionGetEvalModelInputName)
+            outputs = self._read_names(t.TrainingSessionGetEvalModelOutputCount, t.TrainingSessionGetEvalModelOutputName)
+        return _ModelPlan(kind, inputs, outputs, step)
+
+    # --- names ---------------------------------------------------------------------------------
+
+    def getTrainInputNames(self) -> NameSet:
+        self._handle()
+        return NameSet(self._train.input_names)
+
+    def getTrainOutputNames(self) -> NameSet:
+        self._handle()
+        return NameSet(self._train.output_names)
+
+    def getEvalInputNames(self) -> NameSet:
+        self._handle()
+        return NameSet(self._eval.input_names if self._eval else ())
+
+    def getEvalOutputNames(self) -> NameSet:
+        self._handle()
+        return NameSet(self._eval.output_names if self._eval else ())
+
+    # --- steps ---------------------------------------------------------------------------------
+
+    def trainStep(
+        self,
+        inputs: Mapping[str, Any],
+        *args: Any,
+        requestedOutputs: Optional[Iterable[str]] = None,
+        pinnedOutputs: Optional[Mapping[str, OnnxTensor]] = None,
+        runOptions: Optional[RunOptions] = None,
+    ) -> Result:
+        """``TrainStep``: forward and backward over ``inputs`` (name → ``OnnxTensor`` or numpy array).
+
+        Java's forms: ``trainStep(inputs)``, ``(inputs, runOptions)``, ``(inputs, requestedOutputs)``,
+        ``(inputs, pinnedOutputs)``, ``(inputs, requestedOutputs, pinnedOutputs, runOptions)``."""
+        requested, pinned, run_options = _split_step_args(args, requestedOutputs, pinnedOutputs, runOptions)
+        return self._step(self._train, inputs, requested, pinned, run_options)
+
+    def evalStep(
+        self,
+        inputs: Mapping[str, Any],
+        *args: Any,
+        requestedOutputs: Optional[Iterable[str]] = None,
+        pinnedOutputs: Optional[Mapping[str, OnnxTensor]] = None,
+        runOptions: Optional[RunOptions] = None,
+    ) -> Result:
+        """``EvalStep``: the eval model over ``inputs``; the same five forms as ``trainStep``."""
+        requested, pinned, run_options = _split_step_args(args, requestedOutputs, pinnedOutputs, runOptions)
+        if self._eval is None:
+            self._handle()
+            raise OrtException.invalid_argument("this training session has no eval model: evalStep is unavailable")
+        return self._step(self._eval, inputs, requested, pinned, run_options)
+
+    def _select_outputs(self, plan: _ModelPlan, requested: Any, pinned: Any) -> Tuple[List[str], Dict[str, OnnxTensor]]:
+        pinned_map: Dict[str, OnnxTensor] = dict(pinned) if pinned else {}
+        if requested is None:
+            wanted = [n for n in plan.output_names if n not in pinned_map] if pinned is None else []
+        else:
+            if isinstance(requested, str):
+                raise OrtException.invalid_argument("requestedOutputs is a collection of names, not one str")
+            wanted = list(dict.fromkeys(requested))
+        unknown = [n for n in list(wanted) + list(pinned_map) if n not in plan.output_pos]
+        if unknown:
+            raise OrtException.invalid_argument(
+                f"unknown output names {unknown}; the {plan.kind} model's outputs are {list(plan.output_names)}"
+            )
+        overlap = [n for n in wanted if n in pinned_map]
+        if overlap:
+            raise OrtException.invalid_argument(f"outputs {overlap} are both requested and pinned")
+        if not wanted and not pinned_map:
+            raise OrtException.invalid_argument("no outputs were requested or pinned")
+        for name, tensor in pinned_map.items():
+            if not isinstance(tensor, OnnxTensor):
+                raise OrtException.invalid_argument(f"pinned output {name!r} must be an OnnxTensor, not {type(tensor).__name__}")
+            if not tensor.writable:
+                raise OrtException.invalid_argument(f"pinned output {name!r} is over a read-only array")
+        return wanted, pinned_map
+
+    def _bad_inputs(self, plan: _ModelPlan, inputs: Mapping[str, Any]) -> OrtException:
+        unknown = [n for n in inputs if n not in plan.input_pos]
+        missing = [n for n in plan.input_names if n not in inputs]
+        parts = []
+        if unknown:
+            parts.append(f"unknown input names {unknown}")
+        if missing:
+            parts.append(f"missing inputs {missing}")
+        return OrtException.invalid_argument(
+            f"{' and '.join(parts)}; the {plan.kind} model's inputs are {list(plan.input_names)}"
+        )
+
+    def _step(self, plan: _ModelPlan, inputs: Mapping[str, Any], requested: Any, pinned: Any, run_options: Optional[RunOptions]) -> Result:
+        if not isinstance(inputs, Mapping):
+            raise OrtException.invalid_argument("inputs must be a mapping from input name to OnnxTensor or numpy array")
+        if len(inputs) != len(plan.input_names) or any(n not in plan.input_pos for n in inputs):
+            raise self._bad_inputs(plan, inputs)
+        if requested is None and pinned is None:
+            wanted, pinned_map = plan.output_names, None
+        else:
+            wanted, pinned_map = self._select_outputs(plan, requested, pinned)  # type: ignore[assignment]
+        tensors: List[OnnxTensor] = []
+        made: List[OnnxTensor] = []
+        try:
+            for name, value in inputs.items():
+                tensor, made_here = tensor_for_input(name, value)
+                tensors.append(tensor)
+                if made_here:
+                    made.append(tensor)
+            in_values, out_values = plan.in_values, plan.out_values
+            output_count = len(plan.output_names)
+            pinned_handles: List[NativeHandle] = list(tensors)
+            if pinned_map:
+                pinned_handles.extend(pinned_map.values())
+            if run_options is not None:
+                pinned_handles.append(run_options)
+            with self._lock:
+                session = self._handle()
+                pin_all(pinned_handles)  # raises for a closed input, output or RunOptions
+                try:
+                    for name, tensor in zip(inputs, tensors):
+                        in_values[plan.input_pos[name]] = tensor._ptr
+                    for i in range(output_count):
+                        out_values[i] = ffi.NULL
+                    if pinned_map:
+                        for name, tensor in pinned_map.items():
+                            out_values[plan.output_pos[name]] = tensor._ptr
+                    status = plan.step(
+                        session,
+                        run_options._ptr if run_options is not None else ffi.NULL,
+                        len(plan.input_names),
+                        in_values,
+                        output_count,
+                        out_values,
+                    )
+                    produced = self._collect_outputs(plan, out_values, output_count, pinned_map)
+                finally:
+                    unpin_all(pinned_handles)
+            if status:
+                for value in produced.values():
+                    value.close()
+                check_status(status, f"{plan.kind} step")
+        finally:
+            for tensor in made:
+                tensor.close()
+        if pinned_map is None:
+            return Result(wanted, [produced[n] for n in wanted], [True] * len(wanted))
+        for name in list(produced):
+            if name not in wanted:
+                produced.pop(name).close()
+        names = list(wanted) + list(pinned_map)
+        values = [produced[n] for n in wanted] + list(pinned_map.values())
+        return Result(names, values, [True] * len(wanted) + [False] * len(pinned_map))
+
+    @staticmethod
+    def _collect_outputs(plan: _ModelPlan, out_values: Any, count: int, pinned_map: Optional[Dict[str, OnnxTensor]]) -> Dict[str, OnnxTensor]:
+        """Own every value the runtime allocated (pinned slots are the caller's), at once."""
+        produced = {}
+        pinned_pos = {plan.output_pos[n] for n in pinned_map} if pinned_map else ()
+        for i in range(count):
+            ptr = out_values[i]
+            if ptr and i not in pinned_pos:
+                produced[plan.output_names[i]] = OnnxTensor._adopt(ptr)
+        return produced
+
+    def lazyResetGrad(self) -> None:
+        """``LazyResetGrad``: gradients are reset before the next ``trainStep`` accumulates into them."""
+        with self._lock:
+            check_status(self._rt.training_api.LazyResetGrad(self._handle()), "LazyResetGrad")
+
+    # --- optimizer and scheduler ---------------------------------------------------------------
+
+    def _optimizer(self) -> Any:
+        ptr = self._handle()
+        if not self._has_optimizer:
+            raise OrtException.invalid_argument("this training session has no optimizer model")
+        return ptr
+
+    def optimizerStep(self, runOptions: Optional[RunOptions] = None) -> None:
+        """``OptimizerStep``: update the parameters from the accumulated gradients."""
+        if runOptions is not None and not isinstance(runOptions, RunOptions):
+            raise OrtException.invalid_argument(f"runOptions must be RunOptions, not {type(runOptions).__name__}")
+        with self._lock:
+            session = self._optimizer()
+            if runOptions is None:
+                check_status(self._rt.training_api.OptimizerStep(session, ffi.NULL), "OptimizerStep")
+                return
+            pin_all([runOptions])
+            try:
+                check_status(self._rt.training_api.OptimizerStep(session, runOptions._ptr), "OptimizerStep")
+            finally:
+                unpin_all([runOptions])
+
+    def setLearningRate(self, learningRate: float) -> None:
+        """``SetLearningRate``."""
+        if isinstance(learningRate, bool) or not isinstance(learningRate, numbers.Real):
+            raise OrtException.invalid_argument(f"the learning rate must be a float, not {type(learningRate).__name__}")
+        with self._lock:
+            check_status(self._rt.training_api.SetLearningRate(self._optimizer(), float(learningRate)), "SetLearningRate")
+
+    def getLearningRate(self) -> float:
+        """``GetLearningRate`` (a float32 value)."""
+        out = ffi.new("float*")
+        with self._lock:
+            check_status(self._rt.training_api.GetLearningRate(self._optimizer(), out), "GetLearningRate")
+        return float(out[0])
+
+    def registerLinearLRScheduler(self, warmupSteps: int, totalSteps: int, initialLearningRate: float) -> None:
+        """``RegisterLinearLRScheduler``: linear warm-up to ``initialLearningRate``, then linear decay to 0
+        at ``totalSteps`` (counted in optimizer steps; each ``schedulerStep`` applies it)."""
+        for what, value in (("warmupSteps", warmupSteps), ("totalSteps", totalSteps)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= INT64_MAX:
+                raise OrtException.invalid_argument(f"{what} must be a non-negative int, got {value!r}")
+        if int(warmupSteps) > int(totalSteps):
+            raise OrtException.invalid_argument(f"warmupSteps ({warmupSteps}) is larger than totalSteps ({totalSteps})")
+        if isinstance(initialLearningRate, bool) or not isinstance(initialLearningRate, numbers.Real):
+            raise OrtException.invalid_argument("initialLearningRate must be a float")
+        with self._lock:
+            check_status(
+                self._rt.training_api.RegisterLinearLRScheduler(
+                    self._optimizer(), int(warmupSteps), int(totalSteps), float(initialLearningRate)
+                ),
+                "RegisterLinearLRScheduler",
+            )
+            self._has_scheduler = True
+
+    def schedulerStep(self) -> None:
+        """``SchedulerStep``: set the learning rate the registered scheduler gives for the optimizer step count."""
+        with self._lock:
+            session = self._optimizer()
+            if not self._has_scheduler:
+                raise OrtException.invalid_argument("no learning rate scheduler is registered (registerLinearLRScheduler)")
+            check_status(self._rt.training_api.SchedulerStep(session), "SchedulerStep")
+
+    # --- checkpoint, properties, export --------------------------------------------------------
+
+    def saveCheckpoint(self, outputPath: PathLike, saveOptimizerState: bool = False) -> None:
+        """Save this session's checkpoint state (crash-safe; see ``OrtCheckpointState.saveCheckpoint``)."""
+        self._handle()
+        if saveOptimizerState and not self._has_optimizer:
+            raise OrtException.invalid_argument("cannot save optimizer state: this session has no optimizer model")
+        self._state.saveCheckpoint(outputPath, saveOptimizerState)
+
+    def getCheckpointState(self) -> OrtCheckpointState:
+        """The checkpoint state this session trains (the session's own, or the one it was given)."""
+        self._handle()
+        return self._state
+
+    def addProperty(self, propertyName: str, propertyValue: Union[int, float, str]) -> None:
+        """``AddProperty`` on this session's checkpoint state."""
+        self._handle()
+        self._state.addProperty(propertyName, propertyValue)
+
+    def getIntProperty(self, *args: Any) -> int:
+        self._handle()
+        return self._state.getIntProperty(*args)
+
+    def getFloatProperty(self, *args: Any) -> float:
+        self._handle()
+        return self._state.getFloatProperty(*args)
+
+    def getStringProperty(self, *args: Any) -> str:
+        self._handle()
+        return self._state.getStringProperty(*args)
+
+    def exportModelForInference(self, outputPath: PathLike, outputNames: Sequence[str]) -> None:
+        """``ExportModelForInferencing``: the eval graph with the current parameters, keeping ``outputNames``.
+
+        The eval model must have been loaded from a path (the runtime cannot export from bytes)."""
+        path = _fspath(outputPath, "export path")
+        if isinstance(outputNames, str):
+            outputNames = [outputNames]
+        names = list(outputNames)
+        if not names:
+            raise OrtException.invalid_argument("exportModelForInference needs at least one output name")
+        encoded = [ffi.new("char[]", _check_name(n, "output name")) for n in names]
+        with self._lock:
+            session = self._handle()
+            if not self._has_eval:
+                raise OrtException.invalid_argument("exportModelForInference needs an eval model; this session has none")
+            if not self._eval_from_path:
+                raise OrtException(
+                    "ONNX Runtime 1.19 cannot export a model for inference when the eval model was loaded from bytes; "
+                    "create the session from model paths to export",
+                    OrtErrorCode.ORT_NOT_IMPLEMENTED,
+                )
+            _atomic_write(
+                path,
+                lambda tmp: check_status(
+                    self._rt.training_api.ExportModelForInferencing(
+                        session, tmp.encode(), len(encoded), ffi.new("char*[]", encoded)
+                    ),
+                    f"exporting {names} to {path!r}",
+                ),
+                "inference model",
+            )
+
+    # --- parameters (beyond the Java binding) ---------------------------------------------------
+
+    def getParametersSize(self, trainableOnly: bool = True) -> int:
+        """``GetParametersSize``: the number of float32 elements in the (trainable) parameters."""
+        out = ffi.new("size_t*")
+        with self._lock:
+            check_status(self._rt.training_api.GetParametersSize(self._handle(), out, bool(trainableOnly)), "GetParametersSize")
+        return int(out[0])
+
+    def copyParametersToBuffer(self, trainableOnly: bool = True) -> np.ndarray:
+        """``CopyParametersToBuffer``: all (trainable) parameters as one 1-D float32 array, in training-input order."""
+        with self._lock:
+            session = self._handle()
+            size = ffi.new("size_t*")
+            check_status(self._rt.training_api.GetParametersSize(session, size, bool(trainableOnly)), "GetParametersSize")
+            buffer = np.empty(size[0], dtype=np.float32)
+            with OnnxTensor._over_array(buffer) as tensor:
+                check_status(
+                    self._rt.training_api.CopyParametersToBuffer(session, tensor._ptr, bool(trainableOnly)),
+                    "CopyParametersToBuffer",
+                )
+        return buffer
+
+    def copyBufferToParameters(self, buffer: Any, trainableOnly: bool = True) -> None:
+        """``CopyBufferToParameters``: load a 1-D float32 array of exactly ``getParametersSize`` elements."""
+        if not isinstance(buffer, np.ndarray):
+            raise OrtException.invalid_argument(f"the parameter buffer must be a numpy array, not {type(buffer).__name__}")
+        if buffer.dtype != np.float32:
+            raise OrtException.invalid_argument(f"the parameter buffer must be float32, not {buffer.dtype}")
+        expected = self.getParametersSize(trainableOnly)
+        if buffer.ndim != 1 or buffer.size != expected:
+            raise OrtException.invalid_argument(
+                f"the parameter buffer must be 1-D with {expected} elements, got shape {list(buffer.shape)}"
+            )
+        array = as_tensor_array(buffer, "parameter buffer")
+        with OnnxTensor._over_array(array) as tensor:
+            with self._lock:
+                check_status(
+                    self._rt.training_api.CopyBufferToParameters(self._handle(), tensor._ptr, bool(trainableOnly)),
+                    "CopyBufferToParameters",
+                )
+
+    # --- seed and close --------------------------------------------------------------------------
+
+    @staticmethod
+    def setSeed(seed: int) -> None:
+        """``SetSeed``: the seed of the runtime's random generators (dropout and the like), process-wide."""
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not INT64_MIN <= int(seed) <= INT64_MAX:
+            raise OrtException.invalid_argument(f"the seed must be an int64, got {seed!r}")
+        check_status(get_runtime().training_api.SetSeed(int(seed)), "SetSeed")
+
+    def close(self) -> None:
+        """Release the session (waiting for a step in progress in another thread), then the checkpoint
+        state it loaded itself. A state the caller passed stays open. Idempotent."""
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            with lock:
+                NativeHandle.close(self)
+        else:
+            NativeHandle.close(self)
+        if getattr(self, "_owns_state", False):
+            self._state.close()
