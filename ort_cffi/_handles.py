@@ -195,9 +195,9 @@ class _Process:
                     handle.close()
                 except OrtException:
                     pass
-        for handle in (self._memory_info, self._env):
-            if handle is not None:
-                handle.close()
+        for process_handle in (self._memory_info, self._env):
+            if process_handle is not None:
+                process_handle.close()
 
 
 process = _Process()

@@ -33,7 +33,7 @@ import tempfile
 from importlib import metadata
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from cffi import FFI
 
@@ -63,7 +63,7 @@ _RTLD_NOW = 2
 _RTLD_LOCAL = 0
 
 
-def _open_libdl():  # type: ignore[no-untyped-def]
+def _open_libdl() -> Any:
     try:
         libc = _dl.dlopen(None)  # glibc >= 2.34 has dlopen in libc itself
         libc.dlopen  # noqa: B018 - raises AttributeError when absent
@@ -80,14 +80,14 @@ def _dlerror() -> str:
     return _dl.string(err).decode(errors="replace") if err != _dl.NULL else "unknown error"
 
 
-def _dlopen(path: str):  # type: ignore[no-untyped-def]
+def _dlopen(path: str) -> Any:
     handle = _libdl.dlopen(path.encode(), _RTLD_NOW | _RTLD_LOCAL)
     if handle == _dl.NULL:
         raise RuntimeLoadError(f"cannot load {path}: {_dlerror()}")
     return handle
 
 
-def _dlsym(handle, name: str) -> int:  # type: ignore[no-untyped-def]
+def _dlsym(handle: Any, name: str) -> int:
     _libdl.dlerror()
     address = _libdl.dlsym(handle, name.encode())
     return int(_dl.cast("uintptr_t", address))
@@ -275,9 +275,9 @@ def _write_entry(entry: Path, wheel: WheelRuntime, identity: dict, probe: dict) 
             shutil.copyfileobj(src, tmp, 1 << 20)
     os.replace(tmp.name, entry / wheel.extension.name)
     record = {"identity": identity, **probe}
-    with tempfile.NamedTemporaryFile("w", dir=entry, prefix=".probe.", delete=False) as tmp:
-        json.dump(record, tmp)
-    os.replace(tmp.name, entry / "probe.json")
+    with tempfile.NamedTemporaryFile("w", dir=entry, prefix=".probe.", delete=False) as probe_file:
+        json.dump(record, probe_file)
+    os.replace(probe_file.name, entry / "probe.json")
 
 
 def prepare_wheel_image(wheel: WheelRuntime, *, refresh: bool = False) -> "tuple[Path, dict]":

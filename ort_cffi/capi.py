@@ -29,10 +29,10 @@ from ._loader import LoadedImage, find_and_load, find_training_wheel, load_wheel
 
 __all__ = ["ffi", "get_runtime", "load_runtime", "Runtime", "check_status", "API_VERSION"]
 
-# The OrtTrainingApi order declared in include/ is the one of ONNX Runtime 1.17 and later (it was
-# not append-only before: CreateTrainingSessionFromBuffer moved in 1.16), and OrtApi version 19
-# first exists in 1.19. Older runtimes are refused rather than called through a wrong layout.
-MIN_RUNTIME_VERSION = (1, 19)
+# The table layouts declared in include/ were checked against these runtime versions (major, minor)
+# only. OrtTrainingApi was not append-only before 1.17 (CreateTrainingSessionFromBuffer moved in
+# 1.16), and OrtApi version 19 first exists in 1.19: any other version is refused, not guessed at.
+KNOWN_LAYOUTS = {(1, 19)}
 
 
 def _version_tuple(version: str) -> "tuple[int, ...]":
@@ -60,11 +60,12 @@ class Runtime:
                 f"the runtime image {loaded.image} reports version {self.version!r} but the installed wheel is "
                 f"{loaded.expected_version!r}: refusing to use it"
             )
-        if _version_tuple(self.version) < MIN_RUNTIME_VERSION:
+        if _version_tuple(self.version)[:2] not in KNOWN_LAYOUTS:
+            known = ", ".join(f"{major}.{minor}.x" for major, minor in sorted(KNOWN_LAYOUTS))
             raise UnsupportedRuntimeError(
-                f"ONNX Runtime {self.version} (from {self.library}) has a C API table layout ort_cffi does not "
-                f"declare: ort_cffi declares API version {API_VERSION} (ONNX Runtime "
-                f"{'.'.join(map(str, MIN_RUNTIME_VERSION))} and later, tested on 1.19.2); refusing to guess offsets"
+                f"ONNX Runtime {self.version} (from {self.library}) has C API tables whose layout ort_cffi does not "
+                f"know: it declares the API version {API_VERSION} tables of ONNX Runtime {known} and refuses to "
+                "guess offsets. Use onnxruntime-training-cpu==1.19.2"
             )
         self.api: Any = self.api_base.GetApi(API_VERSION)
         if self.api == ffi.NULL:

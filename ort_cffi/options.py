@@ -31,6 +31,10 @@ class ExecutionMode(enum.IntEnum):
     PARALLEL = 1
 
 
+_OptLevel = OptLevel
+_ExecutionMode = ExecutionMode
+
+
 def _check_int(value: Any, what: str, low: int, high: int = 2**31 - 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise OrtException.invalid_argument(f"{what} must be an int, not {type(value).__name__}")
@@ -43,7 +47,7 @@ class SessionOptions(NativeHandle):
     """Options for creating a session (``OrtSessionOptions``)."""
 
     _kind = "SessionOptions"
-    OptLevel = OptLevel
+    OptLevel = OptLevel  # Java nests these in SessionOptions
     ExecutionMode = ExecutionMode
 
     def __init__(self) -> None:
@@ -63,14 +67,14 @@ class SessionOptions(NativeHandle):
         n = _check_int(numThreads, "inter-op thread count", 0)
         check_status(self._rt.api.SetInterOpNumThreads(self._handle(), n), "SetInterOpNumThreads")
 
-    def setOptimizationLevel(self, level: OptLevel) -> None:
+    def setOptimizationLevel(self, level: "_OptLevel") -> None:
         """``SetSessionGraphOptimizationLevel``."""
         level = OptLevel(level)
         check_status(
             self._rt.api.SetSessionGraphOptimizationLevel(self._handle(), int(level)), "SetSessionGraphOptimizationLevel"
         )
 
-    def setExecutionMode(self, mode: ExecutionMode) -> None:
+    def setExecutionMode(self, mode: "_ExecutionMode") -> None:
         """``SetSessionExecutionMode``."""
         mode = ExecutionMode(mode)
         check_status(self._rt.api.SetSessionExecutionMode(self._handle(), int(mode)), "SetSessionExecutionMode")

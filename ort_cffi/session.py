@@ -10,6 +10,7 @@ from ._errors import OrtException
 from ._handles import NativeHandle, allocator_string, pin_all, process, unpin_all
 from .capi import check_status, ffi, get_runtime
 from .options import RunOptions, SessionOptions
+from .options import RunOptions as _RunOptions, SessionOptions as _SessionOptions
 from .tensor import OnnxTensor, OnnxValue, TensorInfo, as_tensor_array, read_tensor_info
 
 T = TypeVar("T")
@@ -137,6 +138,9 @@ class Result:
         return f"<Result {list(self._names)}{' closed' if self._closed else ''}>"
 
 
+_Result = Result
+
+
 def read_model(model: PathOrBytes, what: str) -> Tuple[Optional[str], Optional[bytes]]:
     """(path, None) for a path, after checking the file exists; (None, bytes) for model bytes."""
     if isinstance(model, (bytes, bytearray, memoryview)):
@@ -181,13 +185,13 @@ class OrtSession(NativeHandle):
     RunOptions = RunOptions
     SessionOptions = SessionOptions
 
-    def __init__(self, env: Any, model: PathOrBytes, options: Optional[SessionOptions] = None) -> None:
+    def __init__(self, env: Any, model: PathOrBytes, options: Optional[_SessionOptions] = None) -> None:
         rt = get_runtime()
         self._rt = rt
         path, data = read_model(model, "model")
         native_env = process.env()
         own_options = options is None
-        options = options if options is not None else SessionOptions()
+        options = options if options is not None else _SessionOptions()
         try:
             out = ffi.new("OrtSession**")
             if path is not None:
@@ -256,10 +260,10 @@ class OrtSession(NativeHandle):
         """Name → ``TensorInfo`` of each output (``SessionGetOutputTypeInfo``)."""
         return self._infos(self._rt.api.SessionGetOutputTypeInfo, self.getOutputNames())
 
-    def run(self, inputs: Mapping[str, Any], *args: Any, requestedOutputs: Any = None, runOptions: Optional[RunOptions] = None) -> Result:
+    def run(self, inputs: Mapping[str, Any], *args: Any, requestedOutputs: Any = None, runOptions: Optional[_RunOptions] = None) -> "_Result":
         """``Run``: inputs by name (``OnnxTensor`` or numpy array); all outputs, or the requested ones."""
         for arg in args:
-            if isinstance(arg, RunOptions):
+            if isinstance(arg, _RunOptions):
                 runOptions = arg
             elif isinstance(arg, (set, frozenset, list, tuple)):
                 requestedOutputs = arg
@@ -312,7 +316,7 @@ class OrtSession(NativeHandle):
         finally:
             for tensor in made:
                 tensor.close()
-        return Result(wanted, values, [True] * len(values))  # type: ignore[arg-type]
+        return _Result(wanted, values, [True] * len(values))  # type: ignore[arg-type]
 
     def close(self) -> None:
         """Release the session; waits for a run in progress in another thread."""

@@ -99,7 +99,7 @@ class TensorInfo:
     @property
     def dtype(self) -> Optional[np.dtype]:
         """The numpy dtype of the elements (None for a type numpy lacks)."""
-        return ONNX_TO_DTYPE.get(self.onnxType)
+        return ONNX_TO_DTYPE.get(self.onnxType)  # type: ignore[return-value]
 
     def getShape(self) -> Tuple[int, ...]:
         return self.shape
@@ -173,7 +173,7 @@ class OnnxValue(NativeHandle):
     def getType(self) -> OnnxValueType:
         return OnnxValueType.ONNX_TYPE_TENSOR
 
-    def close(self) -> None:  # type: ignore[override]
+    def close(self) -> None:
         """Close this value. Called as ``OnnxValue.close(mapping_or_iterable)`` (Java's static
         ``OnnxValue.close(Map)``), closes every value in it."""
         if not isinstance(self, OnnxValue):

@@ -281,6 +281,9 @@ class OrtCheckpointState(NativeHandle):
                 )
 
 
+_CheckpointState = OrtCheckpointState
+
+
 class _ModelPlan:
     """What one model (training or eval) needs per step, computed once at construction."""
 
@@ -337,11 +340,11 @@ class OrtTrainingSession(NativeHandle):
     """A training session over a checkpoint, a training model, and optionally eval and optimizer models."""
 
     _kind = "OrtTrainingSession"
-    OrtCheckpointState = OrtCheckpointState
+    OrtCheckpointState = _CheckpointState  # Java nests it: OrtTrainingSession.OrtCheckpointState
 
     def __init__(
         self,
-        checkpoint: Union[PathLike, OrtCheckpointState],
+        checkpoint: Union[PathLike, _CheckpointState],
         trainModel: PathOrBytes,
         evalModel: Optional[PathOrBytes] = None,
         optimizerModel: Optional[PathOrBytes] = None,
@@ -357,10 +360,10 @@ class OrtTrainingSession(NativeHandle):
         if from_buffers and (train[1] is None or (evalModel is not None and evaluation[1] is None) or (optimizerModel is not None and optimizer[1] is None)):
             raise OrtException.invalid_argument("give all models as paths or all as bytes (the C API takes one or the other)")
 
-        if isinstance(checkpoint, OrtCheckpointState):
+        if isinstance(checkpoint, _CheckpointState):
             state, self._owns_state = checkpoint, False
         else:
-            state, self._owns_state = OrtCheckpointState.loadCheckpoint(_fspath(checkpoint, "checkpoint path")), True
+            state, self._owns_state = _CheckpointState.loadCheckpoint(_fspath(checkpoint, "checkpoint path")), True
         self._state = state
         own_options = options is None
         session_options = options if options is not None else SessionOptions()
@@ -385,7 +388,7 @@ class OrtTrainingSession(NativeHandle):
                 else:
                     status = rt.training_api.CreateTrainingSession(
                         env._handle(), session_options._handle(), state_ptr,
-                        train[0].encode(),
+                        (train[0] or "").encode(),
                         evaluation[0].encode() if evaluation[0] else ffi.NULL,
                         optimizer[0].encode() if optimizer[0] else ffi.NULL,
                         out,
@@ -674,7 +677,7 @@ class OrtTrainingSession(NativeHandle):
             raise OrtException.invalid_argument("cannot save optimizer state: this session has no optimizer model")
         self._state.saveCheckpoint(outputPath, saveOptimizerState)
 
-    def getCheckpointState(self) -> OrtCheckpointState:
+    def getCheckpointState(self) -> _CheckpointState:
         """The checkpoint state this session trains (the session's own, or the one it was given)."""
         self._handle()
         return self._state

@@ -1,0 +1,77 @@
+"""Shared fixtures: where the artifacts are, a leak check after every test, and child processes for
+what may crash or must start from a fresh interpreter."""
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "tests" / "artifacts"
+DIGITS = ROOT / "ort_cffi" / "data" / "digits"
+JAVA_DATA_ENV = "ORT_CFFI_JAVA_TESTDATA"
+
+
+@pytest.fixture(scope="session")
+def java_data() -> Path:
+    """ONNX Runtime's own Java test data (never copied into this repository), from $ORT_CFFI_JAVA_TESTDATA."""
+    location = os.environ.get(JAVA_DATA_ENV)
+    if not location or not (Path(location) / "checkpoint.ckpt").is_file():
+        pytest.fail(f"set {JAVA_DATA_ENV} to the folder of ../shared/testdata/ort-java-training (now {location!r})")
+    return Path(location)
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    return ARTIFACTS
+
+
+@pytest.fixture(autouse=True)
+def no_native_leaks():
+    """Every test must leave no native handle alive (the environment and memory info excepted)."""
+    yield
+    from ort_cffi._handles import live_handles
+
+    gc.collect()
+    left = live_handles()
+    assert not left, f"native handles left alive after the test: {left}"
+
+
+def run_child(code: str, *, env: "dict | None" = None, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter; a crash there fails the test, not the test run."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True, text=True, env=full_env, timeout=timeout, cwd=str(ROOT),
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"child exited with {proc.returncode} (negative: killed by signal)\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+        )
+    return proc
+
+
+def tiny_batch(batch: int = 4, seed: int = 0, features: int = 784, classes: int = 10):
+    rng = np.random.default_rng(seed)
+    return {
+        "input": rng.standard_normal((batch, features)).astype(np.float32),
+        "labels": rng.integers(0, classes, size=batch).astype(np.int64),
+    }
+
+
+def load_java_input(java_data: Path) -> np.ndarray:
+    """TestHelpers.loadTensorFromFile: a name line, then ``[v0,v1,...]``."""
+    text = (java_data / "input-0.in").read_text().split("\n", 1)[1].strip()
+    return np.array([float(v) for v in text.strip("[]").split(",")], dtype=np.float32)
+
+
+def load_java_output(path: Path) -> np.ndarray:
+    values = path.read_text().split("\n", 1)[1].strip().strip("[]")
+    return np.array([float(v) for v in values.split(",")], dtype=np.float32)
