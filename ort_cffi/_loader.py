@@ -270,10 +270,12 @@ def _write_entry(entry: Path, wheel: WheelRuntime, identity: dict, probe: dict) 
             tmp_link.unlink(missing_ok=True)
             tmp_link.symlink_to(sibling)
             os.replace(tmp_link, link)
-    with tempfile.NamedTemporaryFile(dir=entry, prefix=".image.", delete=False) as tmp:
-        with open(wheel.extension, "rb") as src:
-            shutil.copyfileobj(src, tmp, 1 << 20)
-    os.replace(tmp.name, entry / wheel.extension.name)
+    image = entry / wheel.extension.name
+    if not image.is_file() or image.stat().st_size != identity["size"]:
+        with tempfile.NamedTemporaryFile(dir=entry, prefix=".image.", delete=False) as tmp:
+            with open(wheel.extension, "rb") as src:
+                shutil.copyfileobj(src, tmp, 1 << 20)
+        os.replace(tmp.name, image)
     record = {"identity": identity, **probe}
     with tempfile.NamedTemporaryFile("w", dir=entry, prefix=".probe.", delete=False) as probe_file:
         json.dump(record, probe_file)
@@ -308,7 +310,8 @@ def _image_ranges(image: str) -> "list[tuple[int, int, str]]":
     with open("/proc/self/maps") as maps:
         for line in maps:
             fields = line.split(None, 5)
-            if len(fields) == 6 and fields[5].strip() == real:
+            # A mapped file replaced on disk since shows as "<path> (deleted)": still the image.
+            if len(fields) == 6 and fields[5].strip().removesuffix(" (deleted)") == real:
                 start, end = (int(x, 16) for x in fields[0].split("-"))
                 ranges.append((start, end, fields[1]))
     return ranges

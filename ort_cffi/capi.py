@@ -25,7 +25,7 @@ from ._errors import (
     UnsupportedRuntimeError,
 )
 from ._ffi import API_VERSION, ffi
-from ._loader import LoadedImage, find_and_load, find_training_wheel, load_wheel
+from ._loader import LIBRARY_ENV, LoadedImage, find_and_load, find_training_wheel, load_wheel
 
 __all__ = ["ffi", "get_runtime", "load_runtime", "Runtime", "check_status", "API_VERSION"]
 
@@ -89,13 +89,13 @@ _runtime_lock = threading.Lock()
 
 
 def _load(library: "str | os.PathLike[str] | None") -> Runtime:
-    loaded = find_and_load(library)
     try:
-        return Runtime(loaded)
+        return Runtime(find_and_load(library))
     except UnsupportedRuntimeError:
-        if loaded.kind != "wheel":
+        if library is not None or os.environ.get(LIBRARY_ENV):
             raise
-    # A wheel whose cached probe no longer matches (e.g. reinstalled in place): measure once more.
+    # The wheel's cached probe did not check out (an offset outside the image, another version):
+    # measure once more, then trust only what the checks accept.
     wheel, _ = find_training_wheel()
     if wheel is None:
         raise RuntimeLoadError("the training wheel disappeared while it was being loaded")
