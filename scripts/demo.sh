@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The day-one command: creates (or reuses) .venv, installs ort_cffi with the CPU training runtime and
+# the trainer's progress bar and plots, then trains the embedded example (an MLP on scikit-learn's
+# 8x8 digits) into runs/demo. Extra arguments go to ort-cffi-train (see ort-cffi-train --help).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[cpu,demo]"
+
+# --out first, so that an --out among "$@" wins (argparse keeps the last one).
+exec .venv/bin/ort-cffi-train --out runs/demo "$@"
