@@ -40,13 +40,14 @@ class NativeHandle:
     def _own(self, ptr: Any, release: Callable[[Any], None], pinned: "Iterable[NativeHandle]" = ()) -> None:
         """Take ownership of ``ptr`` (call right after the native call that produced it)."""
         pinned = tuple(pinned)
-        with _bookkeeping:
-            for parent in pinned:
-                parent._pins += 1
+        if pinned:
+            with _bookkeeping:
+                for parent in pinned:
+                    parent._pins += 1
             self._pinned = pinned
-            self._release = release
-            self._ptr = ptr
-            self._closed = False
+        self._release = release
+        self._ptr = ptr
+        self._closed = False
         _live.add(self)
 
     @property
@@ -68,26 +69,16 @@ class NativeHandle:
             if self._closed:
                 return
             self._closed = True
-            free_now = self._pins == 0
-        if free_now:
-            self._free()
+            if self._pins:
+                return  # the last unpin releases it
+            taken = self._take()
+        _release(self, taken)
 
-    def _free(self) -> None:
-        with _bookkeeping:
-            ptr, release, pinned = self._ptr, self._release, self._pinned
-            self._ptr, self._release, self._pinned = ffi.NULL, None, ()
-        if ptr and release is not None:
-            release(ptr)
-        _live.discard(self)
-        for parent in pinned:
-            parent._unpin()
-
-    def _unpin(self) -> None:
-        with _bookkeeping:
-            self._pins -= 1
-            free_now = self._closed and self._pins == 0 and bool(self._ptr)
-        if free_now:
-            self._free()
+    def _take(self) -> "tuple[Any, Optional[Callable[[Any], None]], tuple[NativeHandle, ...]]":
+        """Detach the native pointer, its release and its pins (under ``_bookkeeping``)."""
+        taken = (self._ptr, self._release, self._pinned)
+        self._ptr, self._release, self._pinned = ffi.NULL, None, ()
+        return taken
 
     def __enter__(self) -> Any:
         return self
@@ -106,6 +97,15 @@ class NativeHandle:
         return f"<{type(self).__name__} {state}>"
 
 
+def _release(handle: NativeHandle, taken: "tuple[Any, Optional[Callable[[Any], None]], tuple[NativeHandle, ...]]") -> None:
+    ptr, release, pinned = taken
+    if ptr and release is not None:
+        release(ptr)
+    _live.discard(handle)
+    if pinned:
+        unpin_all(pinned)
+
+
 def pin_all(handles: "Iterable[NativeHandle]") -> None:
     """Keep ``handles`` from being released while a native call uses them (a ``close()`` meanwhile is
     deferred). Raises ``OrtClosedException``, pinning nothing, if one of them is already closed."""
@@ -118,8 +118,15 @@ def pin_all(handles: "Iterable[NativeHandle]") -> None:
 
 
 def unpin_all(handles: "Iterable[NativeHandle]") -> None:
-    for handle in handles:
-        handle._unpin()
+    """Undo ``pin_all``; releases, after the fact, each handle closed while it was pinned."""
+    released = []
+    with _bookkeeping:
+        for handle in handles:
+            handle._pins -= 1
+            if handle._closed and handle._pins == 0 and handle._ptr:
+                released.append((handle, handle._take()))
+    for handle, taken in released:
+        _release(handle, taken)
 
 
 def live_handles() -> "list[NativeHandle]":

@@ -54,10 +54,11 @@ class Result:
 
     __slots__ = ("_names", "_values", "_owned", "_index", "_closed")
 
-    def __init__(self, names: Sequence[str], values: Sequence[OnnxValue], owned: Sequence[bool]) -> None:
-        self._names: Tuple[str, ...] = tuple(names)
-        self._values: Tuple[OnnxValue, ...] = tuple(values)
-        self._owned: Tuple[bool, ...] = tuple(owned)
+    def __init__(self, names: Sequence[str], values: Sequence[OnnxValue], owned: Optional[Sequence[bool]] = None) -> None:
+        """``owned[i]``: whether closing the Result closes ``values[i]`` (None: it owns them all)."""
+        self._names = names
+        self._values = values
+        self._owned = owned
         self._index: Optional[Dict[str, int]] = None
         self._closed = False
 
@@ -102,6 +103,7 @@ class Result:
         return name in self._names
 
     def keys(self) -> List[str]:
+        """The output names, in order."""
         return list(self._names)
 
     def values(self) -> List[OnnxValue]:
@@ -120,8 +122,9 @@ class Result:
         if self._closed:
             return
         self._closed = True
-        for value, owned in zip(self._values, self._owned):
-            if owned:
+        owned = self._owned
+        for i, value in enumerate(self._values):
+            if owned is None or owned[i]:
                 value.close()
 
     @property

@@ -13,7 +13,8 @@ The numpy boundary, in one place:
 from __future__ import annotations
 
 import enum
-from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple, Union
+import threading
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -49,14 +50,12 @@ class OnnxTensorType(enum.IntEnum):
 
     @classmethod
     def mapFromInt(cls, value: int) -> "OnnxTensorType":
-        try:
-            return cls(value)
-        except ValueError:
-            return cls.ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED
+        return _ONNX_TYPES.get(value, cls.ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED)
 
 
+_ONNX_TYPES = {int(t): t for t in OnnxTensorType}  # a dict lookup: the enum's own call is slow
 _T = OnnxTensorType
-DTYPE_TO_ONNX = {
+DTYPE_TO_ONNX: Dict[np.dtype, OnnxTensorType] = {
     np.dtype(np.float32): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
     np.dtype(np.uint8): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
     np.dtype(np.int8): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8,
@@ -71,6 +70,7 @@ DTYPE_TO_ONNX = {
     np.dtype(np.uint64): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64,
 }
 ONNX_TO_DTYPE = {onnx_type: dtype for dtype, onnx_type in DTYPE_TO_ONNX.items()}
+_DTYPE_BY_CODE: Dict[int, np.dtype] = {int(onnx_type): dtype for onnx_type, dtype in ONNX_TO_DTYPE.items()}
 
 
 class OnnxValueType(enum.IntEnum):
@@ -92,14 +92,14 @@ class TensorInfo:
     OnnxTensorType = OnnxTensorType
 
     def __init__(self, onnx_type: int, shape: Sequence[int], dim_names: Sequence[str] = ()) -> None:
-        self.onnxType = OnnxTensorType.mapFromInt(onnx_type)
-        self.shape: Tuple[int, ...] = tuple(int(d) for d in shape)
+        self.onnxType = _ONNX_TYPES.get(onnx_type, OnnxTensorType.ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED)
+        self.shape: Tuple[int, ...] = shape if type(shape) is tuple else tuple(int(d) for d in shape)
         self.dimensionNames: Tuple[str, ...] = tuple(dim_names)
 
     @property
     def dtype(self) -> Optional[np.dtype]:
         """The numpy dtype of the elements (None for a type numpy lacks)."""
-        return ONNX_TO_DTYPE.get(self.onnxType)  # type: ignore[return-value]
+        return ONNX_TO_DTYPE.get(self.onnxType)
 
     def getShape(self) -> Tuple[int, ...]:
         return self.shape
@@ -122,25 +122,40 @@ class TensorInfo:
         return f"TensorInfo(onnxType={self.onnxType.name}, shape={list(self.shape)})"
 
 
+class _Scratch(threading.local):
+    """Out-parameters for reading a tensor's type and shape, allocated once per thread (this runs
+    for every output a step returns)."""
+
+    def __init__(self) -> None:
+        self.info = ffi.new("OrtTensorTypeAndShapeInfo**")
+        self.element_type = ffi.new("ONNXTensorElementDataType*")
+        self.count = ffi.new("size_t*")
+        self.dims = ffi.new("int64_t[]", 16)
+        self.data = ffi.new("void**")
+
+
+_scratch = _Scratch()
+
+
 def read_tensor_info(rt: Any, info_ptr: Any) -> TensorInfo:
     """A ``TensorInfo`` from an ``OrtTensorTypeAndShapeInfo*`` (which the caller still owns)."""
-    api = rt.api
-    element_type = ffi.new("ONNXTensorElementDataType*")
-    check_status(api.GetTensorElementType(info_ptr, element_type), "GetTensorElementType")
-    count = ffi.new("size_t*")
-    check_status(api.GetDimensionsCount(info_ptr, count), "GetDimensionsCount")
-    dims = ffi.new("int64_t[]", max(count[0], 1))
-    check_status(api.GetDimensions(info_ptr, dims, count[0]), "GetDimensions")
-    return TensorInfo(element_type[0], [dims[i] for i in range(count[0])])
+    api, scratch = rt.api, _scratch
+    check_status(api.GetTensorElementType(info_ptr, scratch.element_type), "GetTensorElementType")
+    check_status(api.GetDimensionsCount(info_ptr, scratch.count), "GetDimensionsCount")
+    rank = scratch.count[0]
+    dims = scratch.dims if rank <= 16 else ffi.new("int64_t[]", rank)
+    check_status(api.GetDimensions(info_ptr, dims, rank), "GetDimensions")
+    return TensorInfo(scratch.element_type[0], tuple(dims[0:rank]))
 
 
 def _value_tensor_info(rt: Any, value_ptr: Any) -> TensorInfo:
-    out = ffi.new("OrtTensorTypeAndShapeInfo**")
+    out = _scratch.info
     check_status(rt.api.GetTensorTypeAndShape(value_ptr, out), "GetTensorTypeAndShape")
+    info_ptr = out[0]
     try:
-        return read_tensor_info(rt, out[0])
+        return read_tensor_info(rt, info_ptr)
     finally:
-        rt.api.ReleaseTensorTypeAndShapeInfo(out[0])
+        rt.api.ReleaseTensorTypeAndShapeInfo(info_ptr)
 
 
 def as_tensor_array(data: Any, what: str = "tensor data") -> np.ndarray:
@@ -260,17 +275,19 @@ class OnnxTensor(OnnxValue):
         if self._array is not None:
             return self._array.copy()
         rt = get_runtime()
-        info = self.getInfo()
-        dtype = info.dtype
+        info = self._info if self._info is not None else self.getInfo()
+        dtype = _DTYPE_BY_CODE.get(info.onnxType)
         if dtype is None:
             raise OrtException.invalid_argument(f"tensor element type {info.onnxType.name} has no numpy equivalent")
-        count = info.getNumElements()
+        shape = info.shape
+        count = 1
+        for dim in shape:
+            count *= dim
         if count == 0:
-            return np.empty(info.shape, dtype=dtype)
-        data = ffi.new("void**")
+            return np.empty(shape, dtype=dtype)
+        data = _scratch.data
         check_status(rt.api.GetTensorMutableData(ptr, data), "GetTensorMutableData")
-        raw = ffi.buffer(data[0], count * dtype.itemsize)
-        return np.frombuffer(raw, dtype=dtype).reshape(info.shape).copy()
+        return np.frombuffer(ffi.buffer(data[0], count * dtype.itemsize), dtype=dtype).reshape(shape).copy()
 
     def __repr__(self) -> str:
         if self._closed:

@@ -489,7 +489,7 @@ class OrtTrainingSession(NativeHandle):
             raise OrtException.invalid_argument("this training session has no eval model: evalStep is unavailable")
         return self._step(self._eval, inputs, requested, pinned, run_options)
 
-    def _select_outputs(self, plan: _ModelPlan, requested: Any, pinned: Any) -> Tuple[List[str], Dict[str, OnnxTensor]]:
+    def _select_outputs(self, plan: _ModelPlan, requested: Any, pinned: Any) -> Tuple[Sequence[str], Dict[str, OnnxTensor]]:
         pinned_map: Dict[str, OnnxTensor] = dict(pinned) if pinned else {}
         if requested is None:
             wanted = [n for n in plan.output_names if n not in pinned_map] if pinned is None else []
@@ -527,35 +527,44 @@ class OrtTrainingSession(NativeHandle):
         )
 
     def _step(self, plan: _ModelPlan, inputs: Mapping[str, Any], requested: Any, pinned: Any, run_options: Optional[RunOptions]) -> Result:
-        if not isinstance(inputs, Mapping):
+        """One ``TrainStep``/``EvalStep``. This is the hot path: everything derivable was computed at
+        construction (``_ModelPlan``), and a plain ``step(inputs)`` makes no allocation beyond its outputs."""
+        if type(inputs) is not dict and not isinstance(inputs, Mapping):
             raise OrtException.invalid_argument("inputs must be a mapping from input name to OnnxTensor or numpy array")
-        if len(inputs) != len(plan.input_names) or any(n not in plan.input_pos for n in inputs):
+        input_pos = plan.input_pos
+        if len(inputs) != len(input_pos):
             raise self._bad_inputs(plan, inputs)
         if requested is None and pinned is None:
-            wanted, pinned_map = plan.output_names, None
+            pinned_map = None
         else:
-            wanted, pinned_map = self._select_outputs(plan, requested, pinned)  # type: ignore[assignment]
-        tensors: List[OnnxTensor] = []
-        made: List[OnnxTensor] = []
+            wanted, pinned_map = self._select_outputs(plan, requested, pinned)
+        tensors: List[NativeHandle] = []
+        positions = []
+        made: List[OnnxTensor] = []  # tensors made here over the caller's arrays: closed after the step
         try:
             for name, value in inputs.items():
-                tensor, made_here = tensor_for_input(name, value)
-                tensors.append(tensor)
-                if made_here:
-                    made.append(tensor)
+                position = input_pos.get(name)
+                if position is None:
+                    raise self._bad_inputs(plan, inputs)
+                if type(value) is not OnnxTensor:
+                    value, made_here = tensor_for_input(name, value)
+                    if made_here:
+                        made.append(value)
+                tensors.append(value)
+                positions.append(position)
             in_values, out_values = plan.in_values, plan.out_values
             output_count = len(plan.output_names)
-            pinned_handles: List[NativeHandle] = list(tensors)
+            in_use = tensors
             if pinned_map:
-                pinned_handles.extend(pinned_map.values())
+                in_use = tensors + list(pinned_map.values())
             if run_options is not None:
-                pinned_handles.append(run_options)
+                in_use = in_use + [run_options]
             with self._lock:
                 session = self._handle()
-                pin_all(pinned_handles)  # raises for a closed input, output or RunOptions
+                pin_all(in_use)  # raises for a closed input, pinned output or RunOptions
                 try:
-                    for name, tensor in zip(inputs, tensors):
-                        in_values[plan.input_pos[name]] = tensor._ptr
+                    for position, tensor in zip(positions, tensors):
+                        in_values[position] = tensor._ptr
                     for i in range(output_count):
                         out_values[i] = ffi.NULL
                     if pinned_map:
@@ -564,40 +573,34 @@ class OrtTrainingSession(NativeHandle):
                     status = plan.step(
                         session,
                         run_options._ptr if run_options is not None else ffi.NULL,
-                        len(plan.input_names),
+                        len(positions),
                         in_values,
                         output_count,
                         out_values,
                     )
-                    produced = self._collect_outputs(plan, out_values, output_count, pinned_map)
+                    if pinned_map:  # the caller's tensors: never adopted
+                        for name in pinned_map:
+                            out_values[plan.output_pos[name]] = ffi.NULL
+                    # Own what the runtime allocated at once, also on failure.
+                    produced = [OnnxTensor._adopt(p) if p else None for p in out_values[0:output_count]]
                 finally:
-                    unpin_all(pinned_handles)
+                    unpin_all(in_use)
             if status:
-                for value in produced.values():
-                    value.close()
+                for value in produced:
+                    if value is not None:
+                        value.close()
                 check_status(status, f"{plan.kind} step")
         finally:
             for tensor in made:
                 tensor.close()
         if pinned_map is None:
-            return Result(wanted, [produced[n] for n in wanted], [True] * len(wanted))
-        for name in list(produced):
-            if name not in wanted:
-                produced.pop(name).close()
-        names = list(wanted) + list(pinned_map)
-        values = [produced[n] for n in wanted] + list(pinned_map.values())
-        return Result(names, values, [True] * len(wanted) + [False] * len(pinned_map))
-
-    @staticmethod
-    def _collect_outputs(plan: _ModelPlan, out_values: Any, count: int, pinned_map: Optional[Dict[str, OnnxTensor]]) -> Dict[str, OnnxTensor]:
-        """Own every value the runtime allocated (pinned slots are the caller's), at once."""
-        produced = {}
-        pinned_pos = {plan.output_pos[n] for n in pinned_map} if pinned_map else ()
-        for i in range(count):
-            ptr = out_values[i]
-            if ptr and i not in pinned_pos:
-                produced[plan.output_names[i]] = OnnxTensor._adopt(ptr)
-        return produced
+            return Result(plan.output_names, produced)  # type: ignore[arg-type]  # all produced: none is None
+        keep = set(wanted)
+        for name, value in zip(plan.output_names, produced):
+            if value is not None and name not in keep:
+                value.close()
+        values: List[Any] = [produced[plan.output_pos[n]] for n in wanted] + list(pinned_map.values())
+        return Result(list(wanted) + list(pinned_map), values, [True] * len(wanted) + [False] * len(pinned_map))
 
     def lazyResetGrad(self) -> None:
         """``LazyResetGrad``: gradients are reset before the next ``trainStep`` accumulates into them."""

@@ -17,7 +17,7 @@ from ort_cffi import (
     SessionOptions,
 )
 
-from conftest import ARTIFACTS
+from conftest import ARTIFACTS, run_child
 
 env = OrtEnvironment.getEnvironment()
 TWOOUT = ARTIFACTS / "twoout"
@@ -335,3 +335,30 @@ def test_eval_step_does_not_leak(tmp_path):
         for _ in range(500):
             with s.evalStep(data) as r:
                 r.get(0).getValue()
+
+
+def test_pinned_outputs_are_never_released_by_the_binding():
+    """A pinned output belongs to the caller: many steps into it, with garbage collection between,
+    must neither free it nor crash (in a child: a double free would kill the interpreter)."""
+    run_child(
+        f"""
+        import gc
+        import numpy as np
+        from ort_cffi import OnnxTensor, OrtEnvironment
+        env = OrtEnvironment.getEnvironment()
+        folder = {str(TWOOUT)!r}
+        rng = np.random.default_rng(0)
+        data = {{"input": rng.standard_normal((8, 20)).astype(np.float32), "labels": rng.integers(0, 3, 8).astype(np.int64)}}
+        with env.createTrainingSession(folder + "/checkpoint", folder + "/training_model.onnx", None,
+                                       folder + "/optimizer_model.onnx") as s:
+            loss = np.zeros((), np.float32)
+            with OnnxTensor.createTensor(env, loss) as pinned:
+                for i in range(300):
+                    s.trainStep(data, {{"onnx::loss::20": pinned}}).close()
+                    s.optimizerStep()
+                    s.lazyResetGrad()
+                    if i % 50 == 0:
+                        gc.collect()
+                assert not pinned.closed and np.isfinite(float(pinned.getValue()))
+        """
+    )
