@@ -11,7 +11,7 @@ from ._handles import NativeHandle, allocator_string, pin_all, process, unpin_al
 from .capi import check_status, ffi, get_runtime
 from .options import RunOptions, SessionOptions
 from .options import RunOptions as _RunOptions, SessionOptions as _SessionOptions
-from .tensor import OnnxTensor, OnnxValue, TensorInfo, as_tensor_array, read_tensor_info
+from .tensor import OnnxTensor, OnnxValue, TensorInfo, TypeInfo, as_tensor_array
 
 T = TypeVar("T")
 PathOrBytes = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
@@ -238,21 +238,14 @@ class OrtSession(NativeHandle):
         return len(self.getOutputNames())
 
     def _infos(self, getter: Any, names: Sequence[str]) -> Dict[str, TensorInfo]:
-        api = self._rt.api
         infos = {}
         with self._lock:
             ptr = self._handle()
             for i, name in enumerate(names):
-                type_info = ffi.new("OrtTypeInfo**")
-                check_status(getter(ptr, i, type_info))
-                try:
-                    tensor_info = ffi.new("const OrtTensorTypeAndShapeInfo**")
-                    check_status(api.CastTypeInfoToTensorInfo(type_info[0], tensor_info))
-                    if not tensor_info[0]:
-                        raise OrtException.invalid_argument(f"{name!r} is not a tensor")
-                    infos[name] = read_tensor_info(self._rt, tensor_info[0])
-                finally:
-                    api.ReleaseTypeInfo(type_info[0])
+                out = ffi.new("OrtTypeInfo**")
+                check_status(getter(ptr, i, out), f"type of {name!r}")
+                with TypeInfo(out[0]) as type_info:
+                    infos[name] = type_info.toTensorInfo(repr(name))
         return infos
 
     def getInputInfo(self) -> Dict[str, TensorInfo]:

@@ -148,7 +148,39 @@ def read_tensor_info(rt: Any, info_ptr: Any) -> TensorInfo:
     return TensorInfo(scratch.element_type[0], tuple(dims[0:rank]))
 
 
+class TensorTypeAndShapeInfo(NativeHandle):
+    """Owns an ``OrtTensorTypeAndShapeInfo*`` (``ReleaseTensorTypeAndShapeInfo``)."""
+
+    _kind = "OrtTensorTypeAndShapeInfo"
+
+    def __init__(self, ptr: Any) -> None:
+        self._own(ptr, get_runtime().api.ReleaseTensorTypeAndShapeInfo)
+
+    def toTensorInfo(self) -> TensorInfo:
+        return read_tensor_info(get_runtime(), self._handle())
+
+
+class TypeInfo(NativeHandle):
+    """Owns an ``OrtTypeInfo*`` (``ReleaseTypeInfo``), e.g. a session input's signature."""
+
+    _kind = "OrtTypeInfo"
+
+    def __init__(self, ptr: Any) -> None:
+        self._own(ptr, get_runtime().api.ReleaseTypeInfo)
+
+    def toTensorInfo(self, what: str) -> TensorInfo:
+        """The tensor type and shape (``CastTypeInfoToTensorInfo``: borrowed, owned by this TypeInfo)."""
+        rt = get_runtime()
+        tensor_info = ffi.new("const OrtTensorTypeAndShapeInfo**")
+        check_status(rt.api.CastTypeInfoToTensorInfo(self._handle(), tensor_info), "CastTypeInfoToTensorInfo")
+        if not tensor_info[0]:
+            raise OrtException.invalid_argument(f"{what} is not a tensor")
+        return read_tensor_info(rt, tensor_info[0])
+
+
 def _value_tensor_info(rt: Any, value_ptr: Any) -> TensorInfo:
+    # On the hot path (every output read): the info lives for the next two lines, released in
+    # ``finally``, without the cost of a Python owner object.
     out = _scratch.info
     check_status(rt.api.GetTensorTypeAndShape(value_ptr, out), "GetTensorTypeAndShape")
     info_ptr = out[0]

@@ -32,7 +32,7 @@ from ._handles import NativeHandle, allocator_string, pin_all, process, unpin_al
 from .capi import check_status, ffi, get_runtime
 from .options import RunOptions, SessionOptions
 from .session import PathOrBytes, Result, read_model, tensor_for_input
-from .tensor import DTYPE_TO_ONNX, OnnxTensor, TensorInfo, as_tensor_array, read_tensor_info
+from .tensor import DTYPE_TO_ONNX, OnnxTensor, TensorInfo, TensorTypeAndShapeInfo, as_tensor_array
 
 PathLike = Union[str, "os.PathLike[str]"]
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -246,10 +246,8 @@ class OrtCheckpointState(NativeHandle):
                 self._rt.training_api.GetParameterTypeAndShape(self._bound(), name, out),
                 f"parameter {parameterName!r}",
             )
-        try:
-            return read_tensor_info(self._rt, out[0])
-        finally:
-            self._rt.api.ReleaseTensorTypeAndShapeInfo(out[0])
+        with TensorTypeAndShapeInfo(out[0]) as info:
+            return info.toTensorInfo()
 
     def getParameter(self, parameterName: str) -> np.ndarray:
         """``GetParameter``: a copy of one parameter as a numpy array."""
