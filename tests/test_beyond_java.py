@@ -190,3 +190,13 @@ def test_federated_averaging_round():
         np.testing.assert_array_equal(third.copyParametersToBuffer(True), average.astype(np.float32))
         with third.evalStep(batch(0)) as r:
             assert np.isfinite(r.get(0).getValue().item())
+
+
+def test_cuda_check_script_reports_a_cpu_runtime_clearly():
+    """scripts/check_cuda.py compares CUDA with CPU losses where a GPU exists; here, the error path."""
+    proc = run_child(
+        "import runpy, sys; sys.argv = ['check_cuda.py', '--steps', '2']; runpy.run_path('scripts/check_cuda.py', run_name='__main__')",
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "no CUDA here" in proc.stderr and "onnxruntime-training==1.19.2" in proc.stderr
