@@ -37,9 +37,8 @@ class NativeHandle:
     _pinned: "tuple[NativeHandle, ...]" = ()
     _release: Optional[Callable[[Any], None]] = None
 
-    def _own(self, ptr: Any, release: Callable[[Any], None], pinned: "Iterable[NativeHandle]" = ()) -> None:
+    def _own(self, ptr: Any, release: Callable[[Any], None], pinned: "tuple[NativeHandle, ...]" = ()) -> None:
         """Take ownership of ``ptr`` (call right after the native call that produced it)."""
-        pinned = tuple(pinned)
         if pinned:
             with _bookkeeping:
                 for parent in pinned:

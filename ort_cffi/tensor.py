@@ -71,6 +71,11 @@ DTYPE_TO_ONNX: Dict[np.dtype, OnnxTensorType] = {
 }
 ONNX_TO_DTYPE = {onnx_type: dtype for dtype, onnx_type in DTYPE_TO_ONNX.items()}
 _DTYPE_BY_CODE: Dict[int, np.dtype] = {int(onnx_type): dtype for onnx_type, dtype in ONNX_TO_DTYPE.items()}
+_SCALAR_CTYPES = {
+    np.dtype(np.float32): "float*", np.dtype(np.float64): "double*", np.dtype(np.bool_): "_Bool*",
+    np.dtype(np.int8): "int8_t*", np.dtype(np.int16): "int16_t*", np.dtype(np.int32): "int32_t*", np.dtype(np.int64): "int64_t*",
+    np.dtype(np.uint8): "uint8_t*", np.dtype(np.uint16): "uint16_t*", np.dtype(np.uint32): "uint32_t*", np.dtype(np.uint64): "uint64_t*",
+}
 
 
 class OnnxValueType(enum.IntEnum):
@@ -137,14 +142,44 @@ class _Scratch(threading.local):
 _scratch = _Scratch()
 
 
+class _Calls:
+    """The C functions the per-output path calls, looked up once (each access to a field of the
+    ``OrtApi`` struct makes a new cdata object)."""
+
+    def __init__(self, api: Any) -> None:
+        self.GetTensorTypeAndShape = api.GetTensorTypeAndShape
+        self.GetTensorElementType = api.GetTensorElementType
+        self.GetDimensionsCount = api.GetDimensionsCount
+        self.GetDimensions = api.GetDimensions
+        self.ReleaseTensorTypeAndShapeInfo = api.ReleaseTensorTypeAndShapeInfo
+        self.GetTensorMutableData = api.GetTensorMutableData
+        self.ReleaseValue = api.ReleaseValue
+
+
+_calls: Optional[_Calls] = None
+
+
+def calls() -> _Calls:
+    global _calls
+    if _calls is None:
+        _calls = _Calls(get_runtime().api)
+    return _calls
+
+
 def read_tensor_info(rt: Any, info_ptr: Any) -> TensorInfo:
     """A ``TensorInfo`` from an ``OrtTensorTypeAndShapeInfo*`` (which the caller still owns)."""
-    api, scratch = rt.api, _scratch
-    check_status(api.GetTensorElementType(info_ptr, scratch.element_type), "GetTensorElementType")
-    check_status(api.GetDimensionsCount(info_ptr, scratch.count), "GetDimensionsCount")
+    c, scratch = calls(), _scratch
+    status = c.GetTensorElementType(info_ptr, scratch.element_type)
+    if status:
+        check_status(status, "GetTensorElementType")
+    status = c.GetDimensionsCount(info_ptr, scratch.count)
+    if status:
+        check_status(status, "GetDimensionsCount")
     rank = scratch.count[0]
+    if rank == 0:
+        return TensorInfo(scratch.element_type[0], ())
     dims = scratch.dims if rank <= 16 else ffi.new("int64_t[]", rank)
-    check_status(api.GetDimensions(info_ptr, dims, rank), "GetDimensions")
+    check_status(c.GetDimensions(info_ptr, dims, rank), "GetDimensions")
     return TensorInfo(scratch.element_type[0], tuple(dims[0:rank]))
 
 
@@ -181,13 +216,15 @@ class TypeInfo(NativeHandle):
 def _value_tensor_info(rt: Any, value_ptr: Any) -> TensorInfo:
     # On the hot path (every output read): the info lives for the next two lines, released in
     # ``finally``, without the cost of a Python owner object.
-    out = _scratch.info
-    check_status(rt.api.GetTensorTypeAndShape(value_ptr, out), "GetTensorTypeAndShape")
+    c, out = calls(), _scratch.info
+    status = c.GetTensorTypeAndShape(value_ptr, out)
+    if status:
+        check_status(status, "GetTensorTypeAndShape")
     info_ptr = out[0]
     try:
         return read_tensor_info(rt, info_ptr)
     finally:
-        rt.api.ReleaseTensorTypeAndShapeInfo(info_ptr)
+        c.ReleaseTensorTypeAndShapeInfo(info_ptr)
 
 
 def as_tensor_array(data: Any, what: str = "tensor data") -> np.ndarray:
@@ -286,7 +323,7 @@ class OnnxTensor(OnnxValue):
     def _adopt(cls, value_ptr: Any) -> "OnnxTensor":
         """Own a value the runtime allocated (a step's output). Called right after the native call."""
         tensor = cls.__new__(cls)
-        tensor._own(value_ptr, get_runtime().api.ReleaseValue)
+        tensor._own(value_ptr, calls().ReleaseValue)
         return tensor
 
     @property
@@ -306,7 +343,6 @@ class OnnxTensor(OnnxValue):
         ptr = self._handle()
         if self._array is not None:
             return self._array.copy()
-        rt = get_runtime()
         info = self._info if self._info is not None else self.getInfo()
         dtype = _DTYPE_BY_CODE.get(info.onnxType)
         if dtype is None:
@@ -318,7 +354,13 @@ class OnnxTensor(OnnxValue):
         if count == 0:
             return np.empty(shape, dtype=dtype)
         data = _scratch.data
-        check_status(rt.api.GetTensorMutableData(ptr, data), "GetTensorMutableData")
+        status = calls().GetTensorMutableData(ptr, data)
+        if status:
+            check_status(status, "GetTensorMutableData")
+        if not shape:
+            scalar_type = _SCALAR_CTYPES.get(dtype)
+            if scalar_type is not None:  # a loss: one element, read directly
+                return np.array(ffi.cast(scalar_type, data[0])[0], dtype=dtype)
         return np.frombuffer(ffi.buffer(data[0], count * dtype.itemsize), dtype=dtype).reshape(shape).copy()
 
     def __repr__(self) -> str:

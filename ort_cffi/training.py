@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 import numpy as np
 
-from ._errors import OrtErrorCode, OrtException, OrtFileNotFoundException
+from ._errors import OrtClosedException, OrtErrorCode, OrtException, OrtFileNotFoundException
 from ._handles import NativeHandle, allocator_string, pin_all, process, unpin_all
 from .capi import check_status, ffi, get_runtime
 from .options import RunOptions, SessionOptions
@@ -282,10 +282,26 @@ class OrtCheckpointState(NativeHandle):
 _CheckpointState = OrtCheckpointState
 
 
+class _Selection:
+    """Which outputs a step returns, in which order, and which are the caller's (pinned): validated
+    once per distinct request and reused while the same request comes again."""
+
+    __slots__ = ("names", "positions", "pinned", "pinned_tensors", "owned", "everything")
+
+    def __init__(self, names: Tuple[str, ...], positions: Tuple[int, ...], pinned: Tuple[Tuple[int, OnnxTensor], ...], everything: bool) -> None:
+        self.names = names  # the Result's names: requested outputs, then pinned ones
+        self.positions = positions  # model positions of the requested outputs
+        self.pinned = pinned  # (model position, caller's tensor)
+        self.pinned_tensors: List[NativeHandle] = [tensor for _, tensor in pinned]
+        self.owned: Optional[Tuple[bool, ...]] = None if everything else (True,) * len(positions) + (False,) * len(pinned)
+        self.everything = everything  # every output, in model order, all owned by the Result
+
+
 class _ModelPlan:
     """What one model (training or eval) needs per step, computed once at construction."""
 
-    __slots__ = ("kind", "input_names", "output_names", "input_pos", "output_pos", "in_values", "out_values", "step")
+    __slots__ = ("kind", "input_names", "output_names", "input_pos", "output_pos", "in_values", "out_values",
+                 "step", "everything", "last_request", "last_selection")
 
     def __init__(self, kind: str, input_names: Tuple[str, ...], output_names: Tuple[str, ...], step: Any) -> None:
         self.kind = kind
@@ -295,7 +311,10 @@ class _ModelPlan:
         self.output_pos = {n: i for i, n in enumerate(output_names)}
         self.in_values = ffi.new("OrtValue*[]", max(len(input_names), 1))  # reused under the session lock
         self.out_values = ffi.new("OrtValue*[]", max(len(output_names), 1))
-        self.step = step
+        self.step = step  # the TrainStep or EvalStep function pointer, looked up once
+        self.everything = _Selection(output_names, tuple(range(len(output_names))), (), everything=True)
+        self.last_request: Any = None
+        self.last_selection: Optional[_Selection] = None
 
 
 class NameSet(Tuple[str, ...]):
@@ -318,10 +337,10 @@ def _split_step_args(
     for arg in args:
         if arg is None:
             continue
-        if isinstance(arg, RunOptions):
-            run_options = arg
-        elif isinstance(arg, Mapping):
+        if type(arg) is dict or (not isinstance(arg, (RunOptions, set, frozenset, list, tuple)) and isinstance(arg, Mapping)):
             pinned = arg
+        elif isinstance(arg, RunOptions):
+            run_options = arg
         elif isinstance(arg, (set, frozenset, list, tuple)):
             requested = arg
         else:
@@ -407,6 +426,8 @@ class OrtTrainingSession(NativeHandle):
         self._eval_from_path = evaluation[0] is not None
         self._has_optimizer = optimizerModel is not None
         self._has_scheduler = False
+        self._optimizer_step = rt.training_api.OptimizerStep  # the per-step calls, looked up once
+        self._lazy_reset_grad = rt.training_api.LazyResetGrad
         try:
             self._train = self._plan("training", rt.training_api.TrainStep)
             self._eval = self._plan("eval", rt.training_api.EvalStep) if self._has_eval else None
@@ -469,8 +490,11 @@ class OrtTrainingSession(NativeHandle):
 
         Java's forms: ``trainStep(inputs)``, ``(inputs, runOptions)``, ``(inputs, requestedOutputs)``,
         ``(inputs, pinnedOutputs)``, ``(inputs, requestedOutputs, pinnedOutputs, runOptions)``."""
+        plan = self._train
+        if not args and requestedOutputs is None and pinnedOutputs is None and runOptions is None:
+            return self._step(plan, inputs, plan.everything, None)
         requested, pinned, run_options = _split_step_args(args, requestedOutputs, pinnedOutputs, runOptions)
-        return self._step(self._train, inputs, requested, pinned, run_options)
+        return self._step(plan, inputs, self._selection(plan, requested, pinned), run_options)
 
     def evalStep(
         self,
@@ -482,20 +506,28 @@ class OrtTrainingSession(NativeHandle):
     ) -> Result:
         """``EvalStep``: the eval model over ``inputs``; the same five forms as ``trainStep``."""
         requested, pinned, run_options = _split_step_args(args, requestedOutputs, pinnedOutputs, runOptions)
-        if self._eval is None:
+        plan = self._eval
+        if plan is None:
             self._handle()
             raise OrtException.invalid_argument("this training session has no eval model: evalStep is unavailable")
-        return self._step(self._eval, inputs, requested, pinned, run_options)
+        return self._step(plan, inputs, self._selection(plan, requested, pinned), run_options)
 
-    def _select_outputs(self, plan: _ModelPlan, requested: Any, pinned: Any) -> Tuple[Sequence[str], Dict[str, OnnxTensor]]:
-        pinned_map: Dict[str, OnnxTensor] = dict(pinned) if pinned else {}
+    def _selection(self, plan: _ModelPlan, requested: Any, pinned: Any) -> _Selection:
+        """The validated output selection for this request (cached while the same request comes again)."""
+        if requested is None and pinned is None:
+            return plan.everything
+        if isinstance(requested, str):
+            raise OrtException.invalid_argument("requestedOutputs is a collection of names, not one str")
+        # Tensors compare by identity, so the same dict holding other tensors is another request.
+        request = (None if requested is None else tuple(requested), None if pinned is None else tuple(pinned.items()))
+        if request == plan.last_request and plan.last_selection is not None:
+            return plan.last_selection
+        pinned_map: Dict[str, Any] = dict(request[1]) if request[1] else {}
         if requested is None:
-            wanted = [n for n in plan.output_names if n not in pinned_map] if pinned is None else []
+            wanted = [] if pinned is not None else [n for n in plan.output_names if n not in pinned_map]
         else:
-            if isinstance(requested, str):
-                raise OrtException.invalid_argument("requestedOutputs is a collection of names, not one str")
-            wanted = list(dict.fromkeys(requested))
-        unknown = [n for n in list(wanted) + list(pinned_map) if n not in plan.output_pos]
+            wanted = list(dict.fromkeys(request[0] or ()))
+        unknown = [n for n in wanted + list(pinned_map) if n not in plan.output_pos]
         if unknown:
             raise OrtException.invalid_argument(
                 f"unknown output names {unknown}; the {plan.kind} model's outputs are {list(plan.output_names)}"
@@ -510,7 +542,14 @@ class OrtTrainingSession(NativeHandle):
                 raise OrtException.invalid_argument(f"pinned output {name!r} must be an OnnxTensor, not {type(tensor).__name__}")
             if not tensor.writable:
                 raise OrtException.invalid_argument(f"pinned output {name!r} is over a read-only array")
-        return wanted, pinned_map
+        selection = _Selection(
+            tuple(wanted) + tuple(pinned_map),
+            tuple(plan.output_pos[n] for n in wanted),
+            tuple((plan.output_pos[n], t) for n, t in pinned_map.items()),
+            everything=False,
+        )
+        plan.last_request, plan.last_selection = request, selection
+        return selection
 
     def _bad_inputs(self, plan: _ModelPlan, inputs: Mapping[str, Any]) -> OrtException:
         unknown = [n for n in inputs if n not in plan.input_pos]
@@ -524,18 +563,14 @@ class OrtTrainingSession(NativeHandle):
             f"{' and '.join(parts)}; the {plan.kind} model's inputs are {list(plan.input_names)}"
         )
 
-    def _step(self, plan: _ModelPlan, inputs: Mapping[str, Any], requested: Any, pinned: Any, run_options: Optional[RunOptions]) -> Result:
+    def _step(self, plan: _ModelPlan, inputs: Mapping[str, Any], selection: _Selection, run_options: Optional[RunOptions]) -> Result:
         """One ``TrainStep``/``EvalStep``. This is the hot path: everything derivable was computed at
-        construction (``_ModelPlan``), and a plain ``step(inputs)`` makes no allocation beyond its outputs."""
+        construction (``_ModelPlan``) or for the first request of its kind (``_Selection``)."""
         if type(inputs) is not dict and not isinstance(inputs, Mapping):
             raise OrtException.invalid_argument("inputs must be a mapping from input name to OnnxTensor or numpy array")
         input_pos = plan.input_pos
         if len(inputs) != len(input_pos):
             raise self._bad_inputs(plan, inputs)
-        if requested is None and pinned is None:
-            pinned_map = None
-        else:
-            wanted, pinned_map = self._select_outputs(plan, requested, pinned)
         tensors: List[NativeHandle] = []
         positions = []
         made: List[OnnxTensor] = []  # tensors made here over the caller's arrays: closed after the step
@@ -550,35 +585,30 @@ class OrtTrainingSession(NativeHandle):
                         made.append(value)
                 tensors.append(value)
                 positions.append(position)
-            in_values, out_values = plan.in_values, plan.out_values
-            output_count = len(plan.output_names)
             in_use = tensors
-            if pinned_map:
-                in_use = tensors + list(pinned_map.values())
+            if selection.pinned:
+                in_use = in_use + selection.pinned_tensors
             if run_options is not None:
                 in_use = in_use + [run_options]
+            in_values, out_values = plan.in_values, plan.out_values
+            output_count = len(plan.output_names)
             with self._lock:
-                session = self._handle()
+                if self._closed:
+                    raise OrtClosedException(self._kind)
                 pin_all(in_use)  # raises for a closed input, pinned output or RunOptions
                 try:
                     for position, tensor in zip(positions, tensors):
                         in_values[position] = tensor._ptr
                     for i in range(output_count):
                         out_values[i] = ffi.NULL
-                    if pinned_map:
-                        for name, tensor in pinned_map.items():
-                            out_values[plan.output_pos[name]] = tensor._ptr
+                    for position, tensor in selection.pinned:
+                        out_values[position] = tensor._ptr
                     status = plan.step(
-                        session,
-                        run_options._ptr if run_options is not None else ffi.NULL,
-                        len(positions),
-                        in_values,
-                        output_count,
-                        out_values,
+                        self._ptr, ffi.NULL if run_options is None else run_options._ptr,
+                        len(positions), in_values, output_count, out_values,
                     )
-                    if pinned_map:  # the caller's tensors: never adopted
-                        for name in pinned_map:
-                            out_values[plan.output_pos[name]] = ffi.NULL
+                    for position, _ in selection.pinned:
+                        out_values[position] = ffi.NULL  # the caller's tensor: never adopted
                     # Own what the runtime allocated at once, also on failure.
                     produced = [OnnxTensor._adopt(p) if p else None for p in out_values[0:output_count]]
                 finally:
@@ -591,19 +621,23 @@ class OrtTrainingSession(NativeHandle):
         finally:
             for tensor in made:
                 tensor.close()
-        if pinned_map is None:
+        if selection.everything:
             return Result(plan.output_names, produced)  # type: ignore[arg-type]  # all produced: none is None
-        keep = set(wanted)
-        for name, value in zip(plan.output_names, produced):
-            if value is not None and name not in keep:
+        wanted = set(selection.positions)
+        for position, value in enumerate(produced):
+            if value is not None and position not in wanted:
                 value.close()
-        values: List[Any] = [produced[plan.output_pos[n]] for n in wanted] + list(pinned_map.values())
-        return Result(list(wanted) + list(pinned_map), values, [True] * len(wanted) + [False] * len(pinned_map))
+        values: List[Any] = [produced[p] for p in selection.positions] + selection.pinned_tensors
+        return Result(selection.names, values, selection.owned)
 
     def lazyResetGrad(self) -> None:
         """``LazyResetGrad``: gradients are reset before the next ``trainStep`` accumulates into them."""
         with self._lock:
-            check_status(self._rt.training_api.LazyResetGrad(self._handle()), "LazyResetGrad")
+            if self._closed:
+                raise OrtClosedException(self._kind)
+            status = self._lazy_reset_grad(self._ptr)
+        if status:
+            check_status(status, "LazyResetGrad")
 
     # --- optimizer and scheduler ---------------------------------------------------------------
 
@@ -620,7 +654,9 @@ class OrtTrainingSession(NativeHandle):
         with self._lock:
             session = self._optimizer()
             if runOptions is None:
-                check_status(self._rt.training_api.OptimizerStep(session, ffi.NULL), "OptimizerStep")
+                status = self._optimizer_step(session, ffi.NULL)
+                if status:
+                    check_status(status, "OptimizerStep")
                 return
             pin_all([runOptions])
             try:

@@ -1,0 +1,738 @@
+#!/usr/bin/env python
+"""ort_cffi's benchmark, in one command and (for the step loops) one process.
+
+    .venv/bin/python scripts/bench.py [--rounds N] [--quick] [--json PATH]
+
+Step loops, interleaved in blocks over ``--rounds`` rounds, the order reversed every other round,
+each variant on its own training session made from the same artifacts (one intra-op thread):
+
+    a   the Java-style facade: trainStep over tensors made once, the loss read from the Result,
+        optimizerStep, lazyResetGrad
+    a'  the same, with the loss as a pinned output over a numpy scalar
+    b   the same loop through the raw layer (ort_cffi.capi: cffi calls on the runtime's tables)
+    c   ONNX Runtime's own Python training layer (onnxruntime.capi._pybind_state, OrtValue inputs
+        made once, train_step_with_ort_values), the reference
+    d   the same loop in C (scripts/bench_floor.c, compiled here with cffi in API mode, calling the
+        same OrtTrainingApi table on the session and inputs ort_cffi made), the floor
+
+on the tiny MLP (784-16-10, batch 4: overhead-bound) and a 784-500-10 MLP (batch 64: compute-bound).
+Every block starts from the checkpoint's parameters, restored outside the timed region (see
+NOTE_RESET). Each variant reports its median time per step; the paired ratios (same round) against
+c and d report their median and p25-p75. Also measured: import + runtime load in child processes (cold:
+empty ``ORT_CFFI_CACHE_DIR``; warm: the same folder again), the extra resident memory of a tensor
+over a 256 MiB array (child process), and the speed-up of two sessions trained in two threads over
+the same two one after the other. Results go to stdout (a table, target PASS/FAIL lines) and JSON.
+
+``import onnxruntime`` happens only after ort_cffi has loaded its private runtime image; no object of
+one image ever reaches the other. ``torch`` is blocked from being imported (the bench needs none).
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "tests" / "artifacts"
+FLOOR_SOURCE = Path(__file__).resolve().parent / "bench_floor.c"
+
+VARIANTS = ("a", "a'", "b", "c", "d")
+LABELS = {
+    "a": "facade (Result loss)",
+    "a'": "facade (pinned loss)",
+    "b": "raw cffi layer",
+    "c": "ORT Python (pybind)",
+    "d": "C floor",
+}
+MODELS = {  # name: (artifacts folder, batch)
+    "tiny": ("tiny", 4),
+    "big": ("big", 64),
+}
+RATIOS = (("a", "c"), ("a'", "c"), ("b", "c"), ("d", "c"), ("a", "d"), ("a'", "d"), ("b", "d"), ("c", "d"))
+MIB = 2**20
+NOTE_RESET = (
+    "every block starts from the checkpoint's parameters (restored outside the timed region): trained on one "
+    "batch on and on, the softmax saturates into denormal floats and a step gets about 3.5x slower (tiny model: "
+    "36 -> 126 us/step after ~800 steps), which would drift the blocks and dilute every ratio"
+)
+
+
+# --- statistics ------------------------------------------------------------------------------------
+
+
+def summary(values: List[float]) -> Dict[str, float]:
+    """Median, quartiles (p25-p75), min and max of a sample."""
+    ordered = sorted(values)
+    if len(ordered) >= 2:
+        p25, _, p75 = statistics.quantiles(ordered, n=4, method="inclusive")
+    else:
+        p25 = p75 = ordered[0]
+    return {
+        "median": statistics.median(ordered),
+        "p25": p25,
+        "p75": p75,
+        "min": ordered[0],
+        "max": ordered[-1],
+        "n": len(ordered),
+    }
+
+
+# --- child processes: import + load, resident memory ------------------------------------------------
+
+_CHILD_IMPORT = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from ort_cffi.capi import get_runtime
+rt = get_runtime()
+t1 = time.perf_counter()
+print(json.dumps({"import_load_s": t1 - t0, "version": rt.version, "kind": rt.kind,
+                  "onnxruntime_imported": "onnxruntime" in sys.modules, "torch_imported": "torch" in sys.modules}))
+"""
+
+_CHILD_RSS = r"""
+import json, os, time
+import numpy as np
+from ort_cffi import OnnxTensor, OrtEnvironment
+env = OrtEnvironment.getEnvironment()
+page = os.sysconf("SC_PAGE_SIZE")
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * page
+OnnxTensor.createTensor(env, np.zeros(4, np.float32)).close()  # one-time set-up (memory info), not counted
+big = np.ones(64 * 2**20, np.float32)  # 256 MiB, every page touched: resident before the tensor
+before = rss()
+t0 = time.perf_counter()
+tensor = OnnxTensor.createTensor(env, big)
+t1 = time.perf_counter()
+after = rss()
+info = tensor.getInfo()
+after_info = rss()
+tensor.close()
+print(json.dumps({"array_bytes": big.nbytes, "rss_before": before, "rss_after_create": after,
+                  "rss_after_getinfo": after_info, "create_s": t1 - t0, "shape": list(info.shape)}))
+"""
+
+
+def _run_child(code: str, env: Optional[Dict[str, str]] = None) -> Tuple[dict, float]:
+    """Run ``python -c code``; (its last stdout line as JSON, wall seconds)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"child process failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1]), wall
+
+
+def measure_import(warm_runs: int) -> dict:
+    """Import + runtime load in fresh interpreters: cold (empty cache folder), then warm (same folder)."""
+    _, python_wall = _run_child("print('{}')")  # interpreter start-up alone, for reference
+    with tempfile.TemporaryDirectory(prefix="ort_cffi_bench_cache_") as cache:
+        env = dict(os.environ, ORT_CFFI_CACHE_DIR=cache)
+        cold, cold_wall = _run_child(_CHILD_IMPORT, env)
+        warm = []
+        for _ in range(warm_runs):
+            result, wall = _run_child(_CHILD_IMPORT, env)
+            warm.append({**result, "child_wall_s": wall})
+    return {
+        "python_startup_wall_s": python_wall,
+        "cold": {**cold, "child_wall_s": cold_wall},
+        "warm_runs": warm,
+        "warm_import_load_s": statistics.median(w["import_load_s"] for w in warm),
+        "warm_child_wall_s": statistics.median(w["child_wall_s"] for w in warm),
+    }
+
+
+def measure_rss() -> dict:
+    result, wall = _run_child(_CHILD_RSS)
+    result["extra_rss_bytes"] = result["rss_after_create"] - result["rss_before"]
+    result["extra_rss_mib"] = result["extra_rss_bytes"] / MIB
+    result["child_wall_s"] = wall
+    return result
+
+
+# --- the C floor ------------------------------------------------------------------------------------
+
+_FLOOR_CDEF = """
+struct floor_slots {
+    int get_tensor_mutable_data, release_value, release_status, get_error_code;
+    int train_step, optimizer_step, lazy_reset_grad;
+};
+int bench_floor_loop(uintptr_t api_addr, uintptr_t training_api_addr, const struct floor_slots *slots,
+                     uintptr_t session_addr, const uintptr_t *inputs, size_t inputs_len, size_t outputs_len,
+                     long steps, float *loss);
+"""
+
+
+def build_floor() -> Any:
+    """Compile scripts/bench_floor.c (cffi API mode) into a cache folder keyed by its source; import it."""
+    import cffi
+
+    source = FLOOR_SOURCE.read_text()
+    key = hashlib.sha256((source + _FLOOR_CDEF + sys.version + cffi.__version__).encode()).hexdigest()[:16]
+    name = f"_ort_cffi_bench_floor_{key}"
+    build_dir = Path(tempfile.gettempdir()) / f"ort_cffi_bench_floor_{os.getuid()}" / key
+    build_dir.mkdir(parents=True, exist_ok=True)
+    path = build_dir / f"{name}.so"
+    if not path.is_file():
+        ffi = cffi.FFI()
+        ffi.cdef(_FLOOR_CDEF)
+        ffi.set_source(name, source, extra_compile_args=["-O2"])
+        with tempfile.TemporaryDirectory(dir=build_dir) as tmp:  # a concurrent run never sees half a file
+            os.replace(ffi.compile(tmpdir=tmp, verbose=False), path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def floor_loop(floor: Any, session: Any, inputs: List[Any]) -> Callable[[int], float]:
+    """``loop(n)``: n steps of the C floor on an ort_cffi session, ``inputs`` (OnnxTensors) in model order.
+    The session's lock is not taken: the caller makes sure nothing else uses the session meanwhile."""
+    from ort_cffi.capi import ffi, get_runtime
+
+    rt = get_runtime()
+    slot = ffi.sizeof("void*")
+    slots = floor.ffi.new(
+        "struct floor_slots*",
+        {
+            "get_tensor_mutable_data": ffi.offsetof("OrtApi", "GetTensorMutableData") // slot,
+            "release_value": ffi.offsetof("OrtApi", "ReleaseValue") // slot,
+            "release_status": ffi.offsetof("OrtApi", "ReleaseStatus") // slot,
+            "get_error_code": ffi.offsetof("OrtApi", "GetErrorCode") // slot,
+            "train_step": ffi.offsetof("OrtTrainingApi", "TrainStep") // slot,
+            "optimizer_step": ffi.offsetof("OrtTrainingApi", "OptimizerStep") // slot,
+            "lazy_reset_grad": ffi.offsetof("OrtTrainingApi", "LazyResetGrad") // slot,
+        },
+    )
+
+    def address(pointer: Any) -> int:
+        return int(ffi.cast("uintptr_t", pointer))
+
+    inputs_addr = floor.ffi.new("uintptr_t[]", [address(t._ptr) for t in inputs])
+    api_addr, tapi_addr = address(rt.api), address(rt.training_api)
+    output_count = len(session.getTrainOutputNames())
+
+    def loop(n: int) -> float:
+        loss = floor.ffi.new("float*")
+        rc = floor.lib.bench_floor_loop(
+            api_addr, tapi_addr, slots, address(session._handle()), inputs_addr, len(inputs), output_count, n, loss
+        )
+        if rc:
+            raise RuntimeError(f"the C floor failed: phase {rc // 1000}, OrtErrorCode {rc % 1000}")
+        return float(loss[0])
+
+    loop.keep = (slots, inputs_addr, inputs)  # type: ignore[attr-defined]
+    return loop
+
+
+# --- the variants -------------------------------------------------------------------------------
+
+
+def _paths(folder: str) -> Tuple[str, str, str, str]:
+    """checkpoint, training, eval and optimizer model of an artifacts folder."""
+    art = ARTIFACTS / folder
+    return (str(art / "checkpoint"), str(art / "training_model.onnx"), str(art / "eval_model.onnx"),
+            str(art / "optimizer_model.onnx"))
+
+
+def _batch(batch: int, seed: int) -> Tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.random((batch, 784), dtype=np.float32)
+    y = rng.integers(0, 10, size=batch).astype(np.int64)
+    return x, y
+
+
+class Bench:
+    """Sessions and step loops for one model. ``loops[v](n)`` runs n steps and returns the last loss."""
+
+    def __init__(self, model: str, floor: Any, C: Any) -> None:
+        from ort_cffi import OnnxTensor, OrtEnvironment, SessionOptions
+        from ort_cffi.capi import check_status, ffi, get_runtime
+
+        folder, batch = MODELS[model]
+        self.paths = paths = _paths(folder)
+        self.batch = batch
+        self.env = env = OrtEnvironment.getEnvironment()
+        self.keep: List[Any] = []  # everything the loops use, kept alive and closed at the end
+        self.loops: Dict[str, Callable[[int], float]] = {}
+        self.resets: Dict[str, Callable[[], None]] = {}  # back to the checkpoint's parameters
+        rt = get_runtime()
+
+        def facade_session():
+            options = SessionOptions()
+            options.setIntraOpNumThreads(1)
+            options.setInterOpNumThreads(1)
+            session = env.createTrainingSession(paths[0], paths[1], paths[2], paths[3], options)
+            options.close()
+            x, y = _batch(batch, 0)
+            tensors = {"input": OnnxTensor.createTensor(env, x), "labels": OnnxTensor.createTensor(env, y)}
+            self.keep += [session, *tensors.values()]
+            return session, tensors
+
+        def resetter(session: Any) -> Callable[[], None]:
+            initial = session.copyParametersToBuffer(True)
+            return lambda: session.copyBufferToParameters(initial, True)
+
+        # (a) the Java-style facade
+        session_a, inputs_a = facade_session()
+
+        def loop_a(n: int) -> float:
+            session, inputs = session_a, inputs_a
+            loss = math.nan
+            for _ in range(n):
+                with session.trainStep(inputs) as result:
+                    loss = float(result.get(0).getValue())
+                session.optimizerStep()
+                session.lazyResetGrad()
+            return loss
+
+        # (a') the loss as a pinned output over a numpy scalar
+        session_p, inputs_p = facade_session()
+        loss_name = session_p.getTrainOutputNames()[0]
+        loss_buffer = np.zeros((), np.float32)
+        loss_tensor = OnnxTensor.createTensor(env, loss_buffer)
+        self.keep.append(loss_tensor)
+        pinned = {loss_name: loss_tensor}
+
+        def loop_p(n: int) -> float:
+            session, inputs, outputs, buffer = session_p, inputs_p, pinned, loss_buffer
+            loss = math.nan
+            for _ in range(n):
+                with session.trainStep(inputs, outputs):
+                    loss = float(buffer)
+                session.optimizerStep()
+                session.lazyResetGrad()
+            return loss
+
+        # (b) the raw layer, on a session of its own (made by the facade; only its pointer is used)
+        session_b, inputs_b = facade_session()
+        input_names = list(session_b.getTrainInputNames())
+        output_count = len(session_b.getTrainOutputNames())
+        if output_count != 1:
+            raise SystemExit(f"the bench expects training models with one output (the loss), got {output_count}")
+        in_values = ffi.new("OrtValue*[]", [inputs_b[n]._ptr for n in input_names])
+        out_values = ffi.new("OrtValue*[]", 1)
+        data = ffi.new("void**")
+
+        def loop_b(n: int) -> float:
+            tapi, api = rt.training_api, rt.api
+            train_step, optimizer_step, lazy_reset = tapi.TrainStep, tapi.OptimizerStep, tapi.LazyResetGrad
+            get_data, release_value, cast, NULL = api.GetTensorMutableData, api.ReleaseValue, ffi.cast, ffi.NULL
+            ptr, ins, outs, count = session_b._ptr, in_values, out_values, len(input_names)
+            loss = math.nan
+            for _ in range(n):
+                outs[0] = NULL
+                status = train_step(ptr, NULL, count, ins, 1, outs)
+                if status:
+                    check_status(status, "TrainStep")
+                value = outs[0]
+                status = get_data(value, data)
+                if status:
+                    release_value(value)
+                    check_status(status, "GetTensorMutableData")
+                loss = cast("float*", data[0])[0]
+                release_value(value)
+                status = optimizer_step(ptr, NULL)
+                if status:
+                    check_status(status, "OptimizerStep")
+                status = lazy_reset(ptr)
+                if status:
+                    check_status(status, "LazyResetGrad")
+            return loss
+
+        # (c) ONNX Runtime's own Python layer (the runtime image `import onnxruntime` loaded)
+        options_c = C.SessionOptions()
+        options_c.intra_op_num_threads = 1
+        options_c.inter_op_num_threads = 1
+        device = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
+        state_c = C.load_checkpoint(self.paths[0])
+        module_c = C.Module(self.paths[1], state_c, self.paths[2], device, options_c)
+        optimizer_c = C.Optimizer(self.paths[3], state_c, device, options_c)
+        x_c, y_c = _batch(batch, 0)  # the OrtValues read these arrays in place: kept alive below
+        feeds_c = C.OrtValueVector()
+        feeds_c.reserve(2)
+        order_c = {"input": x_c, "labels": y_c}
+        values_c = [C.OrtValue.ortvalue_from_numpy(order_c[n], device) for n in module_c.input_names(True)]
+        for value in values_c:
+            feeds_c.push_back(value)
+        fetches_c = C.OrtValueVector()  # train_step_with_ort_values clears it: reused (the cheapest way)
+        self.keep_c = [options_c, device, state_c, module_c, optimizer_c, x_c, y_c, feeds_c, values_c, fetches_c]
+
+        def loop_c(n: int) -> float:
+            module, optimizer, feeds, fetches = module_c, optimizer_c, feeds_c, fetches_c
+            loss = math.nan
+            for _ in range(n):
+                module.train_step_with_ort_values(feeds, fetches)
+                loss = float(fetches[0].numpy())
+                optimizer.optimizer_step()
+                module.lazy_reset_grad()
+            return loss
+
+        initial_c = np.zeros(module_c.get_parameters_size(True), np.float32)
+        initial_value_c = C.OrtValue.ortvalue_from_numpy(initial_c, device)  # over initial_c: kept alive below
+        module_c.copy_parameters_to_buffer(initial_value_c, True)
+        self.keep_c += [initial_c, initial_value_c]
+
+        self.loops.update({"a": loop_a, "a'": loop_p, "b": loop_b, "c": loop_c})
+        self.resets.update(
+            {
+                "a": resetter(session_a),
+                "a'": resetter(session_p),
+                "b": resetter(session_b),
+                "c": lambda: module_c.copy_buffer_to_parameters(initial_value_c, True),
+            }
+        )
+
+        # (d) the C floor, on a session of its own
+        if floor is not None:
+            session_d, inputs_d = facade_session()
+            self.loops["d"] = floor_loop(floor, session_d, [inputs_d[n] for n in input_names])
+            self.resets["d"] = resetter(session_d)
+
+    def close(self) -> None:
+        self.keep_c = []
+        for handle in reversed(self.keep):
+            handle.close()
+        self.keep = []
+
+
+def run_interleaved(bench: Bench, rounds: int, steps: int, warmup_blocks: int) -> dict:
+    """``rounds`` rounds of one block of ``steps`` steps per variant, order reversed every other round."""
+    names = [v for v in VARIANTS if v in bench.loops]
+    for _ in range(warmup_blocks):
+        for name in names:
+            bench.resets[name]()
+            bench.loops[name](steps)
+    per_step: Dict[str, List[float]] = {name: [] for name in names}
+    losses: Dict[str, List[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        order = names if r % 2 == 0 else names[::-1]
+        for name in order:
+            loop = bench.loops[name]
+            bench.resets[name]()  # every block trains from the checkpoint's parameters (see NOTE_RESET)
+            t0 = time.perf_counter()
+            loss = loop(steps)
+            elapsed = time.perf_counter() - t0
+            per_step[name].append(elapsed / steps * 1e6)
+            losses[name].append(loss)
+    result: dict = {"steps_per_block": steps, "rounds": rounds, "variants": {}, "ratios": {}}
+    for name in names:
+        result["variants"][name] = {
+            "label": LABELS[name],
+            "us_per_step": summary(per_step[name]),
+            "blocks_us_per_step": per_step[name],
+            "block_end_loss": summary(losses[name]),
+            "last_loss": losses[name][-1],
+        }
+    for num, den in RATIOS:
+        if num in per_step and den in per_step:
+            paired = [x / y for x, y in zip(per_step[num], per_step[den])]
+            result["ratios"][f"{num}/{den}"] = summary(paired)
+    return result
+
+
+# --- two sessions, two threads ------------------------------------------------------------------------
+
+
+def measure_threads(steps: int, reps: int, floor: Any) -> dict:
+    """Two facade sessions on the big model (batch 64, one intra-op thread each): ``steps`` steps each,
+    in two threads vs one after the other; ``reps`` pairs, the order alternating, every run from the
+    checkpoint's parameters. The same with the C floor as the control: what the machine allows."""
+    from ort_cffi import OnnxTensor, OrtEnvironment, SessionOptions
+
+    env = OrtEnvironment.getEnvironment()
+    folder, batch = MODELS["big"]
+    paths = _paths(folder)
+    handles: List[Any] = []
+    sessions = []
+    for seed in (1, 2):
+        options = SessionOptions()
+        options.setIntraOpNumThreads(1)
+        options.setInterOpNumThreads(1)
+        session = env.createTrainingSession(paths[0], paths[1], paths[2], paths[3], options)
+        options.close()
+        x, y = _batch(batch, seed)
+        inputs = {"input": OnnxTensor.createTensor(env, x), "labels": OnnxTensor.createTensor(env, y)}
+        handles += [session, *inputs.values()]
+        sessions.append((session, inputs, session.copyParametersToBuffer(True)))
+
+    def facade(session: Any, inputs: Any) -> Callable[[int], float]:
+        def loop(n: int) -> float:
+            loss = math.nan
+            for _ in range(n):
+                with session.trainStep(inputs) as result:
+                    loss = float(result.get(0).getValue())
+                session.optimizerStep()
+                session.lazyResetGrad()
+            return loss
+
+        return loop
+
+    kinds = {"facade": [facade(s, i) for s, i, _ in sessions]}
+    if floor is not None:
+        kinds["floor"] = [floor_loop(floor, s, [i[n] for n in s.getTrainInputNames()]) for s, i, _ in sessions]
+
+    def reset() -> None:
+        for session, _, initial in sessions:
+            session.copyBufferToParameters(initial, True)
+
+    def sequential(loops: List[Callable[[int], float]]) -> Tuple[float, float]:
+        reset()
+        c0, t0 = time.process_time(), time.perf_counter()
+        for loop in loops:
+            loop(steps)
+        return time.perf_counter() - t0, time.process_time() - c0
+
+    def parallel(loops: List[Callable[[int], float]]) -> Tuple[float, float]:
+        reset()
+        threads = [threading.Thread(target=loop, args=(steps,)) for loop in loops]
+        c0, t0 = time.process_time(), time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return time.perf_counter() - t0, time.process_time() - c0
+
+    result: dict = {"model": "big", "batch": batch, "steps_per_session": steps, "reps": reps}
+    try:
+        for loops in kinds.values():  # warm-up
+            for loop in loops:
+                loop(max(1, steps // 5))
+        for kind, loops in kinds.items():
+            seq: List[Tuple[float, float]] = []
+            par: List[Tuple[float, float]] = []
+            for r in range(reps):
+                if r % 2 == 0:
+                    seq.append(sequential(loops))
+                    par.append(parallel(loops))
+                else:
+                    par.append(parallel(loops))
+                    seq.append(sequential(loops))
+            result[kind] = {
+                "sequential_s": [w for w, _ in seq],
+                "two_threads_s": [w for w, _ in par],
+                "two_threads_cpu_s": [c for _, c in par],
+                "speedup": summary([s[0] / p[0] for s, p in zip(seq, par)]),
+                # CPU seconds per wall second while the two threads ran: 2.0 = both on a core all along
+                "two_threads_parallelism": summary([c / w for w, c in par]),
+            }
+    finally:
+        for handle in reversed(handles):
+            handle.close()
+    return result
+
+
+# --- report ------------------------------------------------------------------------------------------
+
+
+def targets(results: dict) -> List[dict]:
+    out = []
+
+    def add(name: str, value: Optional[float], op: str, limit: float, unit: str = "", caveat: str = "") -> None:
+        if value is None:
+            status = "SKIP"
+        else:
+            ok = {"<=": value <= limit, "<": value < limit, ">=": value >= limit}[op]
+            status = "PASS" if ok else "FAIL"
+        entry = {"target": name, "value": value, "op": op, "limit": limit, "unit": unit, "status": status}
+        if caveat:
+            entry["caveat"] = caveat
+        out.append(entry)
+
+    def ratio(model: str, key: str) -> Optional[float]:
+        r = results["steps"].get(model, {}).get("ratios", {}).get(key)
+        return r["median"] if r else None
+
+    add("tiny (a)/(c) paired median", ratio("tiny", "a/c"), "<=", 1.10)
+    add("tiny (a')/(c) paired median", ratio("tiny", "a'/c"), "<=", 1.00)
+    add("tiny (a)/(d) paired median", ratio("tiny", "a/d"), "<=", 1.25)
+    add("big (a)/(d) paired median", ratio("big", "a/d"), "<=", 1.02)
+    imp = results.get("import")
+    add("warm import + load (in child)", imp["warm_import_load_s"] if imp else None, "<", 0.5, "s")
+    rss = results.get("tensor_rss")
+    add("tensor over 256 MiB: extra RSS", rss["extra_rss_mib"] if rss else None, "<", 16.0, "MiB")
+    thr = results.get("threads")
+    caveat = ""
+    if thr and "floor" in thr and thr["floor"]["speedup"]["median"] < 1.5:
+        caveat = (f"the C floor control reached only {thr['floor']['speedup']['median']:.2f}x: the machine had no second "
+                  "core free, so this is no verdict on ort_cffi")
+    add("two sessions, two threads: speed-up", thr["facade"]["speedup"]["median"] if thr else None, ">=", 1.5, "x", caveat)
+    return out
+
+
+def print_report(results: dict) -> None:
+    meta = results["meta"]
+    print(f"\nort_cffi bench  ({meta['runtime_version']}, Python {meta['python']}, {meta['cpus']} CPUs, "
+          f"load avg {meta['loadavg_start']} -> {meta['loadavg_end']}, {meta['total_s']:.0f} s)")
+    imp = results.get("import")
+    if imp:
+        cold, warm = imp["cold"], imp["warm_runs"]
+        print("\nimport ort_cffi + load the runtime, fresh interpreter (python start-up alone: "
+              f"{imp['python_startup_wall_s'] * 1e3:.0f} ms wall)")
+        print(f"  cold cache: {cold['import_load_s']:.3f} s in the child, {cold['child_wall_s']:.3f} s child wall")
+        print(f"  warm cache: {imp['warm_import_load_s']:.3f} s in the child, {imp['warm_child_wall_s']:.3f} s child wall "
+              f"(median of {len(warm)}; onnxruntime imported: {warm[0]['onnxruntime_imported']}, "
+              f"torch imported: {warm[0]['torch_imported']})")
+    rss = results.get("tensor_rss")
+    if rss:
+        print(f"\ntensor over a 256 MiB array: +{rss['extra_rss_mib']:.3f} MiB RSS ({rss['extra_rss_bytes'] // 1024} KiB), "
+              f"created in {rss['create_s'] * 1e6:.0f} us")
+    for model, res in results["steps"].items():
+        folder, batch = MODELS[model]
+        print(f"\n{model} model ({'784-16-10' if model == 'tiny' else '784-500-10'}, batch {batch}): "
+              f"{res['rounds']} rounds x {res['steps_per_block']} steps per block")
+        print(f"  {'variant':<26} {'median us/step':>15} {'p25-p75':>19}")
+        for name, v in res["variants"].items():
+            s = v["us_per_step"]
+            print(f"  ({name}) {v['label']:<21} {s['median']:>15.1f} {s['p25']:>9.1f}-{s['p75']:<9.1f}")
+        print(f"  {'paired ratio':<26} {'median':>15} {'p25-p75':>19}")
+        for key, s in res["ratios"].items():
+            print(f"  {key:<26} {s['median']:>15.3f} {s['p25']:>9.3f}-{s['p75']:<9.3f}")
+    thr = results.get("threads")
+    if thr:
+        print(f"\ntwo sessions (big, batch {thr['batch']}, {thr['steps_per_session']} steps each, {thr['reps']} pairs), "
+              "two threads vs one after the other")
+        for kind in ("facade", "floor"):
+            if kind in thr:
+                t = thr[kind]
+                s, par = t["speedup"], t["two_threads_parallelism"]
+                print(f"  {kind:<7} speed-up {s['median']:.2f}x (p25-p75 {s['p25']:.2f}-{s['p75']:.2f}); sequential "
+                      f"{statistics.median(t['sequential_s']):.3f} s, threads {statistics.median(t['two_threads_s']):.3f} s, "
+                      f"CPU/wall in threads {par['median']:.2f}")
+        if "floor" in thr:
+            print("  (the floor is the control: a floor speed-up well under 2x or CPU/wall well under 2 means the machine "
+                  "had no second core free)")
+    if results.get("notes"):
+        print()
+        for note in results["notes"]:
+            print(f"note: {note}")
+    print("\ntargets")
+    for t in results["targets"]:
+        value = "n/a" if t["value"] is None else f"{t['value']:.3f}{t['unit']}"
+        print(f"  {t['status']:<4}  {t['target']:<40} {value:>12}  (target {t['op']} {t['limit']}{t['unit']})")
+        if t.get("caveat"):
+            print(f"        ({t['caveat']})")
+
+
+def _git_commit() -> Optional[str]:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "") if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, help="interleaved rounds per model (default 30; 8 with --quick)")
+    parser.add_argument("--tiny-steps", type=int, help="steps per block, tiny model (default 200; 100 with --quick)")
+    parser.add_argument("--big-steps", type=int, help="steps per block, big model (default 20; 10 with --quick)")
+    parser.add_argument("--thread-steps", type=int, help="steps per session in the threads test (default 200; 40 with --quick)")
+    parser.add_argument("--quick", action="store_true", help="a fast smoke run (about 20 s)")
+    parser.add_argument("--json", default=str(ROOT / "runs" / "bench.json"), help="where to write the results (default runs/bench.json)")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    rounds = args.rounds or (8 if quick else 30)
+    tiny_steps = args.tiny_steps or (100 if quick else 200)
+    big_steps = args.big_steps or (10 if quick else 20)
+    thread_steps = args.thread_steps or (40 if quick else 200)
+    thread_reps = 3 if quick else 7
+    warm_runs = 1 if quick else 3
+
+    t_start = time.perf_counter()
+    loadavg_start = os.getloadavg()
+    results: dict = {"steps": {}, "notes": [NOTE_RESET]}
+    torch_installed = importlib.util.find_spec("torch") is not None
+    if torch_installed:
+        results["notes"].append(
+            "torch is installed: the cold-cache load includes a probe child whose `import onnxruntime` imports torch"
+        )
+
+    # 1. Child processes first, before this process loads anything.
+    print("measuring import + load (child processes)...", flush=True)
+    results["import"] = measure_import(warm_runs)
+    print("measuring the RSS of a tensor over 256 MiB (child process)...", flush=True)
+    results["tensor_rss"] = measure_rss()
+
+    # 2. ort_cffi's private runtime, then the C floor, then (only now) `import onnxruntime`.
+    if "torch" not in sys.modules:
+        sys.modules["torch"] = None  # type: ignore[assignment]  # the bench needs no torch: keep it out
+    from ort_cffi import OrtEnvironment
+    from ort_cffi.capi import get_runtime
+
+    rt = get_runtime()
+    OrtEnvironment.getEnvironment()
+    try:
+        floor = build_floor()
+    except Exception as exc:  # noqa: BLE001 - no compiler: report without (d)
+        floor = None
+        results["notes"].append(f"the C floor (d) could not be built, so it is skipped: {type(exc).__name__}: {exc}")
+    import onnxruntime  # type: ignore[import-untyped]  # noqa: F401  # after ort_cffi's runtime: images stay apart
+    from onnxruntime.capi import _pybind_state as C  # type: ignore[import-untyped]
+
+    # 3. The step loops.
+    for model, steps in (("tiny", tiny_steps), ("big", big_steps)):
+        print(f"timing the step loops on the {model} model...", flush=True)
+        bench = Bench(model, floor, C)
+        try:
+            results["steps"][model] = run_interleaved(bench, rounds, steps, warmup_blocks=2)
+        finally:
+            bench.close()
+        del bench
+        gc.collect()
+
+    # 4. Two sessions in two threads.
+    print("timing two sessions in two threads...", flush=True)
+    results["threads"] = measure_threads(thread_steps, thread_reps, floor)
+
+    for model, res in results["steps"].items():
+        bad = [name for name, v in res["variants"].items() if not math.isfinite(v["last_loss"])]
+        if bad:
+            results["notes"].append(f"{model}: non-finite loss in {bad}")
+    results["meta"] = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "runtime_version": rt.version,
+        "runtime_kind": rt.kind,
+        "onnxruntime_python_version": onnxruntime.__version__,
+        "numpy": np.__version__,
+        "git_commit": _git_commit(),
+        "intra_op_threads": 1,
+        "torch_installed": torch_installed,
+        "quick": quick,
+        "rounds": rounds,
+        "steps_per_block": {"tiny": tiny_steps, "big": big_steps},
+        "loadavg_start": [round(x, 2) for x in loadavg_start],
+        "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+        "total_s": time.perf_counter() - t_start,
+    }
+    results["targets"] = targets(results)
+    print_report(results)
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    print(f"\nresults written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
