@@ -62,6 +62,18 @@ class NativeHandle:
             raise OrtClosedException(self._kind)
         return self._ptr
 
+    def _use(self) -> Any:
+        """Pin this handle for a native call that reads it and return its pointer (raises if closed);
+        ``_unuse()`` after the call. A ``close()`` from another thread meanwhile is deferred."""
+        with _bookkeeping:
+            if self._closed:
+                raise OrtClosedException(self._kind)
+            self._pins += 1
+        return self._ptr
+
+    def _unuse(self) -> None:
+        unpin_all((self,))
+
     def close(self) -> None:
         """Release the native object (deferred while other handles still pin it). Idempotent."""
         with _bookkeeping:

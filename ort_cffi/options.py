@@ -56,6 +56,7 @@ class SessionOptions(NativeHandle):
         check_status(rt.api.CreateSessionOptions(out), "CreateSessionOptions")
         self._own(out[0], rt.api.ReleaseSessionOptions)
         self._rt = rt
+        self._entries: "dict[str, str]" = {}
 
     def setIntraOpNumThreads(self, numThreads: int) -> None:
         """``SetIntraOpNumThreads``: threads inside one operator (0 = the runtime's default)."""
@@ -87,12 +88,12 @@ class SessionOptions(NativeHandle):
             self._rt.api.AddSessionConfigEntry(self._handle(), configKey.encode(), configValue.encode()),
             f"AddSessionConfigEntry({configKey!r})",
         )
+        self._entries[configKey] = configValue
 
     def getConfigEntries(self) -> "dict[str, str]":
         """Entries added through this object (the C API has no enumeration)."""
+        self._handle()
         return dict(self._entries)
-
-    _entries: "dict[str, str]" = {}
 
     def setSessionLogLevel(self, level: OrtLoggingLevel) -> None:
         """``SetSessionLogSeverityLevel``."""

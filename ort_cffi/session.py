@@ -107,9 +107,11 @@ class Result:
         return list(self._names)
 
     def values(self) -> List[OnnxValue]:
+        self._check_open()
         return list(self._values)
 
     def items(self) -> List[Tuple[str, OnnxValue]]:
+        self._check_open()
         return list(zip(self._names, self._values))
 
     def __iter__(self) -> Iterator[Tuple[str, OnnxValue]]:
@@ -161,6 +163,16 @@ def read_model(model: PathOrBytes, what: str) -> Tuple[Optional[str], Optional[b
     raise OrtException.invalid_argument(f"the {what} must be a path or bytes, not {type(model).__name__}")
 
 
+def refuse_zero_sized(name: str, tensor: OnnxTensor) -> None:
+    """ONNX Runtime 1.19 dies (SIGFPE) on zero-sized inputs in common operators (Gemm,
+    SoftmaxCrossEntropyLoss): refuse them before the native call."""
+    if tensor._has_zero_sized_dimension():
+        raise OrtException.invalid_argument(
+            f"input {name!r} has a zero-sized dimension (shape {list(tensor.getInfo().shape)}): "
+            "ONNX Runtime crashes on empty batches, so they are refused"
+        )
+
+
 def tensor_for_input(name: str, value: Any) -> Tuple[OnnxTensor, bool]:
     """(tensor, made_here) for an input given as an ``OnnxTensor`` or a numpy array."""
     if isinstance(value, OnnxTensor):
@@ -197,10 +209,14 @@ class OrtSession(NativeHandle):
         options = options if options is not None else _SessionOptions()
         try:
             out = ffi.new("OrtSession**")
-            if path is not None:
-                status = rt.api.CreateSession(native_env._handle(), path.encode(), options._handle(), out)
-            else:
-                status = rt.api.CreateSessionFromArray(native_env._handle(), data, len(data or b""), options._handle(), out)
+            pin_all((options,))  # the caller may close them from another thread meanwhile
+            try:
+                if path is not None:
+                    status = rt.api.CreateSession(native_env._handle(), path.encode(), options._ptr, out)
+                else:
+                    status = rt.api.CreateSessionFromArray(native_env._handle(), data, len(data or b""), options._ptr, out)
+            finally:
+                unpin_all((options,))
             check_status(status, f"creating a session from {path!r}" if path else "creating a session from bytes")
             self._own(out[0], rt.api.ReleaseSession, pinned=(native_env,))
         finally:
@@ -283,9 +299,10 @@ class OrtSession(NativeHandle):
         try:
             for name, value in inputs.items():
                 tensor, made_here = tensor_for_input(name, value)
-                tensors.append(tensor)
                 if made_here:
                     made.append(tensor)
+                refuse_zero_sized(name, tensor)
+                tensors.append(tensor)
             with self._lock:
                 session = self._handle()
                 pinned = tensors + ([runOptions] if runOptions is not None else [])

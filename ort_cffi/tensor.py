@@ -255,6 +255,7 @@ class OnnxValue(NativeHandle):
         raise NotImplementedError
 
     def getType(self) -> OnnxValueType:
+        self._handle()
         return OnnxValueType.ONNX_TYPE_TENSOR
 
     def close(self) -> None:
@@ -309,7 +310,7 @@ class OnnxTensor(OnnxValue):
         out = ffi.new("OrtValue**")
         check_status(
             rt.api.CreateTensorWithDataAsOrtValue(
-                process.memory_info()._ptr, buffer, array.nbytes, shape, array.ndim, DTYPE_TO_ONNX[array.dtype], out
+                process.memory_info()._handle(), buffer, array.nbytes, shape, array.ndim, DTYPE_TO_ONNX[array.dtype], out
             ),
             "CreateTensorWithDataAsOrtValue",
         )
@@ -333,16 +334,21 @@ class OnnxTensor(OnnxValue):
 
     def getInfo(self) -> TensorInfo:
         """Element type and shape (``GetTensorTypeAndShape``)."""
-        ptr = self._handle()
-        if self._info is None:
+        if self._info is not None:
+            self._handle()
+            return self._info
+        ptr = self._use()  # pinned: a close() from another thread waits until the read is done
+        try:
             self._info = _value_tensor_info(get_runtime(), ptr)
+        finally:
+            self._unuse()
         return self._info
 
     def getValue(self) -> np.ndarray:
         """A copy of the data as a numpy array the caller owns (0-d for a scalar)."""
-        ptr = self._handle()
         if self._array is not None:
-            return self._array.copy()
+            self._handle()
+            return self._array.copy()  # numpy's memory, held by this object: no native read
         info = self._info if self._info is not None else self.getInfo()
         dtype = _DTYPE_BY_CODE.get(info.onnxType)
         if dtype is None:
@@ -352,16 +358,26 @@ class OnnxTensor(OnnxValue):
         for dim in shape:
             count *= dim
         if count == 0:
+            self._handle()
             return np.empty(shape, dtype=dtype)
-        data = _scratch.data
-        status = calls().GetTensorMutableData(ptr, data)
-        if status:
-            check_status(status, "GetTensorMutableData")
-        if not shape:
-            scalar_type = _SCALAR_CTYPES.get(dtype)
-            if scalar_type is not None:  # a loss: one element, read directly
-                return np.array(ffi.cast(scalar_type, data[0])[0], dtype=dtype)
-        return np.frombuffer(ffi.buffer(data[0], count * dtype.itemsize), dtype=dtype).reshape(shape).copy()
+        ptr = self._use()
+        try:
+            data = _scratch.data
+            status = calls().GetTensorMutableData(ptr, data)
+            if status:
+                check_status(status, "GetTensorMutableData")
+            if not shape:
+                scalar_type = _SCALAR_CTYPES.get(dtype)
+                if scalar_type is not None:  # a loss: one element, read directly
+                    return np.array(ffi.cast(scalar_type, data[0])[0], dtype=dtype)
+            return np.frombuffer(ffi.buffer(data[0], count * dtype.itemsize), dtype=dtype).reshape(shape).copy()
+        finally:
+            self._unuse()
+
+    def _has_zero_sized_dimension(self) -> bool:
+        if self._array is not None:
+            return self._array.size == 0
+        return 0 in self.getInfo().shape
 
     def __repr__(self) -> str:
         if self._closed:

@@ -31,7 +31,7 @@ from ._errors import OrtClosedException, OrtErrorCode, OrtException, OrtFileNotF
 from ._handles import NativeHandle, allocator_string, pin_all, process, unpin_all
 from .capi import check_status, ffi, get_runtime
 from .options import RunOptions, SessionOptions
-from .session import PathOrBytes, Result, read_model, tensor_for_input
+from .session import PathOrBytes, Result, read_model, refuse_zero_sized, tensor_for_input
 from .tensor import DTYPE_TO_ONNX, OnnxTensor, TensorInfo, TensorTypeAndShapeInfo, as_tensor_array
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -117,6 +117,16 @@ class OrtCheckpointState(NativeHandle):
         session = self._session() if self._session is not None else None
         return session if session is not None and not session.closed else None
 
+    def close(self) -> None:
+        """Release the state (waiting for a call in progress in another thread; deferred while a
+        session still uses it). Idempotent."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:
+            NativeHandle.close(self)
+            return
+        with lock:
+            NativeHandle.close(self)
+
     @staticmethod
     def loadCheckpoint(checkpointPath: PathLike) -> "OrtCheckpointState":
         """``LoadCheckpoint`` from a file."""
@@ -124,6 +134,7 @@ class OrtCheckpointState(NativeHandle):
         if not os.path.isfile(path):
             raise OrtFileNotFoundException(f"checkpoint {path!r} does not exist", OrtErrorCode.ORT_NO_SUCHFILE)
         rt = get_runtime()
+        process.env()  # loading logs through the runtime's default logger, which the environment creates
         out = ffi.new("OrtCheckpointState**")
         check_status(rt.training_api.LoadCheckpoint(path.encode(), out), f"loading checkpoint {path!r}")
         return OrtCheckpointState(out[0], path)
@@ -137,6 +148,7 @@ class OrtCheckpointState(NativeHandle):
         if not data:
             raise OrtException.invalid_argument("the checkpoint buffer is empty")
         rt = get_runtime()
+        process.env()  # loading logs through the runtime's default logger, which the environment creates
         out = ffi.new("OrtCheckpointState**")
         check_status(rt.training_api.LoadCheckpointFromBuffer(data, len(data), out), "loading a checkpoint from bytes")
         return OrtCheckpointState(out[0], "<bytes>")
@@ -393,24 +405,28 @@ class OrtTrainingSession(NativeHandle):
                     )
                 env = process.env()
                 out = ffi.new("OrtTrainingSession**")
-                if from_buffers:
-                    status = rt.training_api.CreateTrainingSessionFromBuffer(
-                        env._handle(), session_options._handle(), state_ptr,
-                        train[1], len(train[1] or b""),
-                        evaluation[1] or ffi.NULL, len(evaluation[1] or b""),
-                        optimizer[1] or ffi.NULL, len(optimizer[1] or b""),
-                        out,
-                    )
-                    where = "creating a training session from model bytes"
-                else:
-                    status = rt.training_api.CreateTrainingSession(
-                        env._handle(), session_options._handle(), state_ptr,
-                        (train[0] or "").encode(),
-                        evaluation[0].encode() if evaluation[0] else ffi.NULL,
-                        optimizer[0].encode() if optimizer[0] else ffi.NULL,
-                        out,
-                    )
-                    where = f"creating a training session from {train[0]!r}"
+                pin_all((session_options,))  # the caller may close them from another thread meanwhile
+                try:
+                    if from_buffers:
+                        status = rt.training_api.CreateTrainingSessionFromBuffer(
+                            env._handle(), session_options._ptr, state_ptr,
+                            train[1], len(train[1] or b""),
+                            evaluation[1] or ffi.NULL, len(evaluation[1] or b""),
+                            optimizer[1] or ffi.NULL, len(optimizer[1] or b""),
+                            out,
+                        )
+                        where = "creating a training session from model bytes"
+                    else:
+                        status = rt.training_api.CreateTrainingSession(
+                            env._handle(), session_options._ptr, state_ptr,
+                            (train[0] or "").encode(),
+                            evaluation[0].encode() if evaluation[0] else ffi.NULL,
+                            optimizer[0].encode() if optimizer[0] else ffi.NULL,
+                            out,
+                        )
+                        where = f"creating a training session from {train[0]!r}"
+                finally:
+                    unpin_all((session_options,))
                 check_status(status, where)
                 self._own(out[0], rt.training_api.ReleaseTrainingSession, pinned=(env, state))
                 state._session = weakref.ref(self)
@@ -516,8 +532,12 @@ class OrtTrainingSession(NativeHandle):
         """The validated output selection for this request (cached while the same request comes again)."""
         if requested is None and pinned is None:
             return plan.everything
-        if isinstance(requested, str):
-            raise OrtException.invalid_argument("requestedOutputs is a collection of names, not one str")
+        if isinstance(requested, str) or (requested is not None and not isinstance(requested, Iterable)):
+            raise OrtException.invalid_argument("requestedOutputs is a collection of output names")
+        if pinned is not None and not isinstance(pinned, Mapping):
+            raise OrtException.invalid_argument(
+                f"pinnedOutputs maps output names to OnnxTensors; got {type(pinned).__name__}"
+            )
         # Tensors compare by identity, so the same dict holding other tensors is another request.
         request = (None if requested is None else tuple(requested), None if pinned is None else tuple(pinned.items()))
         if request == plan.last_request and plan.last_selection is not None:
@@ -583,6 +603,7 @@ class OrtTrainingSession(NativeHandle):
                     value, made_here = tensor_for_input(name, value)
                     if made_here:
                         made.append(value)
+                refuse_zero_sized(name, value)
                 tensors.append(value)
                 positions.append(position)
             in_use = tensors
