@@ -72,7 +72,12 @@ class NativeHandle:
         return self._ptr
 
     def _unuse(self) -> None:
-        unpin_all((self,))
+        with _bookkeeping:
+            self._pins -= 1
+            if not (self._closed and self._pins == 0 and self._ptr):
+                return
+            taken = self._take()  # closed while in use: released now
+        _release(self, taken)
 
     def close(self) -> None:
         """Release the native object (deferred while other handles still pin it). Idempotent."""

@@ -71,10 +71,13 @@ DTYPE_TO_ONNX: Dict[np.dtype, OnnxTensorType] = {
 }
 ONNX_TO_DTYPE = {onnx_type: dtype for dtype, onnx_type in DTYPE_TO_ONNX.items()}
 _DTYPE_BY_CODE: Dict[int, np.dtype] = {int(onnx_type): dtype for onnx_type, dtype in ONNX_TO_DTYPE.items()}
-_SCALAR_CTYPES = {
-    np.dtype(np.float32): "float*", np.dtype(np.float64): "double*", np.dtype(np.bool_): "_Bool*",
-    np.dtype(np.int8): "int8_t*", np.dtype(np.int16): "int16_t*", np.dtype(np.int32): "int32_t*", np.dtype(np.int64): "int64_t*",
-    np.dtype(np.uint8): "uint8_t*", np.dtype(np.uint16): "uint16_t*", np.dtype(np.uint32): "uint32_t*", np.dtype(np.uint64): "uint64_t*",
+_SCALAR_CTYPES = {  # pointer types to read a one-element tensor directly (float16 has no C type)
+    np.dtype(dtype): ffi.typeof(ctype)
+    for dtype, ctype in (
+        (np.float32, "float*"), (np.float64, "double*"), (np.bool_, "_Bool*"),
+        (np.int8, "int8_t*"), (np.int16, "int16_t*"), (np.int32, "int32_t*"), (np.int64, "int64_t*"),
+        (np.uint8, "uint8_t*"), (np.uint16, "uint16_t*"), (np.uint32, "uint32_t*"), (np.uint64, "uint64_t*"),
+    )
 }
 
 
@@ -281,6 +284,7 @@ class OnnxTensor(OnnxValue):
     _kind = "OnnxTensor"
     _array: Optional[np.ndarray] = None
     _info: Optional[TensorInfo] = None
+    _empty: Optional[bool] = None  # has a zero-sized dimension (None: not known yet)
     _buffer: Any = None
 
     @classmethod
@@ -318,6 +322,7 @@ class OnnxTensor(OnnxValue):
         tensor._array = array  # the memory the tensor reads and writes: kept alive with it
         tensor._buffer = buffer
         tensor._info = TensorInfo(DTYPE_TO_ONNX[array.dtype], array.shape)
+        tensor._empty = array.size == 0
         return tensor
 
     @classmethod
@@ -349,19 +354,20 @@ class OnnxTensor(OnnxValue):
         if self._array is not None:
             self._handle()
             return self._array.copy()  # numpy's memory, held by this object: no native read
-        info = self._info if self._info is not None else self.getInfo()
-        dtype = _DTYPE_BY_CODE.get(info.onnxType)
-        if dtype is None:
-            raise OrtException.invalid_argument(f"tensor element type {info.onnxType.name} has no numpy equivalent")
-        shape = info.shape
-        count = 1
-        for dim in shape:
-            count *= dim
-        if count == 0:
-            self._handle()
-            return np.empty(shape, dtype=dtype)
-        ptr = self._use()
+        ptr = self._use()  # pinned: a close() from another thread waits until the read is done
         try:
+            info = self._info
+            if info is None:
+                info = self._info = _value_tensor_info(get_runtime(), ptr)
+            dtype = _DTYPE_BY_CODE.get(info.onnxType)
+            if dtype is None:
+                raise OrtException.invalid_argument(f"tensor element type {info.onnxType.name} has no numpy equivalent")
+            shape = info.shape
+            count = 1
+            for dim in shape:
+                count *= dim
+            if count == 0:
+                return np.empty(shape, dtype=dtype)
             data = _scratch.data
             status = calls().GetTensorMutableData(ptr, data)
             if status:
@@ -375,9 +381,9 @@ class OnnxTensor(OnnxValue):
             self._unuse()
 
     def _has_zero_sized_dimension(self) -> bool:
-        if self._array is not None:
-            return self._array.size == 0
-        return 0 in self.getInfo().shape
+        if self._empty is None:
+            self._empty = 0 in self.getInfo().shape
+        return self._empty
 
     def __repr__(self) -> str:
         if self._closed:

@@ -603,7 +603,8 @@ class OrtTrainingSession(NativeHandle):
                     value, made_here = tensor_for_input(name, value)
                     if made_here:
                         made.append(value)
-                refuse_zero_sized(name, value)
+                if value._empty is not False:
+                    refuse_zero_sized(name, value)
                 tensors.append(value)
                 positions.append(position)
             in_use = tensors
