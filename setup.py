@@ -2,6 +2,7 @@
 from setuptools import setup
 
 TRAINING_RUNTIME = "1.19.2"  # the last training build on PyPI; the table layout ort_cffi declares
+FLOWER = "flwr[simulation]>=1.42,<1.43; python_version >= '3.11'"
 
 setup(
     name="ort_cffi",
@@ -29,6 +30,9 @@ setup(
         "cuda": [f"onnxruntime-training=={TRAINING_RUNTIME}"],
         # The command-line trainer's progress bar and plots.
         "demo": ["tqdm>=4.60", "matplotlib>=3.5"],
+        # ort-cffi-federated and ort_cffi.flower: Flower's client/server apps and its Ray simulation
+        # engine. Pinned below 1.43: run_simulation and NumPyClient are deprecated in 1.42.
+        "federated": [FLOWER, "matplotlib>=3.5"],
         "test": [
             f"onnxruntime-training-cpu=={TRAINING_RUNTIME}",  # the real runtime and its Python oracle
             "onnx>=1.14,<1.17",  # building small test models (newer onnx writes IR versions 1.19 refuses)
@@ -37,9 +41,15 @@ setup(
             "mypy>=1.5",  # the package is typed; CI checks it
             "tqdm>=4.60",
             "matplotlib>=3.5",
+            FLOWER,  # the federated tests run a small Ray simulation
         ],
         # Regenerating the committed artifacts (scripts/make_artifacts.py) only; a CPU build.
         "artifacts": ["torch==2.13.0", "onnx>=1.14,<1.17", "scikit-learn>=1.2"],
     },
-    entry_points={"console_scripts": ["ort-cffi-train=ort_cffi.train:main"]},
+    entry_points={
+        "console_scripts": [
+            "ort-cffi-train=ort_cffi.train:main",
+            "ort-cffi-federated=ort_cffi.federated:main",
+        ]
+    },
 )

@@ -89,7 +89,11 @@ def _fraction(text: str) -> float:
 
 
 def require_flower() -> None:
-    """Flower and its Ray backend, or an ImportError that names the extra."""
+    """Flower and its Ray backend, or an ImportError that names the extra. Sets, unless already set,
+    Flower's telemetry off (it is read when flwr is first imported: nothing is sent from here) and Ray's
+    variable that silences its FutureWarning about GPUs (the clients use none)."""
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     missing = [name for name in ("flwr", "ray") if importlib.util.find_spec(name) is None]
     if missing:
         raise ImportError(f"{' and '.join(missing)} not installed: the federated simulation needs Flower with "
@@ -129,8 +133,6 @@ def simulate(*, artifacts: Path = _train.DEFAULT_ARTIFACTS, data: Optional[Path]
     the strategy, with its per-round :attr:`~OrtFedAvg.history` (and the clients' results with
     ``record_clients``)."""
     require_flower()
-    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # read when flwr is imported; no phoning home
-    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # Ray's FutureWarning about GPUs
     from flwr.simulation import run_simulation
 
     from .flower import ClientSettings, FederatedServer, ServerSettings, make_client_app, make_server_app

@@ -69,6 +69,26 @@ def _check_name(name: Any, what: str = "property name") -> bytes:
     return name.encode()
 
 
+def _current_umask() -> int:
+    """The process umask, read without changing it (os.umask would, for every thread)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def _mode_for(target: str) -> int:
+    """The permissions a saved file gets: the replaced file's, or 0666 less the umask for a new one."""
+    try:
+        return os.stat(target).st_mode & 0o7777
+    except FileNotFoundError:
+        return 0o666 & ~_current_umask()
+
+
 def _atomic_write(target: str, write: Callable[[str], None], what: str) -> None:
     """Have ``write(tmp_path)`` produce the file beside ``target``, fsync it, then rename it over
     ``target``. On any failure the temporary file is removed and ``target`` is untouched."""
@@ -81,6 +101,7 @@ def _atomic_write(target: str, write: Callable[[str], None], what: str) -> None:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, _mode_for(target))  # mkstemp makes 0600; keep what a plain open() would give
         with open(tmp, "rb+") as written:
             os.fsync(written.fileno())
         os.replace(tmp, target)

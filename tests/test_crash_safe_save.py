@@ -332,3 +332,27 @@ def test_sigkill_during_saves_leaves_a_whole_checkpoint(tmp_path) -> None:
     # SIGKILL cannot clean up: temporary files may stay, but only beside the target, never at it.
     for name in leftovers:
         assert name != target.name
+
+
+def test_saved_files_get_ordinary_permissions(tmp_path):
+    """The temporary file of a crash-safe save is made 0600; the saved file must not keep that."""
+    import os
+    import stat
+
+    from ort_cffi import OrtEnvironment
+
+    folder = ARTIFACTS / "twoout"
+    env = OrtEnvironment.getEnvironment()
+    old_umask = os.umask(0o022)
+    try:
+        with env.createTrainingSession(str(folder / "checkpoint"), str(folder / "training_model.onnx"),
+                                       str(folder / "eval_model.onnx")) as session:
+            session.saveCheckpoint(tmp_path / "ckpt")
+            session.exportModelForInference(tmp_path / "model.onnx", ["logits"])
+            assert stat.S_IMODE(os.stat(tmp_path / "ckpt").st_mode) == 0o644
+            assert stat.S_IMODE(os.stat(tmp_path / "model.onnx").st_mode) == 0o644
+            os.chmod(tmp_path / "ckpt", 0o640)  # an existing file keeps its mode
+            session.saveCheckpoint(tmp_path / "ckpt")
+            assert stat.S_IMODE(os.stat(tmp_path / "ckpt").st_mode) == 0o640
+    finally:
+        os.umask(old_umask)

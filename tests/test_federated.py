@@ -6,11 +6,12 @@ process, and the clear errors when the ``federated`` extra is missing."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import warnings
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Iterator, List
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from ort_cffi import OrtCheckpointState, OrtEnvironment
 if sys.version_info < (3, 11):  # Flower 1.42 needs Python 3.11; the extra is not installable before
     pytest.skip("the federated extra (flwr) needs Python 3.11+", allow_module_level=True)
 
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # read when flwr is first imported: no phoning home
 with warnings.catch_warnings():  # Flower imports typer, which warns about click's deprecations
     warnings.simplefilter("ignore", DeprecationWarning)
     from ort_cffi import federated, flower  # noqa: E402  (after the version check)
@@ -131,6 +133,18 @@ def test_clients_in_one_process_share_a_session(small_data: Path, shared_session
     first, second = _client(small_data, 0), _client(small_data, 2)
     assert first.session is second.session
     assert len(first.train_data["labels"]) + len(second.train_data["labels"]) == 134 + 133
+
+
+def test_a_device_uses_its_own_data_and_the_run_config(small_data: Path, shared_sessions: None) -> None:
+    """Under the deployment engine a node names its data (``data-path``) and the run config overrides."""
+    client = flower.load_client(flower.ClientSettings(), data_path=str(small_data))
+    assert len(client.train_data["labels"]) == 400 and len(client.val_data["labels"]) == 120
+    settings = flower.ClientSettings().with_run_config({"partitioning": "dirichlet", "dirichlet-alpha": 2, "seed": 5})
+    assert (settings.partitioning, settings.alpha, settings.seed) == ("dirichlet", 2.0, 5)
+    server = flower.ServerSettings().with_run_config({"num-server-rounds": 3, "lr": 0.02, "out": "x"})
+    assert (server.rounds, server.lr, server.out) == (3, 0.02, "x")
+    assert server.lr_for(1) == pytest.approx(0.02) and server.lr_for(3) == pytest.approx(0.002)
+    assert type(flower.clientapp).__name__ == "ClientApp" and type(flower.serverapp).__name__ == "ServerApp"
 
 
 def test_fit_on_a_closed_model_is_a_clear_error(small_data: Path, shared_sessions: None) -> None:
