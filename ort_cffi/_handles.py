@@ -18,12 +18,14 @@ from __future__ import annotations
 import atexit
 import threading
 import weakref
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from ._errors import OrtClosedException, OrtException
 from .capi import check_status, ffi, get_runtime
 
-_bookkeeping = threading.Lock()  # guards pin counts and the closed/released transitions
+# Guards pin counts and the closed/released transitions. Re-entrant: garbage collection may run a
+# finalizer (``__del__`` → release → unpin) inside a section that already holds it.
+_bookkeeping = threading.RLock()
 _live: "weakref.WeakSet[NativeHandle]" = weakref.WeakSet()
 
 
@@ -36,13 +38,12 @@ class NativeHandle:
     _pins = 0
     _pinned: "tuple[NativeHandle, ...]" = ()
     _release: Optional[Callable[[Any], None]] = None
+    _lock: Any = None  # a handle whose native calls are serialized sets its lock: close() waits for them
 
     def _own(self, ptr: Any, release: Callable[[Any], None], pinned: "tuple[NativeHandle, ...]" = ()) -> None:
         """Take ownership of ``ptr`` (call right after the native call that produced it)."""
         if pinned:
-            with _bookkeeping:
-                for parent in pinned:
-                    parent._pins += 1
+            pin_all(pinned)  # raises, owning nothing, if a parent is already closed
             self._pinned = pinned
         self._release = release
         self._ptr = ptr
@@ -80,7 +81,16 @@ class NativeHandle:
         _release(self, taken)
 
     def close(self) -> None:
-        """Release the native object (deferred while other handles still pin it). Idempotent."""
+        """Release the native object (deferred while other handles still pin it), after any call in
+        progress in another thread. Idempotent."""
+        lock = self._lock
+        if lock is None:
+            self._close_native()
+            return
+        with lock:
+            self._close_native()
+
+    def _close_native(self) -> None:
         with _bookkeeping:
             if self._closed:
                 return
@@ -103,8 +113,10 @@ class NativeHandle:
         self.close()
 
     def __del__(self) -> None:
+        # Without the call lock: nobody can be inside a call on an unreachable object, and the
+        # collector may run this while this very thread holds that lock.
         try:
-            self.close()
+            self._close_native()
         except Exception:  # noqa: BLE001 - nothing can be raised from a finalizer
             pass
 
@@ -122,7 +134,7 @@ def _release(handle: NativeHandle, taken: "tuple[Any, Optional[Callable[[Any], N
         unpin_all(pinned)
 
 
-def pin_all(handles: "Iterable[NativeHandle]") -> None:
+def pin_all(handles: "Sequence[NativeHandle]") -> None:
     """Keep ``handles`` from being released while a native call uses them (a ``close()`` meanwhile is
     deferred). Raises ``OrtClosedException``, pinning nothing, if one of them is already closed."""
     with _bookkeeping:
@@ -133,7 +145,7 @@ def pin_all(handles: "Iterable[NativeHandle]") -> None:
             handle._pins += 1
 
 
-def unpin_all(handles: "Iterable[NativeHandle]") -> None:
+def unpin_all(handles: "Sequence[NativeHandle]") -> None:
     """Undo ``pin_all``; releases, after the fact, each handle closed while it was pinned."""
     released = []
     with _bookkeeping:
@@ -225,6 +237,20 @@ class _Process:
 
 process = _Process()
 atexit.register(process.shutdown)
+
+
+def read_names(ptr: Any, count_fn: Any, name_fn: Any) -> "tuple[str, ...]":
+    """The names a ``*Count``/``*Name`` pair of C calls lists for ``ptr`` (inputs or outputs of a model)."""
+    rt = get_runtime()
+    count = ffi.new("size_t*")
+    check_status(count_fn(ptr, count), "reading the model's names")
+    allocator = process.allocator()
+    names = []
+    for i in range(count[0]):  # indices < count only: a larger one aborts the process inside the runtime
+        out = ffi.new("char**")
+        check_status(name_fn(ptr, i, allocator, out), "reading the model's names")
+        names.append(allocator_string(rt, allocator, out[0]))
+    return tuple(names)
 
 
 def allocator_string(rt: Any, allocator: Any, chars: Any) -> str:

@@ -8,8 +8,9 @@ from typing import Any, Optional, Union
 from ._handles import process
 from .capi import get_runtime
 from .options import OrtLoggingLevel, SessionOptions
-from .session import OrtSession, PathOrBytes
-from .training import OrtAllocator, OrtCheckpointState, OrtTrainingSession, PathLike
+from ._files import PathLike, PathOrBytes
+from .session import OrtSession
+from .training import OrtAllocator, OrtCheckpointState, OrtTrainingSession
 
 
 class OrtEnvironment:

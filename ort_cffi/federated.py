@@ -16,9 +16,12 @@ import logging
 import os
 import sys
 import time
+import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Sequence
+
+import numpy as np
 
 from . import __version__
 from . import train as _train
@@ -140,6 +143,11 @@ def simulate(*, artifacts: Path = _train.DEFAULT_ARTIFACTS, data: Optional[Path]
     artifacts = Path(artifacts)
     _train.find_artifacts(artifacts)  # a wrong folder is reported before Ray starts
     data_path = _train.find_dataset(Path(data) if data else None, artifacts)
+    n_train = _train_samples(data_path)
+    if n_train is not None and clients > n_train:  # the partitioning would refuse it, in every client
+        raise _train.UsageError(
+            f"--clients {clients} is more than the {n_train} training samples of dataset {str(data_path)!r}: "
+            f"every client needs training data, so use at most {n_train} clients")
     server = FederatedServer(
         artifacts=str(artifacts), data=str(data_path), num_clients=clients, report=report,
         record_clients=record_clients,
@@ -163,6 +171,24 @@ def simulate(*, artifacts: Path = _train.DEFAULT_ARTIFACTS, data: Optional[Path]
         done = 0 if server.strategy is None else max(len(server.strategy.history) - 1, 0)
         raise RuntimeError(f"the simulation stopped after {done} of {rounds} rounds (run with --verbose for Flower's logs)")
     return server.strategy
+
+
+def _train_samples(path: Path) -> Optional[int]:
+    """The number of training samples (of the first ``train_`` array) in the dataset, read before Ray
+    starts; None when the file cannot be read so (the full checks, later, say why)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = sorted(n for n in archive.namelist() if n.startswith("train_") and n.endswith(".npy"))
+            if not names:
+                return None
+            with archive.open(names[0]) as member:  # the .npy header only, not the array
+                version = np.lib.format.read_magic(member)
+                header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                          else np.lib.format.read_array_header_2_0)(member)
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return None
+    shape = header[0]
+    return int(shape[0]) if shape else None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

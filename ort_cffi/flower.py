@@ -26,7 +26,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ClassVar, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -138,7 +138,14 @@ def partition_dataset(dataset: Mapping[str, Arrays], num_partitions: int, *, par
                       alpha: float = 0.5, seed: int = 0) -> List[Dict[str, Arrays]]:
     """The local datasets of ``num_partitions`` clients: each split (``train``, ``val``) partitioned,
     non-IID splits with the same label proportions (a client's validation data looks like its training
-    data)."""
+    data). Every client gets training data (a ``ValueError`` says when there is too little of it); its
+    validation share may be empty (it then weighs nothing in the federated evaluation)."""
+    if "train" in dataset:
+        n_train = len(next(iter(dataset["train"].values()), ()))
+        if n_train < num_partitions:
+            raise ValueError(
+                f"{num_partitions} clients cannot each get training data from {n_train} training sample"
+                f"{'' if n_train == 1 else 's'}: use at most {n_train} clients")
     proportions = None
     if partitioning == "dirichlet":
         labels = _label_name(dataset["train"])
@@ -157,15 +164,43 @@ def partition_dataset(dataset: Mapping[str, Arrays], num_partitions: int, *, par
         key = arrays[labels] if labels is not None else np.zeros(len(next(iter(arrays.values()))), np.int64)
         parts = partition(key, num_partitions, partitioning=partitioning if labels is not None else "iid",
                           alpha=alpha, seed=seed + 7919 * number, proportions=proportions)
+        if split == "train" and min(len(index) for index in parts) == 0:  # a Dirichlet draw's rounding
+            empty = sum(len(index) == 0 for index in parts)
+            raise ValueError(
+                f"{empty} of the {num_partitions} clients get no training data from this {partitioning} "
+                f"partitioning of {len(key)} samples: use fewer clients or a larger alpha")
         for client, index in zip(local, parts):
             client[split] = {name: array[index] for name, array in arrays.items()}
     return local
 
 
+# --- settings -------------------------------------------------------------------------------------
+
+_Settings = TypeVar("_Settings", bound="_RunConfigurable")
+
+
+class _RunConfigurable:
+    """Settings (a dataclass) that the run config (pyproject.toml ``[tool.flwr.app.config]``) may override:
+    ``RUN_CONFIG`` maps a field to its run-config key."""
+
+    RUN_CONFIG: ClassVar[Dict[str, str]] = {}
+
+    def with_run_config(self: _Settings, run_config: Mapping[str, Any]) -> _Settings:
+        """A copy with the fields whose keys ``run_config`` holds (and not as ``""``), each converted to
+        the field's type (``str`` for a field that is None)."""
+        changes: Dict[str, Any] = {}
+        for name, key in self.RUN_CONFIG.items():
+            if key in run_config and run_config[key] != "":
+                current = getattr(self, name)
+                kind = type(current) if current is not None else str
+                changes[name] = kind(run_config[key])
+        return replace(self, **changes)  # type: ignore[type-var]  # the subclasses are dataclasses
+
+
 # --- the client -----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class ClientSettings:
+class ClientSettings(_RunConfigurable):
     """Where a client's model and data come from. In a simulation every client reads the same dataset
     and keeps its partition (``partition-id`` of ``num-partitions``, from the node config); a real device
     names its own data with the node config ``data-path`` (an .npz with ``train_<input>``/``val_<input>``
@@ -179,16 +214,9 @@ class ClientSettings:
     threads: int = 1  # intra-op threads of each client's session (simulated clients share the cores)
 
     # run-config keys (pyproject.toml [tool.flwr.app.config]) that override the fields above
-    RUN_CONFIG = {"artifacts": "artifacts", "data": "data", "partitioning": "partitioning",
-                  "alpha": "dirichlet-alpha", "seed": "seed", "threads": "client-threads"}
-
-    def with_run_config(self, run_config: Mapping[str, Any]) -> "ClientSettings":
-        changes: Dict[str, Any] = {}
-        for name, key in self.RUN_CONFIG.items():
-            if key in run_config and run_config[key] != "":
-                kind = type(getattr(self, name)) if getattr(self, name) is not None else str
-                changes[name] = kind(run_config[key])
-        return replace(self, **changes)
+    RUN_CONFIG: ClassVar[Dict[str, str]] = {
+        "artifacts": "artifacts", "data": "data", "partitioning": "partitioning", "alpha": "dirichlet-alpha",
+        "seed": "seed", "threads": "client-threads"}
 
 
 _cache_lock = threading.Lock()
@@ -310,7 +338,9 @@ class OrtNumPyClient(NumPyClient):
         if "lr" in config:
             session.setLearningRate(float(config["lr"]))
         seed, server_round = int(config.get("seed", 0)), int(config.get("server-round", 0))
-        n = len(next(iter(self.train_data.values())))
+        n = len(next(iter(self.train_data.values()), ()))
+        if n == 0:  # partition_dataset and load_dataset see to it; a client built on other data may not
+            raise FederatedError(f"client {self.client_id}: it has no training data, so it cannot fit")
         wanted = [self.loss_name] + ([self.train_scores] if self.train_scores else [])
         loss_sum, correct, seen = 0.0, 0, 0
         for epoch in range(epochs):
@@ -476,7 +506,7 @@ class GlobalModel:
 
 
 @dataclass
-class ServerSettings:
+class ServerSettings(_RunConfigurable):
     """What the server runs: rounds, the clients' local training, sampling, where results go."""
 
     rounds: int = 20
@@ -490,17 +520,11 @@ class ServerSettings:
     out: Optional[str] = None  # global_checkpoint, inference_model.onnx, history.json, federated.png
     plot: bool = True
 
-    RUN_CONFIG = {"rounds": "num-server-rounds", "local_epochs": "local-epochs", "batch_size": "batch-size",
-                  "lr": "lr", "lr_decay": "lr-decay", "fraction_fit": "fraction-fit",
-                  "fraction_evaluate": "fraction-evaluate", "seed": "seed", "out": "out", "plot": "plot"}
-
-    def with_run_config(self, run_config: Mapping[str, Any]) -> "ServerSettings":
-        changes: Dict[str, Any] = {}
-        for name, key in self.RUN_CONFIG.items():
-            if key in run_config and run_config[key] != "":
-                kind = type(getattr(self, name)) if getattr(self, name) is not None else str
-                changes[name] = kind(run_config[key])
-        return replace(self, **changes)
+    # run-config keys (pyproject.toml [tool.flwr.app.config]) that override the fields above
+    RUN_CONFIG: ClassVar[Dict[str, str]] = {
+        "rounds": "num-server-rounds", "local_epochs": "local-epochs", "batch_size": "batch-size", "lr": "lr",
+        "lr_decay": "lr-decay", "fraction_fit": "fraction-fit", "fraction_evaluate": "fraction-evaluate",
+        "seed": "seed", "out": "out", "plot": "plot"}
 
     def lr_for(self, server_round: int) -> float:
         if self.lr_decay == "constant" or self.rounds <= 1:
@@ -653,7 +677,8 @@ class OrtFedAvg(FedAvg):
     def write_history(self) -> None:
         assert self.settings.out is not None
         _train.write_json(Path(self.settings.out) / "history.json", {
-            "ort_cffi": __version__, "config": self.config, "rounds": self.history, "inference": self.inference})
+            "ort_cffi": __version__, "config": self.config, "rounds": self.history, "inference": self.inference},
+            "history")
 
 
 def plot_history(path: Path, history: List[Dict[str, Any]], title: str) -> bool:
@@ -693,7 +718,7 @@ def plot_history(path: Path, history: List[Dict[str, Any]], title: str) -> bool:
     loss_ax.set_ylabel("loss")
     loss_ax.grid(alpha=0.3)
     loss_ax.legend(loc="upper right", fontsize="small")
-    fig.savefig(path, dpi=100)
+    _train.save_figure(fig, path, "plot")
     return True
 
 

@@ -2,19 +2,59 @@
 ``SessionOptions``, as in Java's ``ai.onnxruntime.OrtSession``."""
 from __future__ import annotations
 
+import operator
 import os
-import threading
-from typing import Any, Dict, Generic, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import AbstractSet, Any, Dict, Generic, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union
 
 from ._errors import OrtException
-from ._handles import NativeHandle, allocator_string, pin_all, process, unpin_all
+from ._handles import NativeHandle, pin_all, process, read_names, unpin_all
 from .capi import check_status, ffi, get_runtime
 from .options import RunOptions, SessionOptions
 from .options import RunOptions as _RunOptions, SessionOptions as _SessionOptions
-from .tensor import OnnxTensor, OnnxValue, TensorInfo, TypeInfo, as_tensor_array
+from ._files import PathOrBytes, native_path, read_model
+from .tensor import OnnxTensor, OnnxValue, TensorInfo, TypeInfo, refuse_zero_sized, tensor_for_input
 
 T = TypeVar("T")
-PathOrBytes = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
+
+
+class NameSet(AbstractSet[str]):
+    """An ordered, read-only set of names (Java's ``Set<String>``), iterated in the model's order.
+
+    Equal to any set with the same names, whatever their order; also indexable like the tuple of
+    names it keeps."""
+
+    __slots__ = ("_names", "_members")
+
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        self._names: Tuple[str, ...] = tuple(names)
+        self._members = frozenset(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._members
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._names[index]
+
+    def __hash__(self) -> int:
+        return hash(self._members)
+
+    def contains(self, name: object) -> bool:
+        return name in self._members
+
+    def isEmpty(self) -> bool:
+        return not self._names
+
+    def size(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return f"NameSet({list(self._names)!r})"
 
 
 class Optional_(Generic[T]):
@@ -46,6 +86,19 @@ class Optional_(Generic[T]):
         return f"Optional[{self._value!r}]" if self._value is not None else "Optional.empty"
 
 
+class Entry(NamedTuple):
+    """One output of a ``Result``: Java's ``Map.Entry`` (``getKey()``/``getValue()``), also a (name, value) pair."""
+
+    key: str
+    value: OnnxValue
+
+    def getKey(self) -> str:
+        return self.key
+
+    def getValue(self) -> OnnxValue:
+        return self.value
+
+
 class Result:
     """The outputs of a step or a run, by name and by position (Java's ``OrtSession.Result``).
 
@@ -54,12 +107,19 @@ class Result:
 
     __slots__ = ("_names", "_values", "_owned", "_index", "_closed")
 
-    def __init__(self, names: Sequence[str], values: Sequence[OnnxValue], owned: Optional[Sequence[bool]] = None) -> None:
-        """``owned[i]``: whether closing the Result closes ``values[i]`` (None: it owns them all)."""
+    def __init__(
+        self,
+        names: Sequence[str],
+        values: Sequence[OnnxValue],
+        owned: Optional[Sequence[bool]] = None,
+        index: Optional[Dict[str, int]] = None,
+    ) -> None:
+        """``owned[i]``: whether closing the Result closes ``values[i]`` (None: it owns them all);
+        ``index``: name → position, when the caller has it already."""
         self._names = names
         self._values = values
         self._owned = owned
-        self._index: Optional[Dict[str, int]] = None
+        self._index = index
         self._closed = False
 
     def _position(self, name: str) -> Optional[int]:
@@ -77,11 +137,16 @@ class Result:
         if isinstance(key, str):
             position = self._position(key)
             return Optional_(None if position is None else self._values[position])
-        if isinstance(key, bool) or not isinstance(key, int):
-            raise OrtException.invalid_argument(f"Result.get takes an int or a str, not {type(key).__name__}")
-        if not 0 <= key < len(self._values):
-            raise IndexError(f"output index {key} out of range: this Result has {len(self._values)} outputs")
-        return self._values[key]
+        if isinstance(key, bool):
+            raise OrtException.invalid_argument("Result.get takes an int or a str, not bool")
+        try:
+            index = operator.index(key)  # numpy integers too
+        except TypeError:
+            raise OrtException.invalid_argument(f"Result.get takes an int or a str, not {type(key).__name__}") from None
+        count = len(self._values)
+        if not -count <= index < count:
+            raise IndexError(f"output index {index} out of range: this Result has {count} outputs")
+        return self._values[index]
 
     def __getitem__(self, key: Union[int, str]) -> OnnxValue:
         if isinstance(key, str):
@@ -114,10 +179,10 @@ class Result:
         self._check_open()
         return list(zip(self._names, self._values))
 
-    def __iter__(self) -> Iterator[Tuple[str, OnnxValue]]:
-        """Name/value entries, in order (Java iterates ``Map.Entry``s)."""
+    def __iter__(self) -> Iterator[Entry]:
+        """The entries, in order: ``Entry(name, value)``, with Java's ``getKey()``/``getValue()``."""
         self._check_open()
-        return iter(zip(self._names, self._values))
+        return iter([Entry(n, v) for n, v in zip(self._names, self._values)])
 
     def close(self) -> None:
         """Close the values this Result owns. Idempotent."""
@@ -146,51 +211,6 @@ class Result:
 _Result = Result
 
 
-def read_model(model: PathOrBytes, what: str) -> Tuple[Optional[str], Optional[bytes]]:
-    """(path, None) for a path, after checking the file exists; (None, bytes) for model bytes."""
-    if isinstance(model, (bytes, bytearray, memoryview)):
-        data = bytes(model)
-        if not data:
-            raise OrtException.invalid_argument(f"the {what} bytes are empty")
-        return None, data
-    if isinstance(model, (str, os.PathLike)):
-        path = os.fspath(model)
-        if not os.path.isfile(path):
-            from ._errors import OrtErrorCode, OrtFileNotFoundException
-
-            raise OrtFileNotFoundException(f"{what} {path!r} does not exist", OrtErrorCode.ORT_NO_SUCHFILE)
-        return path, None
-    raise OrtException.invalid_argument(f"the {what} must be a path or bytes, not {type(model).__name__}")
-
-
-def refuse_zero_sized(name: str, tensor: OnnxTensor) -> None:
-    """ONNX Runtime 1.19 dies (SIGFPE) on zero-sized inputs in common operators (Gemm,
-    SoftmaxCrossEntropyLoss): refuse them before the native call."""
-    if tensor._has_zero_sized_dimension():
-        raise OrtException.invalid_argument(
-            f"input {name!r} has a zero-sized dimension (shape {list(tensor.getInfo().shape)}): "
-            "ONNX Runtime crashes on empty batches, so they are refused"
-        )
-
-
-def tensor_for_input(name: str, value: Any) -> Tuple[OnnxTensor, bool]:
-    """(tensor, made_here) for an input given as an ``OnnxTensor`` or a numpy array."""
-    if isinstance(value, OnnxTensor):
-        return value, False
-    if isinstance(value, OnnxValue):
-        raise OrtException.invalid_argument(f"input {name!r}: only tensors are supported, not {type(value).__name__}")
-    try:
-        import numpy as np
-
-        if not isinstance(value, (np.ndarray, np.generic)):
-            raise TypeError
-    except TypeError:
-        raise OrtException.invalid_argument(
-            f"input {name!r} must be an OnnxTensor or a numpy array, not {type(value).__name__}"
-        ) from None
-    return OnnxTensor._over_array(as_tensor_array(value, f"input {name!r}")), True
-
-
 class OrtSession(NativeHandle):
     """An inference session on the same runtime (``CreateSession`` / ``CreateSessionFromArray``):
     run a model exported by ``exportModelForInference`` without a second runtime in the process."""
@@ -212,7 +232,7 @@ class OrtSession(NativeHandle):
             pin_all((options,))  # the caller may close them from another thread meanwhile
             try:
                 if path is not None:
-                    status = rt.api.CreateSession(native_env._handle(), path.encode(), options._ptr, out)
+                    status = rt.api.CreateSession(native_env._handle(), native_path(path), options._ptr, out)
                 else:
                     status = rt.api.CreateSessionFromArray(native_env._handle(), data, len(data or b""), options._ptr, out)
             finally:
@@ -222,28 +242,20 @@ class OrtSession(NativeHandle):
         finally:
             if own_options:
                 options.close()
-        self._lock = threading.Lock()
-        self._input_names = self._names(rt.api.SessionGetInputCount, rt.api.SessionGetInputName)
-        self._output_names = self._names(rt.api.SessionGetOutputCount, rt.api.SessionGetOutputName)
+        try:
+            self._input_names = NameSet(read_names(self._ptr, rt.api.SessionGetInputCount, rt.api.SessionGetInputName))
+            self._output_names = NameSet(read_names(self._ptr, rt.api.SessionGetOutputCount, rt.api.SessionGetOutputName))
+        except BaseException:
+            self.close()
+            raise
         self._input_pos = {n: i for i, n in enumerate(self._input_names)}
         self._output_pos = {n: i for i, n in enumerate(self._output_names)}
 
-    def _names(self, count_fn: Any, name_fn: Any) -> Tuple[str, ...]:
-        count = ffi.new("size_t*")
-        check_status(count_fn(self._ptr, count))
-        allocator = process.allocator()
-        names = []
-        for i in range(count[0]):
-            out = ffi.new("char**")
-            check_status(name_fn(self._ptr, i, allocator, out))
-            names.append(allocator_string(self._rt, allocator, out[0]))
-        return tuple(names)
-
-    def getInputNames(self) -> "Tuple[str, ...]":
+    def getInputNames(self) -> "NameSet":
         self._handle()
         return self._input_names
 
-    def getOutputNames(self) -> "Tuple[str, ...]":
+    def getOutputNames(self) -> "NameSet":
         self._handle()
         return self._output_names
 
@@ -253,15 +265,17 @@ class OrtSession(NativeHandle):
     def getNumOutputs(self) -> int:
         return len(self.getOutputNames())
 
-    def _infos(self, getter: Any, names: Sequence[str]) -> Dict[str, TensorInfo]:
+    def _infos(self, getter: Any, names: Iterable[str]) -> Dict[str, TensorInfo]:
         infos = {}
-        with self._lock:
-            ptr = self._handle()
+        ptr = self._use()  # pinned: a close() from another thread waits until the reads are done
+        try:
             for i, name in enumerate(names):
                 out = ffi.new("OrtTypeInfo**")
                 check_status(getter(ptr, i, out), f"type of {name!r}")
                 with TypeInfo(out[0]) as type_info:
                     infos[name] = type_info.toTensorInfo(repr(name))
+        finally:
+            self._unuse()
         return infos
 
     def getInputInfo(self) -> Dict[str, TensorInfo]:
@@ -279,8 +293,10 @@ class OrtSession(NativeHandle):
                 runOptions = arg
             elif isinstance(arg, (set, frozenset, list, tuple)):
                 requestedOutputs = arg
-            else:
+            elif arg is not None:
                 raise OrtException.invalid_argument(f"unexpected argument to run: {type(arg).__name__}")
+        if runOptions is not None and not isinstance(runOptions, _RunOptions):
+            raise OrtException.invalid_argument(f"runOptions must be RunOptions, not {type(runOptions).__name__}")
         if not isinstance(inputs, Mapping):
             raise OrtException.invalid_argument("inputs must be a mapping from input name to tensor")
         unknown = [n for n in inputs if n not in self._input_pos]
@@ -288,8 +304,15 @@ class OrtSession(NativeHandle):
             raise OrtException.invalid_argument(f"unknown input names {unknown}; the model's inputs are {list(self._input_names)}")
         if not inputs:
             raise OrtException.invalid_argument(f"no inputs given; the model's inputs are {list(self._input_names)}")
-        wanted = list(dict.fromkeys(requestedOutputs)) if requestedOutputs is not None else list(self._output_names)
-        unknown = [n for n in wanted if n not in self._output_pos]
+        if isinstance(requestedOutputs, str):
+            raise OrtException.invalid_argument("requestedOutputs is a collection of output names")
+        if requestedOutputs is None:
+            wanted = list(self._output_names)
+        elif isinstance(requestedOutputs, (set, frozenset)):  # no order of its own: the model's
+            wanted = [n for n in self._output_names if n in requestedOutputs]
+        else:
+            wanted = list(dict.fromkeys(requestedOutputs))
+        unknown = [n for n in (requestedOutputs or ()) if n not in self._output_pos]
         if unknown or not wanted:
             raise OrtException.invalid_argument(
                 f"unknown or no requested outputs {unknown}; the model's outputs are {list(self._output_names)}"
@@ -303,39 +326,33 @@ class OrtSession(NativeHandle):
                     made.append(tensor)
                 refuse_zero_sized(name, tensor)
                 tensors.append(tensor)
-            with self._lock:
-                session = self._handle()
-                pinned = tensors + ([runOptions] if runOptions is not None else [])
-                pin_all(pinned)
-                try:
-                    in_names = [ffi.new("char[]", n.encode()) for n in inputs]
-                    out_names = [ffi.new("char[]", n.encode()) for n in wanted]
-                    in_values = ffi.new("OrtValue*[]", [t._ptr for t in tensors])
-                    out_values = ffi.new("OrtValue*[]", len(wanted))
-                    status = self._rt.api.Run(
-                        session,
-                        runOptions._ptr if runOptions is not None else ffi.NULL,
-                        ffi.new("char*[]", in_names),
-                        in_values,
-                        len(tensors),
-                        ffi.new("char*[]", out_names),
-                        len(wanted),
-                        out_values,
-                    )
-                finally:
-                    unpin_all(pinned)
-                values = [OnnxTensor._adopt(out_values[i]) if out_values[i] else None for i in range(len(wanted))]
+            # ONNX Runtime's Run may be called from several threads at once: no lock, only pins,
+            # so that a close() meanwhile waits for the last run.
+            in_use: List[NativeHandle] = [self, *tensors] + ([runOptions] if runOptions is not None else [])
+            pin_all(in_use)
+            try:
+                in_names = [ffi.new("char[]", n.encode()) for n in inputs]
+                out_names = [ffi.new("char[]", n.encode()) for n in wanted]
+                out_values = ffi.new("OrtValue*[]", len(wanted))
+                status = self._rt.api.Run(
+                    self._ptr,
+                    runOptions._ptr if runOptions is not None else ffi.NULL,
+                    ffi.new("char*[]", in_names),
+                    ffi.new("OrtValue*[]", [t._ptr for t in tensors]),
+                    len(tensors),
+                    ffi.new("char*[]", out_names),
+                    len(wanted),
+                    out_values,
+                )
+                values = [OnnxTensor._adopt(p) if p else None for p in out_values[0 : len(wanted)]]
+            finally:
+                unpin_all(in_use)
+            if status:
+                for value in values:
+                    if value is not None:
+                        value.close()
                 check_status(status, "Run")
         finally:
             for tensor in made:
                 tensor.close()
-        return _Result(wanted, values, [True] * len(values))  # type: ignore[arg-type]
-
-    def close(self) -> None:
-        """Release the session; waits for a run in progress in another thread."""
-        lock = getattr(self, "_lock", None)
-        if lock is None:
-            NativeHandle.close(self)
-            return
-        with lock:
-            NativeHandle.close(self)
+        return _Result(wanted, values)  # type: ignore[arg-type]  # all produced: none is None

@@ -389,3 +389,26 @@ class OnnxTensor(OnnxValue):
         if self._closed:
             return "<OnnxTensor closed>"
         return f"<OnnxTensor {self.getInfo()!r}>"
+
+
+def refuse_zero_sized(name: str, tensor: OnnxTensor) -> None:
+    """ONNX Runtime 1.19 dies (SIGFPE) on zero-sized inputs in common operators (Gemm,
+    SoftmaxCrossEntropyLoss): refuse them before the native call."""
+    if tensor._has_zero_sized_dimension():
+        raise OrtException.invalid_argument(
+            f"input {name!r} has a zero-sized dimension (shape {list(tensor.getInfo().shape)}): "
+            "ONNX Runtime crashes on empty batches, so they are refused"
+        )
+
+
+def tensor_for_input(name: str, value: Any) -> Tuple[OnnxTensor, bool]:
+    """(tensor, made_here) for an input given as an ``OnnxTensor`` or a numpy array."""
+    if isinstance(value, OnnxTensor):
+        return value, False
+    if isinstance(value, OnnxValue):
+        raise OrtException.invalid_argument(f"input {name!r}: only tensors are supported, not {type(value).__name__}")
+    if not isinstance(value, (np.ndarray, np.generic)):
+        raise OrtException.invalid_argument(
+            f"input {name!r} must be an OnnxTensor or a numpy array, not {type(value).__name__}"
+        )
+    return OnnxTensor._over_array(as_tensor_array(value, f"input {name!r}")), True

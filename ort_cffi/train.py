@@ -18,7 +18,6 @@ import argparse
 import importlib
 import json
 import math
-import os
 import re
 import sys
 import time
@@ -30,6 +29,7 @@ import numpy as np
 
 from . import __version__
 from ._errors import OrtException
+from ._files import atomic_write
 from .environment import OrtEnvironment
 from .options import SessionOptions
 from .tensor import TensorInfo
@@ -180,8 +180,9 @@ def _shape(dims: Sequence[int]) -> str:
 
 def load_dataset(path: Path, splits: Dict[str, List[str]], infos: Dict[str, TensorInfo]) -> Dict[str, Arrays]:
     """``{"train": {input: array}, "val": {...}}`` from ``train_<input>`` / ``val_<input>``, checked
-    against the model's inputs (names, dtypes, shapes) so that a mismatch is reported here, by name,
-    rather than as a runtime error in the middle of the first step."""
+    against the model's inputs (names, dtypes, shapes, and at least one batch per split when the model
+    fixes the batch size) so that a mismatch is reported here, by name, rather than as a runtime error
+    in the middle of the first step."""
     if not zipfile.is_zipfile(path):  # np.load would try it as a pickle and say so, confusingly
         raise UsageError(f"dataset {str(path)!r} is not an .npz file (numpy.savez writes one)")
     try:
@@ -202,6 +203,7 @@ def load_dataset(path: Path, splits: Dict[str, List[str]], infos: Dict[str, Tens
             f"so the arrays must be {', '.join(expected)}"
         )
     dataset: Dict[str, Arrays] = {}
+    batch = fixed_batch(infos)
     for split, names in splits.items():
         arrays = {name: stored[f"{split}_{name}"] for name in names}
         for name, array in arrays.items():
@@ -223,6 +225,12 @@ def load_dataset(path: Path, splits: Dict[str, List[str]], infos: Dict[str, Tens
         if len(counts) != 1 or 0 in counts:
             sizes = ", ".join(f"{split}_{n}: {len(a)}" for n, a in arrays.items())
             raise UsageError(f"{where}: the {split} arrays need the same, non-zero number of samples ({sizes})")
+        (count,) = counts
+        if batch is not None and count < batch:  # only whole batches fit the model: none would run
+            raise UsageError(
+                f"{where}: the {split} split has {count} sample{'s' if count > 1 else ''}, fewer than one batch: "
+                f"the model's inputs fix the batch size at {batch} and take whole batches only"
+            )
         dataset[split] = arrays
     return dataset
 
@@ -264,11 +272,15 @@ def classification_labels(infos: Dict[str, TensorInfo]) -> Optional[str]:
 
 # --- output files ---------------------------------------------------------------------------------
 
-def write_json(path: Path, data: Any) -> None:
-    """Crash-safe like the checkpoints: a temporary file, then a rename over the old one."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+def write_json(path: Path, data: Any, what: str = "JSON file") -> None:
+    """Crash-safe like the checkpoints: a temporary file of its own beside ``path``, fsynced, then renamed
+    over the old one (a crash leaves the old file or the new one, and concurrent runs never share it)."""
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as file:
+            json.dump(data, file, indent=1)
+            file.write("\n")
+
+    atomic_write(str(path), write, what)
 
 
 def load_history(out: Path, epoch: int, step: int) -> Tuple[List[dict], List[dict]]:
@@ -311,7 +323,13 @@ def plot(path: Path, steps: List[dict], epochs: List[dict], title: str) -> None:
     lr_ax.set_xlabel("optimizer step")
     lr_ax.set_ylabel("learning rate")
     lr_ax.grid(alpha=0.3)
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, "plot")
+
+
+def save_figure(fig: Any, path: Path, what: str) -> None:
+    """``fig.savefig`` made crash-safe like the other files: the format named by the suffix (the
+    temporary file's own suffix is .tmp), written beside ``path`` and renamed over it."""
+    atomic_write(str(path), lambda tmp: fig.savefig(tmp, dpi=100, format=path.suffix.lstrip(".") or "png"), what)
 
 
 class _NoBar:
@@ -368,6 +386,8 @@ def train_epoch(session: OrtTrainingSession, data: Arrays, loss_name: str, epoch
         steps.append({"step": step, "epoch": epoch, "loss": loss, "lr": lr})
         bar.set_postfix(loss=f"{loss_sum / count:.4f}", lr=f"{lr:.2e}", refresh=False)
         bar.update(len(idx))
+    if not count:  # load_dataset makes sure of a batch: this is for callers that did not use it
+        raise UsageError("the training split holds no batch to train on (fewer samples than one batch)")
     return loss_sum / count
 
 
@@ -384,6 +404,8 @@ def evaluate(session: OrtTrainingSession, data: Arrays, loss_name: str, scores: 
                 batch_correct = count_correct(result.get(1).getValue(), data[labels][idx])
                 correct = None if batch_correct is None else correct + batch_correct
         count += len(idx)
+    if not count:
+        raise UsageError("the validation split holds no batch to evaluate (fewer samples than one batch)")
     return total_loss / count, (None if correct is None else correct / count)
 
 
@@ -521,7 +543,7 @@ def train(args: argparse.Namespace) -> int:
                           "val_accuracy": val_acc, "lr": lr, "seconds": round(time.monotonic() - epoch_started, 3),
                           "best": improved}
                 epochs.append(record)
-                write_json(out / "metrics.json", _metrics(args, data_path, steps, epochs, None))
+                write_json(out / "metrics.json", _metrics(args, data_path, steps, epochs, None), "metrics")
                 accuracy = f"  val acc {val_acc:.4f}" if val_acc is not None else ""
                 print(f"epoch {epoch:{len(str(args.epochs))}d}/{args.epochs}  train loss {train_loss:.4f}  "
                       f"val loss {val_loss:.4f}{accuracy}  lr {lr:.2e}{'  *best' if improved else ''}", flush=True)
@@ -548,7 +570,7 @@ def train(args: argparse.Namespace) -> int:
 
     files = [out / "metrics.json"]
     write_json(out / "metrics.json", _metrics(args, data_path, steps, epochs, {
-        "model": model_path.name, "outputs": names, "val_accuracy": inference_acc}))
+        "model": model_path.name, "outputs": names, "val_accuracy": inference_acc}), "metrics")
     if not args.no_plot and steps:
         try:
             plot(out / "training.png", steps, epochs, title)

@@ -28,13 +28,13 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 import numpy as np
 
 from ._errors import OrtClosedException, OrtErrorCode, OrtException, OrtFileNotFoundException
-from ._handles import NativeHandle, allocator_string, pin_all, process, unpin_all
+from ._handles import NativeHandle, pin_all, process, read_names, unpin_all
 from .capi import check_status, ffi, get_runtime
 from .options import RunOptions, SessionOptions
-from .session import PathOrBytes, Result, read_model, refuse_zero_sized, tensor_for_input
-from .tensor import DTYPE_TO_ONNX, OnnxTensor, TensorInfo, TensorTypeAndShapeInfo, as_tensor_array
+from ._files import PathLike, PathOrBytes, atomic_write, existing_file, fspath, native_path, read_model
+from .session import NameSet, Result
+from .tensor import DTYPE_TO_ONNX, OnnxTensor, TensorInfo, TensorTypeAndShapeInfo, as_tensor_array, refuse_zero_sized, tensor_for_input
 
-PathLike = Union[str, "os.PathLike[str]"]
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 _PROPERTY_TYPES = {0: "int", 1: "float", 2: "str"}
@@ -50,17 +50,6 @@ class OrtAllocator:
         return "<OrtAllocator default CPU>"
 
 
-def _fspath(path: Any, what: str) -> str:
-    if not isinstance(path, (str, os.PathLike)):
-        raise OrtException.invalid_argument(f"the {what} must be a str or os.PathLike, not {type(path).__name__}")
-    result = os.fspath(path)
-    if not isinstance(result, str):
-        result = os.fsdecode(result)
-    if not result:
-        raise OrtException.invalid_argument(f"the {what} is empty")
-    return result
-
-
 def _check_name(name: Any, what: str = "property name") -> bytes:
     if not isinstance(name, str):
         raise OrtException.invalid_argument(f"the {what} must be a str, not {type(name).__name__}")
@@ -68,54 +57,6 @@ def _check_name(name: Any, what: str = "property name") -> bytes:
         raise OrtException.invalid_argument(f"the {what} {name!r} contains a NUL character")
     return name.encode()
 
-
-def _current_umask() -> int:
-    """The process umask, read without changing it (os.umask would, for every thread)."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return 0o022
-
-
-def _mode_for(target: str) -> int:
-    """The permissions a saved file gets: the replaced file's, or 0666 less the umask for a new one."""
-    try:
-        return os.stat(target).st_mode & 0o7777
-    except FileNotFoundError:
-        return 0o666 & ~_current_umask()
-
-
-def _atomic_write(target: str, write: Callable[[str], None], what: str) -> None:
-    """Have ``write(tmp_path)`` produce the file beside ``target``, fsync it, then rename it over
-    ``target``. On any failure the temporary file is removed and ``target`` is untouched."""
-    directory = os.path.dirname(os.path.abspath(target))
-    if not os.path.isdir(directory):
-        raise OrtFileNotFoundException(
-            f"cannot write the {what} {target!r}: folder {directory!r} does not exist", OrtErrorCode.ORT_NO_SUCHFILE
-        )
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, _mode_for(target))  # mkstemp makes 0600; keep what a plain open() would give
-        with open(tmp, "rb+") as written:
-            os.fsync(written.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class OrtCheckpointState(NativeHandle):
@@ -138,26 +79,14 @@ class OrtCheckpointState(NativeHandle):
         session = self._session() if self._session is not None else None
         return session if session is not None and not session.closed else None
 
-    def close(self) -> None:
-        """Release the state (waiting for a call in progress in another thread; deferred while a
-        session still uses it). Idempotent."""
-        lock = getattr(self, "_lock", None)
-        if lock is None:
-            NativeHandle.close(self)
-            return
-        with lock:
-            NativeHandle.close(self)
-
     @staticmethod
     def loadCheckpoint(checkpointPath: PathLike) -> "OrtCheckpointState":
         """``LoadCheckpoint`` from a file."""
-        path = _fspath(checkpointPath, "checkpoint path")
-        if not os.path.isfile(path):
-            raise OrtFileNotFoundException(f"checkpoint {path!r} does not exist", OrtErrorCode.ORT_NO_SUCHFILE)
+        path = existing_file(checkpointPath, "checkpoint")
         rt = get_runtime()
         process.env()  # loading logs through the runtime's default logger, which the environment creates
         out = ffi.new("OrtCheckpointState**")
-        check_status(rt.training_api.LoadCheckpoint(path.encode(), out), f"loading checkpoint {path!r}")
+        check_status(rt.training_api.LoadCheckpoint(native_path(path), out), f"loading checkpoint {path!r}")
         return OrtCheckpointState(out[0], path)
 
     @staticmethod
@@ -174,16 +103,21 @@ class OrtCheckpointState(NativeHandle):
         check_status(rt.training_api.LoadCheckpointFromBuffer(data, len(data), out), "loading a checkpoint from bytes")
         return OrtCheckpointState(out[0], "<bytes>")
 
-    def saveCheckpoint(self, outputPath: PathLike, saveOptimizer: bool = False) -> None:
+    def _native(self, via_session: bool) -> Any:
+        """The pointer for a call. The session bound to this state still reaches it after its caller
+        closed it (the session pins it until the session closes); anyone else is told it is closed."""
+        return self._ptr if via_session and self._ptr else self._handle()
+
+    def saveCheckpoint(self, outputPath: PathLike, saveOptimizer: bool = False, *, _via_session: bool = False) -> None:
         """``SaveCheckpoint``, crash-safe: a temporary file beside the target, flushed, then renamed."""
-        path = _fspath(outputPath, "checkpoint path")
+        path = fspath(outputPath, "checkpoint path")
         include_optimizer = bool(saveOptimizer)
         with self._lock:
-            ptr = self._handle()
-            _atomic_write(
+            ptr = self._native(_via_session)
+            atomic_write(
                 path,
                 lambda tmp: check_status(
-                    self._rt.training_api.SaveCheckpoint(ptr, tmp.encode(), include_optimizer),
+                    self._rt.training_api.SaveCheckpoint(ptr, native_path(tmp), include_optimizer),
                     f"saving checkpoint {path!r}",
                 ),
                 "checkpoint",
@@ -191,7 +125,7 @@ class OrtCheckpointState(NativeHandle):
 
     # --- properties ------------------------------------------------------------------------------
 
-    def addProperty(self, propertyName: str, propertyValue: Union[int, float, str]) -> None:
+    def addProperty(self, propertyName: str, propertyValue: Union[int, float, str], *, _via_session: bool = False) -> None:
         """``AddProperty``: an int (a true int64), a float (float32) or a str; an existing name is overwritten."""
         name = _check_name(propertyName)
         value = propertyValue
@@ -215,10 +149,11 @@ class OrtCheckpointState(NativeHandle):
             )
         with self._lock:
             check_status(
-                self._rt.training_api.AddProperty(self._handle(), name, kind, native), f"adding property {propertyName!r}"
+                self._rt.training_api.AddProperty(self._native(_via_session), name, kind, native),
+                f"adding property {propertyName!r}",
             )
 
-    def _get_property(self, args: Tuple[Any, ...], wanted: int) -> Union[int, float, str]:
+    def _get_property(self, args: Tuple[Any, ...], wanted: int, via_session: bool = False) -> Union[int, float, str]:
         if len(args) == 2 and (args[0] is None or isinstance(args[0], OrtAllocator)):
             args = args[1:]
         if len(args) != 1:
@@ -230,7 +165,7 @@ class OrtCheckpointState(NativeHandle):
         value = ffi.new("void**")
         with self._lock:
             check_status(
-                self._rt.training_api.GetProperty(self._handle(), name, allocator, kind, value),
+                self._rt.training_api.GetProperty(self._native(via_session), name, allocator, kind, value),
                 f"reading property {property_name!r}",
             )
         try:  # the value was allocated with our allocator: free it whatever happens
@@ -248,17 +183,17 @@ class OrtCheckpointState(NativeHandle):
         finally:
             check_status(self._rt.api.AllocatorFree(allocator, value[0]), "AllocatorFree")
 
-    def getIntProperty(self, *args: Any) -> int:
+    def getIntProperty(self, *args: Any, _via_session: bool = False) -> int:
         """``getIntProperty([allocator,] name)``: an int property (int64)."""
-        return int(self._get_property(args, 0))
+        return int(self._get_property(args, 0, _via_session))
 
-    def getFloatProperty(self, *args: Any) -> float:
+    def getFloatProperty(self, *args: Any, _via_session: bool = False) -> float:
         """``getFloatProperty([allocator,] name)``: a float property (a float32 value)."""
-        return float(self._get_property(args, 1))
+        return float(self._get_property(args, 1, _via_session))
 
-    def getStringProperty(self, *args: Any) -> str:
+    def getStringProperty(self, *args: Any, _via_session: bool = False) -> str:
         """``getStringProperty([allocator,] name)``: a str property."""
-        return str(self._get_property(args, 2))
+        return str(self._get_property(args, 2, _via_session))
 
     # --- parameters (beyond the Java binding) ---------------------------------------------------
 
@@ -316,17 +251,16 @@ _CheckpointState = OrtCheckpointState
 
 
 class _Selection:
-    """Which outputs a step returns, in which order, and which are the caller's (pinned): validated
-    once per distinct request and reused while the same request comes again."""
+    """Which outputs a step returns, in which order, and which slots are the caller's (pinned):
+    validated once per distinct request of names and reused while the same names come again."""
 
-    __slots__ = ("names", "positions", "pinned", "pinned_tensors", "owned", "everything")
+    __slots__ = ("names", "positions", "pinned_positions", "owned", "everything")
 
-    def __init__(self, names: Tuple[str, ...], positions: Tuple[int, ...], pinned: Tuple[Tuple[int, OnnxTensor], ...], everything: bool) -> None:
+    def __init__(self, names: Tuple[str, ...], positions: Tuple[int, ...], pinned_positions: Tuple[int, ...], everything: bool) -> None:
         self.names = names  # the Result's names: requested outputs, then pinned ones
         self.positions = positions  # model positions of the requested outputs
-        self.pinned = pinned  # (model position, caller's tensor)
-        self.pinned_tensors: List[NativeHandle] = [tensor for _, tensor in pinned]
-        self.owned: Optional[Tuple[bool, ...]] = None if everything else (True,) * len(positions) + (False,) * len(pinned)
+        self.pinned_positions = pinned_positions  # model positions of the caller's tensors, in the pinned dict's order
+        self.owned: Optional[Tuple[bool, ...]] = None if everything else (True,) * len(positions) + (False,) * len(pinned_positions)
         self.everything = everything  # every output, in model order, all owned by the Result
 
 
@@ -334,7 +268,7 @@ class _ModelPlan:
     """What one model (training or eval) needs per step, computed once at construction."""
 
     __slots__ = ("kind", "input_names", "output_names", "input_pos", "output_pos", "in_values", "out_values",
-                 "step", "everything", "last_request", "last_selection")
+                 "step", "everything", "cached")
 
     def __init__(self, kind: str, input_names: Tuple[str, ...], output_names: Tuple[str, ...], step: Any) -> None:
         self.kind = kind
@@ -346,21 +280,7 @@ class _ModelPlan:
         self.out_values = ffi.new("OrtValue*[]", max(len(output_names), 1))
         self.step = step  # the TrainStep or EvalStep function pointer, looked up once
         self.everything = _Selection(output_names, tuple(range(len(output_names))), (), everything=True)
-        self.last_request: Any = None
-        self.last_selection: Optional[_Selection] = None
-
-
-class NameSet(Tuple[str, ...]):
-    """An ordered, read-only set of names (Java's ``Set<String>``, in the model's order)."""
-
-    def contains(self, name: object) -> bool:
-        return name in self
-
-    def isEmpty(self) -> bool:
-        return len(self) == 0
-
-    def size(self) -> int:
-        return len(self)
+        self.cached: Tuple[Any, Optional[_Selection]] = (None, None)  # (request names, selection): one read, one write
 
 
 def _split_step_args(
@@ -370,10 +290,10 @@ def _split_step_args(
     for arg in args:
         if arg is None:
             continue
-        if type(arg) is dict or (not isinstance(arg, (RunOptions, set, frozenset, list, tuple)) and isinstance(arg, Mapping)):
-            pinned = arg
-        elif isinstance(arg, RunOptions):
+        if isinstance(arg, RunOptions):
             run_options = arg
+        elif isinstance(arg, Mapping):
+            pinned = arg
         elif isinstance(arg, (set, frozenset, list, tuple)):
             requested = arg
         else:
@@ -390,6 +310,7 @@ class OrtTrainingSession(NativeHandle):
     """A training session over a checkpoint, a training model, and optionally eval and optimizer models."""
 
     _kind = "OrtTrainingSession"
+    _owns_state = False
     OrtCheckpointState = _CheckpointState  # Java nests it: OrtTrainingSession.OrtCheckpointState
 
     def __init__(
@@ -413,7 +334,7 @@ class OrtTrainingSession(NativeHandle):
         if isinstance(checkpoint, _CheckpointState):
             state, self._owns_state = checkpoint, False
         else:
-            state, self._owns_state = _CheckpointState.loadCheckpoint(_fspath(checkpoint, "checkpoint path")), True
+            state, self._owns_state = _CheckpointState.loadCheckpoint(fspath(checkpoint, "checkpoint path")), True
         self._state = state
         own_options = options is None
         session_options = options if options is not None else SessionOptions()
@@ -440,9 +361,9 @@ class OrtTrainingSession(NativeHandle):
                     else:
                         status = rt.training_api.CreateTrainingSession(
                             env._handle(), session_options._ptr, state_ptr,
-                            (train[0] or "").encode(),
-                            evaluation[0].encode() if evaluation[0] else ffi.NULL,
-                            optimizer[0].encode() if optimizer[0] else ffi.NULL,
+                            native_path(train[0] or ""),
+                            native_path(evaluation[0]) if evaluation[0] else ffi.NULL,
+                            native_path(optimizer[0]) if optimizer[0] else ffi.NULL,
                             out,
                         )
                         where = f"creating a training session from {train[0]!r}"
@@ -474,25 +395,14 @@ class OrtTrainingSession(NativeHandle):
 
     # --- construction helpers ------------------------------------------------------------------
 
-    def _read_names(self, count_fn: Any, name_fn: Any) -> Tuple[str, ...]:
-        count = ffi.new("size_t*")
-        check_status(count_fn(self._ptr, count))
-        allocator = process.allocator()
-        names = []
-        for i in range(count[0]):  # indices < count only: a larger one aborts the process
-            out = ffi.new("char**")
-            check_status(name_fn(self._ptr, i, allocator, out))
-            names.append(allocator_string(self._rt, allocator, out[0]))
-        return tuple(names)
-
     def _plan(self, kind: str, step: Any) -> _ModelPlan:
         t = self._rt.training_api
         if kind == "training":
-            inputs = self._read_names(t.TrainingSessionGetTrainingModelInputCount, t.TrainingSessionGetTrainingModelInputName)
-            outputs = self._read_names(t.TrainingSessionGetTrainingModelOutputCount, t.TrainingSessionGetTrainingModelOutputName)
+            inputs = read_names(self._ptr, t.TrainingSessionGetTrainingModelInputCount, t.TrainingSessionGetTrainingModelInputName)
+            outputs = read_names(self._ptr, t.TrainingSessionGetTrainingModelOutputCount, t.TrainingSessionGetTrainingModelOutputName)
         else:
-            inputs = self._read_names(t.TrainingSessionGetEvalModelInputCount, t.TrainingSessionGetEvalModelInputName)
-            outputs = self._read_names(t.TrainingSessionGetEvalModelOutputCount, t.TrainingSessionGetEvalModelOutputName)
+            inputs = read_names(self._ptr, t.TrainingSessionGetEvalModelInputCount, t.TrainingSessionGetEvalModelInputName)
+            outputs = read_names(self._ptr, t.TrainingSessionGetEvalModelOutputCount, t.TrainingSessionGetEvalModelOutputName)
         return _ModelPlan(kind, inputs, outputs, step)
 
     # --- names ---------------------------------------------------------------------------------
@@ -529,9 +439,9 @@ class OrtTrainingSession(NativeHandle):
         ``(inputs, pinnedOutputs)``, ``(inputs, requestedOutputs, pinnedOutputs, runOptions)``."""
         plan = self._train
         if not args and requestedOutputs is None and pinnedOutputs is None and runOptions is None:
-            return self._step(plan, inputs, plan.everything, None)
+            return self._step(plan, inputs, plan.everything, (), None)
         requested, pinned, run_options = _split_step_args(args, requestedOutputs, pinnedOutputs, runOptions)
-        return self._step(plan, inputs, self._selection(plan, requested, pinned), run_options)
+        return self._step(plan, inputs, *self._selection(plan, requested, pinned), run_options)
 
     def evalStep(
         self,
@@ -542,76 +452,98 @@ class OrtTrainingSession(NativeHandle):
         runOptions: Optional[RunOptions] = None,
     ) -> Result:
         """``EvalStep``: the eval model over ``inputs``; the same five forms as ``trainStep``."""
-        requested, pinned, run_options = _split_step_args(args, requestedOutputs, pinnedOutputs, runOptions)
         plan = self._eval
         if plan is None:
             self._handle()
             raise OrtException.invalid_argument("this training session has no eval model: evalStep is unavailable")
-        return self._step(plan, inputs, self._selection(plan, requested, pinned), run_options)
+        if not args and requestedOutputs is None and pinnedOutputs is None and runOptions is None:
+            return self._step(plan, inputs, plan.everything, (), None)
+        requested, pinned, run_options = _split_step_args(args, requestedOutputs, pinnedOutputs, runOptions)
+        return self._step(plan, inputs, *self._selection(plan, requested, pinned), run_options)
 
-    def _selection(self, plan: _ModelPlan, requested: Any, pinned: Any) -> _Selection:
-        """The validated output selection for this request (cached while the same request comes again)."""
+    def _selection(self, plan: _ModelPlan, requested: Any, pinned: Any) -> Tuple[_Selection, List[NativeHandle]]:
+        """The validated output selection for this request, and the caller's pinned tensors."""
         if requested is None and pinned is None:
-            return plan.everything
+            return plan.everything, []
         if isinstance(requested, str) or (requested is not None and not isinstance(requested, Iterable)):
             raise OrtException.invalid_argument("requestedOutputs is a collection of output names")
         if pinned is not None and not isinstance(pinned, Mapping):
             raise OrtException.invalid_argument(
                 f"pinnedOutputs maps output names to OnnxTensors; got {type(pinned).__name__}"
             )
-        # Tensors compare by identity, so the same dict holding other tensors is another request.
-        request = (None if requested is None else tuple(requested), None if pinned is None else tuple(pinned.items()))
-        if request == plan.last_request and plan.last_selection is not None:
-            return plan.last_selection
-        pinned_map: Dict[str, Any] = dict(request[1]) if request[1] else {}
-        if requested is None:
-            wanted = [] if pinned is not None else [n for n in plan.output_names if n not in pinned_map]
-        else:
-            wanted = list(dict.fromkeys(request[0] or ()))
-        unknown = [n for n in wanted + list(pinned_map) if n not in plan.output_pos]
-        if unknown:
-            raise OrtException.invalid_argument(
-                f"unknown output names {unknown}; the {plan.kind} model's outputs are {list(plan.output_names)}"
-            )
-        overlap = [n for n in wanted if n in pinned_map]
-        if overlap:
-            raise OrtException.invalid_argument(f"outputs {overlap} are both requested and pinned")
-        if not wanted and not pinned_map:
-            raise OrtException.invalid_argument("no outputs were requested or pinned")
-        for name, tensor in pinned_map.items():
+        pinned_tensors: List[NativeHandle] = []
+        for name, tensor in (pinned.items() if pinned is not None else ()):
             if not isinstance(tensor, OnnxTensor):
                 raise OrtException.invalid_argument(f"pinned output {name!r} must be an OnnxTensor, not {type(tensor).__name__}")
             if not tensor.writable:
                 raise OrtException.invalid_argument(f"pinned output {name!r} is over a read-only array")
-        selection = _Selection(
-            tuple(wanted) + tuple(pinned_map),
+            pinned_tensors.append(tensor)
+        # Keyed by names only: the tensors are the caller's, passed again with every call.
+        unordered = isinstance(requested, (set, frozenset))
+        request = (None if requested is None else tuple(requested), unordered, None if pinned is None else tuple(pinned))
+        cached_request, selection = plan.cached
+        if selection is None or cached_request != request:
+            selection = self._new_selection(plan, request)
+            plan.cached = (request, selection)
+        return selection, pinned_tensors
+
+    @staticmethod
+    def _new_selection(plan: _ModelPlan, request: Tuple[Any, bool, Any]) -> _Selection:
+        requested, unordered, pinned_names = request
+        pinned_names = pinned_names or ()
+        if requested is None:
+            wanted: List[str] = []
+        elif unordered:  # a set has no order of its own (it varies per process): use the model's
+            wanted = [n for n in plan.output_names if n in requested]
+        else:
+            wanted = list(dict.fromkeys(requested))
+        unknown = [n for n in list(requested or ()) + list(pinned_names) if n not in plan.output_pos]
+        if unknown:
+            raise OrtException.invalid_argument(
+                f"unknown output names {unknown}; the {plan.kind} model's outputs are {list(plan.output_names)}"
+            )
+        overlap = [n for n in wanted if n in pinned_names]
+        if overlap:
+            raise OrtException.invalid_argument(f"outputs {overlap} are both requested and pinned")
+        if not wanted and not pinned_names:
+            raise OrtException.invalid_argument("no outputs were requested or pinned")
+        return _Selection(
+            tuple(wanted) + tuple(pinned_names),
             tuple(plan.output_pos[n] for n in wanted),
-            tuple((plan.output_pos[n], t) for n, t in pinned_map.items()),
+            tuple(plan.output_pos[n] for n in pinned_names),
             everything=False,
         )
-        plan.last_request, plan.last_selection = request, selection
-        return selection
 
     def _bad_inputs(self, plan: _ModelPlan, inputs: Mapping[str, Any]) -> OrtException:
-        unknown = [n for n in inputs if n not in plan.input_pos]
-        missing = [n for n in plan.input_names if n not in inputs]
+        given = list(inputs)  # what iterating the mapping yields: that is what a step would pass
+        unknown = [n for n in given if n not in plan.input_pos]
+        missing = [n for n in plan.input_names if n not in given]
+        repeated = sorted({n for n in given if given.count(n) > 1})
         parts = []
         if unknown:
             parts.append(f"unknown input names {unknown}")
         if missing:
             parts.append(f"missing inputs {missing}")
+        if repeated:
+            parts.append(f"repeated input names {repeated}")
         return OrtException.invalid_argument(
-            f"{' and '.join(parts)}; the {plan.kind} model's inputs are {list(plan.input_names)}"
+            f"{' and '.join(parts) or 'inputs do not match'}; the {plan.kind} model's inputs are {list(plan.input_names)}"
         )
 
-    def _step(self, plan: _ModelPlan, inputs: Mapping[str, Any], selection: _Selection, run_options: Optional[RunOptions]) -> Result:
+    def _step(
+        self,
+        plan: _ModelPlan,
+        inputs: Mapping[str, Any],
+        selection: _Selection,
+        pinned_tensors: Sequence[NativeHandle],
+        run_options: Optional[RunOptions],
+    ) -> Result:
         """One ``TrainStep``/``EvalStep``. This is the hot path: everything derivable was computed at
         construction (``_ModelPlan``) or for the first request of its kind (``_Selection``)."""
         if type(inputs) is not dict and not isinstance(inputs, Mapping):
             raise OrtException.invalid_argument("inputs must be a mapping from input name to OnnxTensor or numpy array")
         input_pos = plan.input_pos
-        if len(inputs) != len(input_pos):
-            raise self._bad_inputs(plan, inputs)
+        input_count = len(input_pos)
         tensors: List[NativeHandle] = []
         positions = []
         made: List[OnnxTensor] = []  # tensors made here over the caller's arrays: closed after the step
@@ -628,9 +560,12 @@ class OrtTrainingSession(NativeHandle):
                     refuse_zero_sized(name, value)
                 tensors.append(value)
                 positions.append(position)
+            # Every input exactly once: a slot left unfilled would pass a stale pointer to C.
+            if len(positions) != input_count or len(set(positions)) != input_count:
+                raise self._bad_inputs(plan, inputs)
             in_use = tensors
-            if selection.pinned:
-                in_use = in_use + selection.pinned_tensors
+            if pinned_tensors:
+                in_use = in_use + list(pinned_tensors)
             if run_options is not None:
                 in_use = in_use + [run_options]
             in_values, out_values = plan.in_values, plan.out_values
@@ -644,17 +579,19 @@ class OrtTrainingSession(NativeHandle):
                         in_values[position] = tensor._ptr
                     for i in range(output_count):
                         out_values[i] = ffi.NULL
-                    for position, tensor in selection.pinned:
+                    for position, tensor in zip(selection.pinned_positions, pinned_tensors):
                         out_values[position] = tensor._ptr
                     status = plan.step(
                         self._ptr, ffi.NULL if run_options is None else run_options._ptr,
-                        len(positions), in_values, output_count, out_values,
+                        input_count, in_values, output_count, out_values,
                     )
-                    for position, _ in selection.pinned:
+                    for position in selection.pinned_positions:
                         out_values[position] = ffi.NULL  # the caller's tensor: never adopted
                     # Own what the runtime allocated at once, also on failure.
                     produced = [OnnxTensor._adopt(p) if p else None for p in out_values[0:output_count]]
                 finally:
+                    for position in range(input_count):
+                        in_values[position] = ffi.NULL  # no pointer outlives the step
                     unpin_all(in_use)
             if status:
                 for value in produced:
@@ -665,12 +602,12 @@ class OrtTrainingSession(NativeHandle):
             for tensor in made:
                 tensor.close()
         if selection.everything:
-            return Result(plan.output_names, produced)  # type: ignore[arg-type]  # all produced: none is None
+            return Result(plan.output_names, produced, index=plan.output_pos)  # type: ignore[arg-type]  # none is None
         wanted = set(selection.positions)
         for position, value in enumerate(produced):
             if value is not None and position not in wanted:
                 value.close()
-        values: List[Any] = [produced[p] for p in selection.positions] + selection.pinned_tensors
+        values: List[Any] = [produced[p] for p in selection.positions] + list(pinned_tensors)
         return Result(selection.names, values, selection.owned)
 
     def lazyResetGrad(self) -> None:
@@ -755,35 +692,35 @@ class OrtTrainingSession(NativeHandle):
         self._handle()
         if saveOptimizerState and not self._has_optimizer:
             raise OrtException.invalid_argument("cannot save optimizer state: this session has no optimizer model")
-        self._state.saveCheckpoint(outputPath, saveOptimizerState)
+        self._state.saveCheckpoint(outputPath, saveOptimizerState, _via_session=True)
 
     def getCheckpointState(self) -> _CheckpointState:
         """The checkpoint state this session trains (the session's own, or the one it was given)."""
         self._handle()
         return self._state
 
-    def addProperty(self, propertyName: str, propertyValue: Union[int, float, str]) -> None:
+    def addProperty(self, propertyName: str, propertyValue: Union[int, float, str], *, _via_session: bool = False) -> None:
         """``AddProperty`` on this session's checkpoint state."""
         self._handle()
-        self._state.addProperty(propertyName, propertyValue)
+        self._state.addProperty(propertyName, propertyValue, _via_session=True)
 
     def getIntProperty(self, *args: Any) -> int:
         self._handle()
-        return self._state.getIntProperty(*args)
+        return self._state.getIntProperty(*args, _via_session=True)
 
     def getFloatProperty(self, *args: Any) -> float:
         self._handle()
-        return self._state.getFloatProperty(*args)
+        return self._state.getFloatProperty(*args, _via_session=True)
 
     def getStringProperty(self, *args: Any) -> str:
         self._handle()
-        return self._state.getStringProperty(*args)
+        return self._state.getStringProperty(*args, _via_session=True)
 
     def exportModelForInference(self, outputPath: PathLike, outputNames: Sequence[str]) -> None:
         """``ExportModelForInferencing``: the eval graph with the current parameters, keeping ``outputNames``.
 
         The eval model must have been loaded from a path (the runtime cannot export from bytes)."""
-        path = _fspath(outputPath, "export path")
+        path = fspath(outputPath, "export path")
         if isinstance(outputNames, str):
             outputNames = [outputNames]
         names = list(outputNames)
@@ -800,11 +737,11 @@ class OrtTrainingSession(NativeHandle):
                     "create the session from model paths to export",
                     OrtErrorCode.ORT_NOT_IMPLEMENTED,
                 )
-            _atomic_write(
+            atomic_write(
                 path,
                 lambda tmp: check_status(
                     self._rt.training_api.ExportModelForInferencing(
-                        session, tmp.encode(), len(encoded), ffi.new("char*[]", encoded)
+                        session, native_path(tmp), len(encoded), ffi.new("char*[]", encoded)
                     ),
                     f"exporting {names} to {path!r}",
                 ),
@@ -865,11 +802,6 @@ class OrtTrainingSession(NativeHandle):
     def close(self) -> None:
         """Release the session (waiting for a step in progress in another thread), then the checkpoint
         state it loaded itself. A state the caller passed stays open. Idempotent."""
-        lock = getattr(self, "_lock", None)
-        if lock is not None:
-            with lock:
-                NativeHandle.close(self)
-        else:
-            NativeHandle.close(self)
-        if getattr(self, "_owns_state", False):
+        NativeHandle.close(self)
+        if self._owns_state:
             self._state.close()

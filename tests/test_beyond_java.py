@@ -139,7 +139,7 @@ def test_inference_outputs_equal_onnxruntime_inference_session(tmp_path):
         s.exportModelForInference(model, ["logits"])
     x = batch(3, n=16)["input"]
     with env.createSession(str(model)) as inference:
-        assert inference.getInputNames() == ("input",) and inference.getOutputNames() == ("logits",)
+        assert inference.getInputNames() == {"input"} and tuple(inference.getOutputNames()) == ("logits",)
         assert inference.getInputInfo()["input"].getShape() == (-1, 784)
         assert inference.getOutputInfo()["logits"].onnxType == OnnxTensorType.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT
         with inference.run({"input": x}) as r:

@@ -362,3 +362,63 @@ def test_pinned_outputs_are_never_released_by_the_binding():
                 assert not pinned.closed and np.isfinite(float(pinned.getValue()))
         """
     )
+
+
+def test_a_mapping_that_repeats_a_name_is_refused_not_crashed():
+    """A Mapping whose iteration disagrees with its len() once left a slot with a stale pointer."""
+    run_child(
+        f"""
+        from collections.abc import Mapping
+        import numpy as np
+        from ort_cffi import OrtEnvironment, OrtException
+        folder = {str(TWOOUT)!r}
+        rng = np.random.default_rng(0)
+        data = {{"input": rng.standard_normal((8, 20)).astype(np.float32), "labels": rng.integers(0, 3, 8).astype(np.int64)}}
+
+        class Repeats(Mapping):
+            def __len__(self): return 2
+            def __iter__(self): return iter(["input", "input"])
+            def __getitem__(self, key): return data[key]
+
+        with OrtEnvironment.getEnvironment().createTrainingSession(folder + "/checkpoint", folder + "/training_model.onnx") as s:
+            s.trainStep(data).close()
+            try:
+                s.trainStep(Repeats())
+                raise SystemExit("accepted")
+            except OrtException as e:
+                assert "missing inputs ['labels']" in str(e), e
+        """
+    )
+
+
+def test_requested_outputs_as_a_set_come_in_model_order_and_results_iterate_as_entries():
+    with session() as s, s.trainStep(batch(), {"logits", "onnx::loss::20"}) as r:
+        assert r.keys() == ["onnx::loss::20", "logits"]  # a set has no order: the model's
+        entries = list(r)
+        assert [e.getKey() for e in entries] == r.keys() and entries[1].getValue() is r["logits"]
+        name, value = entries[0]
+        assert name == "onnx::loss::20" and value is r.get(0) is r[-2] is r.get(np.int64(0))
+        with pytest.raises(IndexError):
+            r.get(2)
+
+
+def test_name_sets_compare_as_sets_and_keep_the_model_order():
+    with session() as s:
+        names = s.getTrainInputNames()
+        assert names == {"labels", "input"} and list(names) == ["input", "labels"] and names[0] == "input"
+        assert names.size() == 2 and names.contains("labels") and not names.isEmpty()
+
+
+def test_a_session_keeps_using_the_state_its_caller_closed(tmp_path):
+    """Closing a state a session still trains defers its release; the session's own calls on it
+    (save, properties) keep working until the session closes."""
+    state = OrtCheckpointState.loadCheckpoint(TWOOUT / "checkpoint")
+    with env.createTrainingSession(state, str(TWOOUT / "training_model.onnx")) as s:
+        state.close()
+        with pytest.raises(OrtException, match="closed"):
+            state.addProperty("x", 1)
+        s.addProperty("epoch", 2)
+        assert s.getIntProperty("epoch") == 2
+        s.saveCheckpoint(tmp_path / "ckpt")
+    with OrtCheckpointState.loadCheckpoint(tmp_path / "ckpt") as saved:
+        assert saved.getIntProperty("epoch") == 2

@@ -102,6 +102,21 @@ def test_partitioning_refuses_bad_arguments() -> None:
         flower.label_proportions(np.arange(3), 3, alpha=0.01, min_size=5)
 
 
+def test_partitioning_gives_every_client_training_data() -> None:
+    """More clients than training samples would leave a client nothing to fit on (it divided by zero);
+    an empty validation share is fine (it weighs nothing in the federated evaluation)."""
+    rng = np.random.default_rng(0)
+    dataset = {"train": {"input": rng.standard_normal((5, 64)).astype(np.float32), "labels": np.arange(5) % 2},
+               "val": {"input": rng.standard_normal((3, 64)).astype(np.float32), "labels": np.arange(3) % 2}}
+    for partitioning in flower.PARTITIONINGS:
+        with pytest.raises(ValueError, match="6 clients cannot each get training data from 5 training samples: "
+                                             "use at most 5 clients"):
+            flower.partition_dataset(dataset, 6, partitioning=partitioning)
+    local = flower.partition_dataset(dataset, 5)
+    assert [len(c["train"]["labels"]) for c in local] == [1] * 5
+    assert sorted(len(c["val"]["labels"]) for c in local) == [0, 0, 1, 1, 1]
+
+
 # --- one client, in this process ----------------------------------------------------------------
 
 def _client(data: Path, partition_id: int = 0, num_partitions: int = 3) -> flower.OrtNumPyClient:
@@ -171,6 +186,16 @@ def test_fit_on_a_mismatched_model_is_a_clear_error(small_data: Path, shared_ses
     with pytest.raises(flower.FederatedError, match="same training artifacts"):
         client.evaluate([np.zeros(3, np.float32)], {})
     client.fit([np.zeros(size, np.float64)], {"local-epochs": 1})  # the right size in float64 is converted
+
+
+def test_fit_without_training_data_is_a_clear_error(shared_sessions: None) -> None:
+    session = flower.shared_session(DIGITS)
+    empty = {"input": np.zeros((0, 64), np.float32), "labels": np.zeros(0, np.int64)}
+    client = flower.OrtNumPyClient(session, {"train": empty, "val": empty}, client_id=4)
+    (params,) = client.get_parameters({})
+    with pytest.raises(flower.FederatedError, match="client 4: it has no training data, so it cannot fit"):
+        client.fit([params], {})
+    assert client.evaluate([params], {}) == (0.0, 0, {"examples": 0})
 
 
 # --- a small simulation on Ray ------------------------------------------------------------------
@@ -246,13 +271,18 @@ def test_default_run_reaches_the_target(tmp_path: Path) -> None:
 
 # --- the command's errors, and the missing extra ------------------------------------------------
 
-def test_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_cli_usage_errors(tmp_path: Path, small_data: Path, capsys: pytest.CaptureFixture) -> None:
     assert federated.main(["--artifacts", str(tmp_path / "nowhere"), "--out", str(tmp_path)]) == 2
     assert "error: artifacts folder" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         federated.main(["--fraction-fit", "1.5"])
     assert exit_info.value.code == 2
     assert "must be between 0 and 1" in capsys.readouterr().err
+    # more clients than training samples: refused before Ray starts
+    assert federated.main(["--data", str(small_data), "--clients", "401", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --clients 401 is more than the 400 training samples of dataset '{small_data}'"), err
+    assert "use at most 400 clients" in err and not (tmp_path / "out").exists()
 
 
 def test_import_ort_cffi_does_not_import_flower() -> None:

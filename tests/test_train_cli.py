@@ -187,6 +187,59 @@ def test_dataset_mismatch_is_named(tmp_path: Path, small_data: Path, capsys: pyt
     assert "Traceback" not in stderr and not (tmp_path / "out" / "last_checkpoint").exists()
 
 
+def _fixed_batch_artifacts(tmp_path: Path, batch: int) -> Path:
+    """The digits artifacts with the batch dimension fixed at ``batch`` (it is symbolic in the originals)."""
+    onnx = pytest.importorskip("onnx")
+    folder = tmp_path / f"fixed{batch}"
+    shutil.copytree(DIGITS, folder)
+    for name in ("training_model.onnx", "eval_model.onnx"):
+        model = onnx.load(str(folder / name))
+        for value in model.graph.input:
+            if value.name in ("input", "labels"):
+                value.type.tensor_type.shape.dim[0].dim_value = batch
+        onnx.save(model, str(folder / name))
+    return folder
+
+
+@pytest.mark.parametrize("batch, split, count", [(500, "train", 400), (128, "val", 120)])
+def test_a_split_smaller_than_a_fixed_batch_is_named(tmp_path: Path, small_data: Path, capsys: pytest.CaptureFixture,
+                                                     batch: int, split: str, count: int) -> None:
+    """A model that fixes the batch size takes whole batches only: a split with fewer samples than one batch
+    would train or validate on nothing (it divided by zero)."""
+    artifacts = _fixed_batch_artifacts(tmp_path, batch)
+    code, _, stderr = run(capsys, "--artifacts", artifacts, "--data", small_data, "--batch-size", batch,
+                          "--out", tmp_path / "out", "--no-progress")
+    assert code == 2, stderr
+    assert stderr.startswith(f"error: dataset '{small_data}': the {split} split has {count} samples, fewer than one "
+                             f"batch: the model's inputs fix the batch size at {batch}"), stderr
+    assert "Traceback" not in stderr and not (tmp_path / "out" / "last_checkpoint").exists()
+
+
+def test_a_fixed_batch_drops_the_last_partial_batch(tmp_path: Path, small_data: Path, capsys: pytest.CaptureFixture) -> None:
+    """Splits of at least one batch train on whole batches: 400 samples in batches of 64 are 6 steps an epoch."""
+    artifacts = _fixed_batch_artifacts(tmp_path, 64)
+    out = tmp_path / "out"
+    code, stdout, stderr = run(capsys, "--artifacts", artifacts, "--data", small_data, "--batch-size", 64,
+                               "--epochs", 2, "--out", out, "--no-progress", "--no-plot")
+    assert code == 0, stderr
+    assert "2 epochs x 6 steps, batch 64" in stdout and ACCURACY_LINE.search(stdout)
+    assert [s["step"] for s in json.loads((out / "metrics.json").read_text())["steps"]] == list(range(1, 13))
+
+
+def test_metrics_are_written_crash_safe(tmp_path: Path) -> None:
+    """metrics.json and history.json go through a temporary file of their own (another run's is left alone),
+    fsynced and renamed; a failed write leaves the old file and no temporary file."""
+    target = tmp_path / "metrics.json"
+    other = tmp_path / "metrics.json.tmp"  # the name every run used to share
+    other.write_text("another run's")
+    cli.write_json(target, {"a": 1}, "metrics")
+    assert json.loads(target.read_text()) == {"a": 1} and other.read_text() == "another run's"
+    with pytest.raises(TypeError):
+        cli.write_json(target, {"a": object()}, "metrics")
+    assert json.loads(target.read_text()) == {"a": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json", "metrics.json.tmp"]
+
+
 def test_missing_inputs_are_named(tmp_path: Path, small_data: Path, capsys: pytest.CaptureFixture) -> None:
     partial = tmp_path / "partial"
     shutil.copytree(DIGITS, partial)
