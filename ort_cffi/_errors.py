@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Optional
+from typing import Any, Optional
 
 
 class OrtErrorCode(enum.IntEnum):
@@ -54,6 +54,11 @@ class OrtException(Exception):
     def getCode(self) -> OrtErrorCode:
         return self.code
 
+    def __reduce__(self) -> "tuple[Any, ...]":
+        # Subclasses take other constructor arguments: rebuild from the message and code as they
+        # are (exceptions cross processes under multiprocessing and Ray).
+        return (_rebuild, (type(self), self.message, int(self.code)))
+
     def getMessage(self) -> str:
         return self.message
 
@@ -73,6 +78,14 @@ class OrtException(Exception):
     def invalid_argument(cls, message: str) -> "OrtException":
         """A bad argument found by ort_cffi's own checks, before any native call."""
         return OrtInvalidArgumentException(message, OrtErrorCode.ORT_INVALID_ARGUMENT)
+
+
+def _rebuild(cls: "type[OrtException]", message: str, code: int) -> OrtException:
+    exc = cls.__new__(cls)  # no __init__: the subclasses take other arguments
+    Exception.__init__(exc, message)
+    exc.message = message
+    exc.code = OrtErrorCode(code)
+    return exc
 
 
 class OrtFileNotFoundException(OrtException, FileNotFoundError):
@@ -113,3 +126,8 @@ class TrainingApiUnavailableError(RuntimeLoadError):
 
 class UnsupportedRuntimeError(RuntimeLoadError):
     """The runtime's version has a table layout ort_cffi does not declare; it is refused."""
+
+
+class StaleProbeError(UnsupportedRuntimeError):
+    """The cached probe of the wheel does not check out (an address outside the image, another
+    version): the loader measures once more before giving up."""

@@ -80,6 +80,16 @@ class NativeHandle:
             taken = self._take()  # closed while in use: released now
         _release(self, taken)
 
+    def _call(self, function: Any, *args: Any, context: str) -> None:
+        """``function(ptr, *args)`` with this handle pinned for the call, its status checked."""
+        ptr = self._use()
+        try:
+            status = function(ptr, *args)
+        finally:
+            self._unuse()
+        if status:
+            check_status(status, context)
+
     def close(self) -> None:
         """Release the native object (deferred while other handles still pin it), after any call in
         progress in another thread. Idempotent."""
@@ -171,7 +181,7 @@ class Env(_ProcessHandle):
 
     _kind = "OrtEnv"
 
-    def __init__(self, log_level: int = 3, log_id: str = "ort_cffi") -> None:
+    def __init__(self, log_level: int = 2, log_id: str = "ort_cffi") -> None:
         rt = get_runtime()
         out = ffi.new("OrtEnv**")
         check_status(rt.api.CreateEnv(log_level, log_id.encode(), out), "CreateEnv")
@@ -199,11 +209,13 @@ class _Process:
         self._memory_info: Optional[CpuMemoryInfo] = None
         self._allocator: Any = None
 
-    def env(self) -> Env:
+    def env(self, log_level: Optional[int] = None, log_id: Optional[str] = None) -> Env:
+        """The environment; the logging level and id apply when this call creates it (as in Java,
+        the first ``getEnvironment`` call decides)."""
         if self._env is None:
             with self._lock:
                 if self._env is None:
-                    self._env = Env()
+                    self._env = Env(2 if log_level is None else int(log_level), log_id or "ort_cffi")
         return self._env
 
     def memory_info(self) -> CpuMemoryInfo:

@@ -37,7 +37,7 @@ from typing import Any, Optional
 
 from cffi import FFI
 
-from ._errors import RuntimeLoadError, RuntimeNotFoundError, UnsupportedRuntimeError
+from ._errors import RuntimeLoadError, RuntimeNotFoundError, StaleProbeError
 from ._ffi import ffi
 
 LIBRARY_ENV = "ORT_CFFI_LIBRARY"
@@ -111,9 +111,11 @@ class LoadedImage:
 def load_library(path: "str | os.PathLike[str]") -> LoadedImage:
     """dlopen a real ONNX Runtime shared library and call its exported ``OrtGetApiBase``."""
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise RuntimeNotFoundError(f"ONNX Runtime library {path!r} does not exist; {INSTALL_HINT}")
-    handle = _dlopen(path)
+    if os.sep in path or os.path.exists(path):
+        if not os.path.exists(path):
+            raise RuntimeNotFoundError(f"ONNX Runtime library {path!r} does not exist; {INSTALL_HINT}")
+        path = os.path.abspath(path)  # dlopen would search the library path for a name without a slash
+    handle = _dlopen(path)  # a bare soname ("libonnxruntime.so.1.19.2") is searched where dlopen looks
     get_api_base = _dlsym(handle, "OrtGetApiBase")
     if not get_api_base:
         hint = ""
@@ -219,19 +221,27 @@ def measure_offset(wheel: WheelRuntime) -> dict:
     """Run the probe in a child process: the offset of ``OrtApiBase`` from ``PyInit_…``."""
     env = dict(os.environ)
     env.pop(LIBRARY_ENV, None)
-    proc = subprocess.run(
-        [sys.executable, "-c", _PROBE_SCRIPT, PYINIT],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    package_parent = str(Path(__file__).resolve().parent.parent)  # the child imports this very ort_cffi
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE_SCRIPT, PYINIT],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise RuntimeLoadError(f"measuring where the C API lies in {wheel.extension} failed: {error}") from error
     if proc.returncode != 0:
         raise RuntimeLoadError(
             f"measuring where the C API lies in {wheel.extension} failed (exit {proc.returncode}): "
             f"{proc.stderr.strip()[-2000:]}"
         )
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    try:
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError) as error:
+        raise RuntimeLoadError(f"the probe of {wheel.extension} printed no result: {proc.stdout[-500:]!r}") from error
     if Path(result["file"]).resolve() != wheel.extension.resolve():
         raise RuntimeLoadError(
             f"the probe imported onnxruntime from {result['file']}, not {wheel.extension}: "
@@ -291,16 +301,40 @@ def prepare_wheel_image(wheel: WheelRuntime, *, refresh: bool = False) -> "tuple
         return entry / wheel.extension.name, cached
     from filelock import FileLock
 
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(entry) + ".lock", timeout=600):
-        cached = None if refresh else _read_entry(entry, identity)  # another process may have just written it
-        if cached is None:
-            probe = measure_offset(wheel)
-            _write_entry(entry, wheel, identity, probe)
-            cached = _read_entry(entry, identity)
+    from filelock import Timeout
+
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(entry) + ".lock", timeout=600):
+            cached = None if refresh else _read_entry(entry, identity)  # another process may have just written it
             if cached is None:
-                raise RuntimeLoadError(f"the runtime cache at {entry} could not be written or read back")
+                probe = measure_offset(wheel)
+                _write_entry(entry, wheel, identity, probe)
+                _prune_stale_entries(entry)
+                cached = _read_entry(entry, identity)
+                if cached is None:
+                    raise RuntimeLoadError(f"the runtime cache at {entry} could not be written or read back")
+    except (OSError, Timeout) as error:
+        raise RuntimeLoadError(
+            f"the runtime cache at {entry.parent} is not usable ({error}); set {CACHE_ENV} to a writable folder"
+        ) from error
     return entry / wheel.extension.name, cached
+
+
+def _prune_stale_entries(keep: Path) -> None:
+    """Remove cached images whose runtime file no longer exists as it was (a reinstalled or deleted
+    wheel): each holds a copy of a large library. Entries of other live installations stay."""
+    for entry in keep.parent.glob("runtime-*"):
+        if entry == keep or not entry.is_dir():
+            continue
+        try:
+            identity = json.loads((entry / "probe.json").read_text())["identity"]
+            source = Path(identity["file"])
+            if source.is_file() and source.stat().st_size == identity["size"] and source.stat().st_mtime_ns == identity["mtime_ns"]:
+                continue
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # unreadable: stale too
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def _image_ranges(image: str) -> "list[tuple[int, int, str]]":
@@ -326,14 +360,14 @@ def check_inside_image(image: str, api_base_address: int) -> None:
 
     pointer_size = ffi.sizeof("void*")
     if not inside(api_base_address, "r") or not inside(api_base_address + 2 * pointer_size - 1, "r"):
-        raise UnsupportedRuntimeError(
+        raise StaleProbeError(
             f"the measured OrtApiBase address 0x{api_base_address:x} is not inside {image}: refusing to call through it"
         )
     slots = ffi.cast("void**", api_base_address)
     for index, name in enumerate(("GetApi", "GetVersionString")):
         target = int(ffi.cast("uintptr_t", slots[index]))
         if not inside(target, "x"):
-            raise UnsupportedRuntimeError(
+            raise StaleProbeError(
                 f"OrtApiBase.{name} (0x{target:x}) does not point into the code of {image}: refusing to call it"
             )
 

@@ -21,6 +21,7 @@ from typing import Any, Optional
 from ._errors import (
     OrtException,
     RuntimeLoadError,
+    StaleProbeError,
     TrainingApiUnavailableError,
     UnsupportedRuntimeError,
 )
@@ -56,7 +57,7 @@ class Runtime:
         self.api_base: Any = ffi.cast("const OrtApiBase*", loaded.api_base_address)
         self.version = ffi.string(self.api_base.GetVersionString()).decode()
         if loaded.expected_version is not None and self.version != loaded.expected_version:
-            raise UnsupportedRuntimeError(
+            raise StaleProbeError(
                 f"the runtime image {loaded.image} reports version {self.version!r} but the installed wheel is "
                 f"{loaded.expected_version!r}: refusing to use it"
             )
@@ -91,7 +92,7 @@ _runtime_lock = threading.Lock()
 def _load(library: "str | os.PathLike[str] | None") -> Runtime:
     try:
         return Runtime(find_and_load(library))
-    except UnsupportedRuntimeError:
+    except StaleProbeError:
         if library is not None or os.environ.get(LIBRARY_ENV):
             raise
     # The wheel's cached probe did not check out (an offset outside the image, another version):

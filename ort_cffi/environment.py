@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Optional, Union
 
+from ._errors import OrtException
 from ._handles import process
 from .capi import get_runtime
 from .options import OrtLoggingLevel, SessionOptions
@@ -20,20 +21,24 @@ class OrtEnvironment:
     _instance: Optional["OrtEnvironment"] = None
     _instance_lock = threading.Lock()
 
-    def __init__(self) -> None:
+    def __init__(self, loggingLevel: Any = None, name: Optional[str] = None) -> None:
         if OrtEnvironment._instance is not None:
             raise RuntimeError("OrtEnvironment is a singleton: use OrtEnvironment.getEnvironment()")
-        process.env()  # fail here, clearly, if the runtime cannot be loaded
+        if loggingLevel is not None:
+            loggingLevel = OrtLoggingLevel(loggingLevel)
+        if name is not None and not isinstance(name, str):
+            raise OrtException.invalid_argument(f"the environment name must be a str, not {type(name).__name__}")
+        process.env(loggingLevel, name)  # fails here, clearly, if the runtime cannot be loaded
         self.defaultAllocator = OrtAllocator(process.allocator())
 
     @classmethod
     def getEnvironment(cls, loggingLevel: Any = None, name: Optional[str] = None) -> "OrtEnvironment":
-        """The environment (Java's overloads with a logging level or name are accepted; the first call
-        creates it with the runtime's warning level)."""
+        """The environment. As in Java, the first call creates it, with ``loggingLevel`` (an
+        ``OrtLoggingLevel``; default WARNING) and ``name``; later calls return it as it is."""
         if cls._instance is None:
             with cls._instance_lock:
                 if cls._instance is None:
-                    cls._instance = cls()
+                    cls._instance = cls(loggingLevel, name)
         return cls._instance
 
     def isTrainingEnabled(self) -> bool:

@@ -61,32 +61,30 @@ class SessionOptions(NativeHandle):
     def setIntraOpNumThreads(self, numThreads: int) -> None:
         """``SetIntraOpNumThreads``: threads inside one operator (0 = the runtime's default)."""
         n = _check_int(numThreads, "intra-op thread count", 0)
-        check_status(self._rt.api.SetIntraOpNumThreads(self._handle(), n), "SetIntraOpNumThreads")
+        self._call(self._rt.api.SetIntraOpNumThreads, n, context="SetIntraOpNumThreads")
 
     def setInterOpNumThreads(self, numThreads: int) -> None:
         """``SetInterOpNumThreads``: threads running operators in parallel (0 = default)."""
         n = _check_int(numThreads, "inter-op thread count", 0)
-        check_status(self._rt.api.SetInterOpNumThreads(self._handle(), n), "SetInterOpNumThreads")
+        self._call(self._rt.api.SetInterOpNumThreads, n, context="SetInterOpNumThreads")
 
     def setOptimizationLevel(self, level: "_OptLevel") -> None:
         """``SetSessionGraphOptimizationLevel``."""
         level = OptLevel(level)
-        check_status(
-            self._rt.api.SetSessionGraphOptimizationLevel(self._handle(), int(level)), "SetSessionGraphOptimizationLevel"
-        )
+        self._call(self._rt.api.SetSessionGraphOptimizationLevel, int(level), context="SetSessionGraphOptimizationLevel")
 
     def setExecutionMode(self, mode: "_ExecutionMode") -> None:
         """``SetSessionExecutionMode``."""
         mode = ExecutionMode(mode)
-        check_status(self._rt.api.SetSessionExecutionMode(self._handle(), int(mode)), "SetSessionExecutionMode")
+        self._call(self._rt.api.SetSessionExecutionMode, int(mode), context="SetSessionExecutionMode")
 
     def addConfigEntry(self, configKey: str, configValue: str) -> None:
         """``AddSessionConfigEntry`` (e.g. ``session.intra_op.allow_spinning`` = ``0``)."""
         if not isinstance(configKey, str) or not isinstance(configValue, str):
             raise OrtException.invalid_argument("config entries are str keys and str values")
-        check_status(
-            self._rt.api.AddSessionConfigEntry(self._handle(), configKey.encode(), configValue.encode()),
-            f"AddSessionConfigEntry({configKey!r})",
+        self._call(
+            self._rt.api.AddSessionConfigEntry, configKey.encode(), configValue.encode(),
+            context=f"AddSessionConfigEntry({configKey!r})",
         )
         self._entries[configKey] = configValue
 
@@ -98,30 +96,30 @@ class SessionOptions(NativeHandle):
     def setSessionLogLevel(self, level: OrtLoggingLevel) -> None:
         """``SetSessionLogSeverityLevel``."""
         level = OrtLoggingLevel(level)
-        check_status(self._rt.api.SetSessionLogSeverityLevel(self._handle(), int(level)), "SetSessionLogSeverityLevel")
+        self._call(self._rt.api.SetSessionLogSeverityLevel, int(level), context="SetSessionLogSeverityLevel")
 
     setLogLevel = setSessionLogLevel
 
     def setSessionLogVerbosityLevel(self, level: int) -> None:
         """``SetSessionLogVerbosityLevel``."""
         n = _check_int(level, "log verbosity level", 0)
-        check_status(self._rt.api.SetSessionLogVerbosityLevel(self._handle(), n), "SetSessionLogVerbosityLevel")
+        self._call(self._rt.api.SetSessionLogVerbosityLevel, n, context="SetSessionLogVerbosityLevel")
 
     def setLoggerId(self, loggerId: str) -> None:
         """``SetSessionLogId``."""
-        check_status(self._rt.api.SetSessionLogId(self._handle(), loggerId.encode()), "SetSessionLogId")
+        self._call(self._rt.api.SetSessionLogId, loggerId.encode(), context="SetSessionLogId")
 
     def setMemoryPatternOptimization(self, enabled: bool) -> None:
         """``EnableMemPattern`` / ``DisableMemPattern``."""
         api = self._rt.api
         call = api.EnableMemPattern if enabled else api.DisableMemPattern
-        check_status(call(self._handle()), "EnableMemPattern" if enabled else "DisableMemPattern")
+        self._call(call, context="EnableMemPattern" if enabled else "DisableMemPattern")
 
     def setCPUArenaAllocator(self, enabled: bool) -> None:
         """``EnableCpuMemArena`` / ``DisableCpuMemArena``."""
         api = self._rt.api
         call = api.EnableCpuMemArena if enabled else api.DisableCpuMemArena
-        check_status(call(self._handle()), "EnableCpuMemArena" if enabled else "DisableCpuMemArena")
+        self._call(call, context="EnableCpuMemArena" if enabled else "DisableCpuMemArena")
 
     def addCUDA(self, deviceNum: int = 0) -> None:
         """Run on the CUDA GPU ``deviceNum`` (``SessionOptionsAppendExecutionProvider_CUDA``).
@@ -135,9 +133,9 @@ class SessionOptions(NativeHandle):
         options.gpu_mem_limit = 2**64 - 1
         options.arena_extend_strategy = 0
         options.do_copy_in_default_stream = 1
-        check_status(
-            self._rt.api.SessionOptionsAppendExecutionProvider_CUDA(self._handle(), options),
-            f"adding the CUDA execution provider (device {device}); it needs the CUDA build "
+        self._call(
+            self._rt.api.SessionOptionsAppendExecutionProvider_CUDA, options,
+            context=f"adding the CUDA execution provider (device {device}); it needs the CUDA build "
             "onnxruntime-training==1.19.2 and a CUDA GPU",
         )
 
@@ -158,43 +156,41 @@ class RunOptions(NativeHandle):
     def setLogLevel(self, level: OrtLoggingLevel) -> None:
         """``RunOptionsSetRunLogSeverityLevel``."""
         level = OrtLoggingLevel(level)
-        check_status(
-            self._rt.api.RunOptionsSetRunLogSeverityLevel(self._handle(), int(level)), "RunOptionsSetRunLogSeverityLevel"
-        )
+        self._call(self._rt.api.RunOptionsSetRunLogSeverityLevel, int(level), context="RunOptionsSetRunLogSeverityLevel")
 
     def getLogLevel(self) -> OrtLoggingLevel:
         out = ffi.new("int*")
-        check_status(self._rt.api.RunOptionsGetRunLogSeverityLevel(self._handle(), out), "RunOptionsGetRunLogSeverityLevel")
+        self._call(self._rt.api.RunOptionsGetRunLogSeverityLevel, out, context="RunOptionsGetRunLogSeverityLevel")
         return OrtLoggingLevel(out[0])
 
     def setLogVerbosityLevel(self, level: int) -> None:
         n = _check_int(level, "log verbosity level", 0)
-        check_status(self._rt.api.RunOptionsSetRunLogVerbosityLevel(self._handle(), n), "RunOptionsSetRunLogVerbosityLevel")
+        self._call(self._rt.api.RunOptionsSetRunLogVerbosityLevel, n, context="RunOptionsSetRunLogVerbosityLevel")
 
     def getLogVerbosityLevel(self) -> int:
         out = ffi.new("int*")
-        check_status(
-            self._rt.api.RunOptionsGetRunLogVerbosityLevel(self._handle(), out), "RunOptionsGetRunLogVerbosityLevel"
-        )
+        self._call(self._rt.api.RunOptionsGetRunLogVerbosityLevel, out, context="RunOptionsGetRunLogVerbosityLevel")
         return int(out[0])
 
     def setRunTag(self, runTag: str) -> None:
         """``RunOptionsSetRunTag``."""
-        check_status(self._rt.api.RunOptionsSetRunTag(self._handle(), runTag.encode()), "RunOptionsSetRunTag")
+        self._call(self._rt.api.RunOptionsSetRunTag, runTag.encode(), context="RunOptionsSetRunTag")
 
     def getRunTag(self) -> str:
         out = ffi.new("const char**")
-        check_status(self._rt.api.RunOptionsGetRunTag(self._handle(), out), "RunOptionsGetRunTag")
-        return ffi.string(out[0]).decode() if out[0] else ""
+        ptr = self._use()  # the tag belongs to the options: copied before they can be released
+        try:
+            check_status(self._rt.api.RunOptionsGetRunTag(ptr, out), "RunOptionsGetRunTag")
+            return ffi.string(out[0]).decode() if out[0] else ""
+        finally:
+            self._unuse()
 
     def setTerminate(self, terminate: bool) -> None:
         """``RunOptionsSetTerminate`` / ``RunOptionsUnsetTerminate``."""
         api = self._rt.api
         call = api.RunOptionsSetTerminate if terminate else api.RunOptionsUnsetTerminate
-        check_status(call(self._handle()), "RunOptionsSetTerminate")
+        self._call(call, context="RunOptionsSetTerminate")
 
     def addRunConfigEntry(self, configKey: str, configValue: str) -> None:
         """``AddRunConfigEntry``."""
-        check_status(
-            self._rt.api.AddRunConfigEntry(self._handle(), configKey.encode(), configValue.encode()), "AddRunConfigEntry"
-        )
+        self._call(self._rt.api.AddRunConfigEntry, configKey.encode(), configValue.encode(), context="AddRunConfigEntry")

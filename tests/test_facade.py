@@ -422,3 +422,25 @@ def test_a_session_keeps_using_the_state_its_caller_closed(tmp_path):
         s.saveCheckpoint(tmp_path / "ckpt")
     with OrtCheckpointState.loadCheckpoint(tmp_path / "ckpt") as saved:
         assert saved.getIntProperty("epoch") == 2
+
+
+def test_exceptions_survive_pickling():
+    """Errors cross processes (multiprocessing, Ray): each comes back with its type, text and code."""
+    import pickle
+
+    from ort_cffi._errors import OrtClosedException, OrtFileNotFoundException
+
+    for error in (OrtClosedException("OrtTrainingSession"), OrtException("m", OrtErrorCode.ORT_FAIL),
+                  OrtFileNotFoundException("f", OrtErrorCode.ORT_NO_SUCHFILE)):
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is type(error) and str(again) == str(error) and again.getCode() == error.getCode()
+
+
+def test_environment_logging_level_is_taken_from_the_first_call():
+    run_child(
+        """
+        from ort_cffi import OrtEnvironment, OrtLoggingLevel
+        env = OrtEnvironment.getEnvironment(OrtLoggingLevel.ORT_LOGGING_LEVEL_ERROR, "my-app")
+        assert OrtEnvironment.getEnvironment() is env
+        """
+    )
