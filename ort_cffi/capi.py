@@ -1,4 +1,4 @@
-"""The raw layer: ONNX Runtime's C API tables, for direct calls from Python.
+"""Layer 2, the raw layer: ONNX Runtime's C API tables, for direct calls from Python.
 
     from ort_cffi.capi import ffi, get_runtime
     rt = get_runtime()

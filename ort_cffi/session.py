@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import operator
-import os
 from typing import AbstractSet, Any, Dict, Generic, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union
 
 from ._errors import OrtException

@@ -285,6 +285,7 @@ class OnnxTensor(OnnxValue):
     _array: Optional[np.ndarray] = None
     _info: Optional[TensorInfo] = None
     _empty: Optional[bool] = None  # has a zero-sized dimension (None: not known yet)
+    _writable = True  # the runtime may write into its memory (decided once, at creation)
     _buffer: Any = None
 
     @classmethod
@@ -323,6 +324,7 @@ class OnnxTensor(OnnxValue):
         tensor._buffer = buffer
         tensor._info = TensorInfo(DTYPE_TO_ONNX[array.dtype], array.shape)
         tensor._empty = array.size == 0
+        tensor._writable = bool(array.flags.writeable)
         return tensor
 
     @classmethod
@@ -334,8 +336,8 @@ class OnnxTensor(OnnxValue):
 
     @property
     def writable(self) -> bool:
-        """False for a tensor over a read-only array (it cannot be a pinned output)."""
-        return self._array is None or bool(self._array.flags.writeable)
+        """False for a tensor over read-only memory (it cannot be a pinned output)."""
+        return self._writable
 
     def getInfo(self) -> TensorInfo:
         """Element type and shape (``GetTensorTypeAndShape``)."""

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
-import tempfile
 import threading
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._errors import OrtClosedException, OrtErrorCode, OrtException, OrtFileNotFoundException
+from ._errors import OrtClosedException, OrtErrorCode, OrtException
 from ._handles import NativeHandle, pin_all, process, read_names, unpin_all
 from .capi import check_status, ffi, get_runtime
 from .options import RunOptions, SessionOptions
@@ -290,7 +288,9 @@ def _split_step_args(
     for arg in args:
         if arg is None:
             continue
-        if isinstance(arg, RunOptions):
+        if type(arg) is dict:  # the common case first: the ABC check below is slower
+            pinned = arg
+        elif isinstance(arg, RunOptions):
             run_options = arg
         elif isinstance(arg, Mapping):
             pinned = arg
@@ -467,7 +467,7 @@ class OrtTrainingSession(NativeHandle):
             return plan.everything, []
         if isinstance(requested, str) or (requested is not None and not isinstance(requested, Iterable)):
             raise OrtException.invalid_argument("requestedOutputs is a collection of output names")
-        if pinned is not None and not isinstance(pinned, Mapping):
+        if pinned is not None and type(pinned) is not dict and not isinstance(pinned, Mapping):
             raise OrtException.invalid_argument(
                 f"pinnedOutputs maps output names to OnnxTensors; got {type(pinned).__name__}"
             )
