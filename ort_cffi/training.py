@@ -437,11 +437,7 @@ class OrtTrainingSession(NativeHandle):
 
         Java's forms: ``trainStep(inputs)``, ``(inputs, runOptions)``, ``(inputs, requestedOutputs)``,
         ``(inputs, pinnedOutputs)``, ``(inputs, requestedOutputs, pinnedOutputs, runOptions)``."""
-        plan = self._train
-        if not args and requestedOutputs is None and pinnedOutputs is None and runOptions is None:
-            return self._step(plan, inputs, plan.everything, (), None)
-        requested, pinned, run_options = _split_step_args(args, requestedOutputs, pinnedOutputs, runOptions)
-        return self._step(plan, inputs, *self._selection(plan, requested, pinned), run_options)
+        return self._dispatch(self._train, inputs, args, requestedOutputs, pinnedOutputs, runOptions)
 
     def evalStep(
         self,
@@ -452,13 +448,16 @@ class OrtTrainingSession(NativeHandle):
         runOptions: Optional[RunOptions] = None,
     ) -> Result:
         """``EvalStep``: the eval model over ``inputs``; the same five forms as ``trainStep``."""
-        plan = self._eval
-        if plan is None:
+        if self._eval is None:
             self._handle()
             raise OrtException.invalid_argument("this training session has no eval model: evalStep is unavailable")
-        if not args and requestedOutputs is None and pinnedOutputs is None and runOptions is None:
+        return self._dispatch(self._eval, inputs, args, requestedOutputs, pinnedOutputs, runOptions)
+
+    def _dispatch(self, plan: _ModelPlan, inputs: Mapping[str, Any], args: Tuple[Any, ...], requested: Any, pinned: Any, run_options: Any) -> Result:
+        """Java's five step forms folded into one: a plain ``step(inputs)`` goes straight through."""
+        if not args and requested is None and pinned is None and run_options is None:
             return self._step(plan, inputs, plan.everything, (), None)
-        requested, pinned, run_options = _split_step_args(args, requestedOutputs, pinnedOutputs, runOptions)
+        requested, pinned, run_options = _split_step_args(args, requested, pinned, run_options)
         return self._step(plan, inputs, *self._selection(plan, requested, pinned), run_options)
 
     def _selection(self, plan: _ModelPlan, requested: Any, pinned: Any) -> Tuple[_Selection, List[NativeHandle]]:

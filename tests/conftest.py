@@ -43,6 +43,16 @@ def no_native_leaks():
     assert not left, f"native handles left alive after the test: {left}"
 
 
+@pytest.fixture(scope="session")
+def small_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A subset of the embedded digits: 400 training and 120 validation images."""
+    with np.load(DIGITS / "digits.npz") as digits:
+        arrays = {key: digits[key][:400] if key.startswith("train_") else digits[key][:120] for key in digits.files}
+    path = tmp_path_factory.mktemp("data") / "small.npz"
+    np.savez(path, **arrays)
+    return path
+
+
 def run_child(code: str, *, env: "dict | None" = None, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter; a crash there fails the test, not the test run."""
     full_env = dict(os.environ)

@@ -30,16 +30,6 @@ with warnings.catch_warnings():  # Flower imports typer, which warns about click
 ROUND_LINE = re.compile(r"^round +(\d+)/(\d+)  train loss [\d.]+  val loss [\d.]+  val acc (\d\.\d{4})  lr ", re.M)
 
 
-@pytest.fixture(scope="module")
-def small_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A subset of the embedded digits: 400 training and 120 validation images."""
-    with np.load(DIGITS / "digits.npz") as digits:
-        arrays = {key: digits[key][:400] if key.startswith("train_") else digits[key][:120] for key in digits.files}
-    path = tmp_path_factory.mktemp("data") / "small.npz"
-    np.savez(path, **arrays)
-    return path
-
-
 @pytest.fixture
 def shared_sessions() -> Iterator[None]:
     """Clients in this process share a cached session: released before the leak check."""

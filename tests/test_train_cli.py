@@ -20,16 +20,6 @@ from ort_cffi import train as cli
 ACCURACY_LINE = re.compile(r"^inference model accuracy on validation: (\d\.\d{4})$", re.M)
 
 
-@pytest.fixture(scope="module")
-def small_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A subset of the embedded digits: 400 training and 120 validation images."""
-    with np.load(DIGITS / "digits.npz") as digits:
-        arrays = {key: digits[key][:400] if key.startswith("train_") else digits[key][:120] for key in digits.files}
-    path = tmp_path_factory.mktemp("data") / "small.npz"
-    np.savez(path, **arrays)
-    return path
-
-
 def run(capsys: pytest.CaptureFixture, *args: object) -> "tuple[int, str, str]":
     code = cli.main([str(a) for a in args])
     captured = capsys.readouterr()
