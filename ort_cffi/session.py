@@ -189,8 +189,12 @@ class Result:
             return
         self._closed = True
         owned = self._owned
-        for i, value in enumerate(self._values):
-            if owned is None or owned[i]:
+        if owned is None:
+            for value in self._values:
+                value.close()
+            return
+        for value, own in zip(self._values, owned):
+            if own:
                 value.close()
 
     @property

@@ -102,7 +102,7 @@ class TensorInfo:
     def __init__(self, onnx_type: int, shape: Sequence[int], dim_names: Sequence[str] = ()) -> None:
         self.onnxType = _ONNX_TYPES.get(onnx_type, OnnxTensorType.ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED)
         self.shape: Tuple[int, ...] = shape if type(shape) is tuple else tuple(int(d) for d in shape)
-        self.dimensionNames: Tuple[str, ...] = tuple(dim_names)
+        self.dimensionNames: Tuple[str, ...] = tuple(dim_names) if dim_names else ()
 
     @property
     def dtype(self) -> Optional[np.dtype]:
@@ -169,7 +169,7 @@ def calls() -> _Calls:
     return _calls
 
 
-def read_tensor_info(rt: Any, info_ptr: Any) -> TensorInfo:
+def read_tensor_info(info_ptr: Any) -> TensorInfo:
     """A ``TensorInfo`` from an ``OrtTensorTypeAndShapeInfo*`` (which the caller still owns)."""
     c, scratch = calls(), _scratch
     status = c.GetTensorElementType(info_ptr, scratch.element_type)
@@ -195,7 +195,7 @@ class TensorTypeAndShapeInfo(NativeHandle):
         self._own(ptr, get_runtime().api.ReleaseTensorTypeAndShapeInfo)
 
     def toTensorInfo(self) -> TensorInfo:
-        return read_tensor_info(get_runtime(), self._handle())
+        return read_tensor_info(self._handle())
 
 
 class TypeInfo(NativeHandle):
@@ -213,10 +213,10 @@ class TypeInfo(NativeHandle):
         check_status(rt.api.CastTypeInfoToTensorInfo(self._handle(), tensor_info), "CastTypeInfoToTensorInfo")
         if not tensor_info[0]:
             raise OrtException.invalid_argument(f"{what} is not a tensor")
-        return read_tensor_info(rt, tensor_info[0])
+        return read_tensor_info(tensor_info[0])
 
 
-def _value_tensor_info(rt: Any, value_ptr: Any) -> TensorInfo:
+def _value_tensor_info(value_ptr: Any) -> TensorInfo:
     # On the hot path (every output read): the info lives for the next two lines, released in
     # ``finally``, without the cost of a Python owner object.
     c, out = calls(), _scratch.info
@@ -225,7 +225,7 @@ def _value_tensor_info(rt: Any, value_ptr: Any) -> TensorInfo:
         check_status(status, "GetTensorTypeAndShape")
     info_ptr = out[0]
     try:
-        return read_tensor_info(rt, info_ptr)
+        return read_tensor_info(info_ptr)
     finally:
         c.ReleaseTensorTypeAndShapeInfo(info_ptr)
 
@@ -346,7 +346,7 @@ class OnnxTensor(OnnxValue):
             return self._info
         ptr = self._use()  # pinned: a close() from another thread waits until the read is done
         try:
-            self._info = _value_tensor_info(get_runtime(), ptr)
+            self._info = _value_tensor_info(ptr)
         finally:
             self._unuse()
         return self._info
@@ -360,7 +360,7 @@ class OnnxTensor(OnnxValue):
         try:
             info = self._info
             if info is None:
-                info = self._info = _value_tensor_info(get_runtime(), ptr)
+                info = self._info = _value_tensor_info(ptr)
             dtype = _DTYPE_BY_CODE.get(info.onnxType)
             if dtype is None:
                 raise OrtException.invalid_argument(f"tensor element type {info.onnxType.name} has no numpy equivalent")

@@ -559,8 +559,9 @@ class OrtTrainingSession(NativeHandle):
                     refuse_zero_sized(name, value)
                 tensors.append(value)
                 positions.append(position)
-            # Every input exactly once: a slot left unfilled would pass a stale pointer to C.
-            if len(positions) != input_count or len(set(positions)) != input_count:
+            # Every input exactly once, so that every slot is filled (a dict's keys are unique; another
+            # Mapping's iteration might repeat one): a slot left unfilled would hand C a stale pointer.
+            if len(positions) != input_count or (type(inputs) is not dict and len(set(positions)) != input_count):
                 raise self._bad_inputs(plan, inputs)
             in_use = tensors
             if pinned_tensors:
@@ -589,8 +590,6 @@ class OrtTrainingSession(NativeHandle):
                     # Own what the runtime allocated at once, also on failure.
                     produced = [OnnxTensor._adopt(p) if p else None for p in out_values[0:output_count]]
                 finally:
-                    for position in range(input_count):
-                        in_values[position] = ffi.NULL  # no pointer outlives the step
                     unpin_all(in_use)
             if status:
                 for value in produced:
@@ -601,7 +600,7 @@ class OrtTrainingSession(NativeHandle):
             for tensor in made:
                 tensor.close()
         if selection.everything:
-            return Result(plan.output_names, produced, index=plan.output_pos)  # type: ignore[arg-type]  # none is None
+            return Result(plan.output_names, produced, None, plan.output_pos)  # type: ignore[arg-type]  # none is None
         wanted = set(selection.positions)
         for position, value in enumerate(produced):
             if value is not None and position not in wanted:
