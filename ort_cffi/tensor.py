@@ -140,6 +140,7 @@ class _Scratch(threading.local):
         self.count = ffi.new("size_t*")
         self.dims = ffi.new("int64_t[]", 16)
         self.data = ffi.new("void**")
+        self.value = ffi.new("OrtValue**")
 
 
 _scratch = _Scratch()
@@ -157,6 +158,7 @@ class _Calls:
         self.ReleaseTensorTypeAndShapeInfo = api.ReleaseTensorTypeAndShapeInfo
         self.GetTensorMutableData = api.GetTensorMutableData
         self.ReleaseValue = api.ReleaseValue
+        self.CreateTensorWithDataAsOrtValue = api.CreateTensorWithDataAsOrtValue
 
 
 _calls: Optional[_Calls] = None
@@ -308,21 +310,20 @@ class OnnxTensor(OnnxValue):
     @classmethod
     def _over_array(cls, array: np.ndarray) -> "OnnxTensor":
         """A tensor over a conforming array (see ``as_tensor_array``) without copying it."""
-        rt = get_runtime()
+        c = calls()
         tensor = cls.__new__(cls)
         buffer = ffi.from_buffer("char[]", array, require_writable=False)
-        shape = ffi.new("int64_t[]", array.shape) if array.ndim else ffi.NULL
-        out = ffi.new("OrtValue**")
-        check_status(
-            rt.api.CreateTensorWithDataAsOrtValue(
-                process.memory_info()._handle(), buffer, array.nbytes, shape, array.ndim, DTYPE_TO_ONNX[array.dtype], out
-            ),
-            "CreateTensorWithDataAsOrtValue",
+        ndim = array.ndim
+        out = _scratch.value
+        status = c.CreateTensorWithDataAsOrtValue(
+            process.memory_info()._handle(), buffer, array.nbytes,
+            ffi.new("int64_t[]", array.shape) if ndim else ffi.NULL, ndim, DTYPE_TO_ONNX[array.dtype], out,
         )
-        tensor._own(out[0], rt.api.ReleaseValue)
+        if status:
+            check_status(status, "CreateTensorWithDataAsOrtValue")
+        tensor._own(out[0], c.ReleaseValue)
         tensor._array = array  # the memory the tensor reads and writes: kept alive with it
         tensor._buffer = buffer
-        tensor._info = TensorInfo(DTYPE_TO_ONNX[array.dtype], array.shape)
         tensor._empty = array.size == 0
         tensor._writable = bool(array.flags.writeable)
         return tensor
@@ -343,6 +344,10 @@ class OnnxTensor(OnnxValue):
         """Element type and shape (``GetTensorTypeAndShape``)."""
         if self._info is not None:
             self._handle()
+            return self._info
+        if self._array is not None:  # over a numpy array: its own dtype and shape
+            self._handle()
+            self._info = TensorInfo(DTYPE_TO_ONNX[self._array.dtype], self._array.shape)
             return self._info
         ptr = self._use()  # pinned: a close() from another thread waits until the read is done
         try:
