@@ -14,12 +14,13 @@ from ._errors import (
 )
 from .environment import OrtEnvironment
 from .options import OrtLoggingLevel, RunOptions, SessionOptions
-from .session import OrtSession, Result
+from .session import NodeInfo, OrtSession, Result
 from .tensor import OnnxTensor, OnnxTensorType, OnnxValue, OnnxValueType, TensorInfo
 from .training import OrtAllocator, OrtCheckpointState, OrtTrainingSession
 
 __version__ = "0.1.0"
 __all__ = [
+    "NodeInfo",
     "OnnxTensor",
     "OnnxTensorType",
     "OnnxValue",

@@ -56,6 +56,31 @@ class NameSet(AbstractSet[str]):
         return f"NameSet({list(self._names)!r})"
 
 
+class NodeInfo:
+    """A model input or output: its name and its ``TensorInfo`` (Java's ``NodeInfo``). The
+    ``TensorInfo``'s own attributes (``getShape()``, ``onnxType``, ...) are reachable directly too."""
+
+    __slots__ = ("_name", "_info")
+
+    def __init__(self, name: str, info: TensorInfo) -> None:
+        self._name = name
+        self._info = info
+
+    def getName(self) -> str:
+        return self._name
+
+    def getInfo(self) -> TensorInfo:
+        return self._info
+
+    def __getattr__(self, attribute: str) -> Any:
+        if attribute.startswith("_"):  # not set yet (copy, pickle): no recursion through _info
+            raise AttributeError(attribute)
+        return getattr(self._info, attribute)
+
+    def __repr__(self) -> str:
+        return f"NodeInfo({self._name!r}, {self._info!r})"
+
+
 class Optional_(Generic[T]):
     """Java's ``Optional``: what ``Result.get(name)`` returns."""
 
@@ -268,7 +293,7 @@ class OrtSession(NativeHandle):
     def getNumOutputs(self) -> int:
         return len(self.getOutputNames())
 
-    def _infos(self, getter: Any, names: Iterable[str]) -> Dict[str, TensorInfo]:
+    def _infos(self, getter: Any, names: Iterable[str]) -> Dict[str, NodeInfo]:
         infos = {}
         ptr = self._use()  # pinned: a close() from another thread waits until the reads are done
         try:
@@ -276,17 +301,17 @@ class OrtSession(NativeHandle):
                 out = ffi.new("OrtTypeInfo**")
                 check_status(getter(ptr, i, out), f"type of {name!r}")
                 with TypeInfo(out[0]) as type_info:
-                    infos[name] = type_info.toTensorInfo(repr(name))
+                    infos[name] = NodeInfo(name, type_info.toTensorInfo(repr(name)))
         finally:
             self._unuse()
         return infos
 
-    def getInputInfo(self) -> Dict[str, TensorInfo]:
-        """Name → ``TensorInfo`` of each input (``SessionGetInputTypeInfo``)."""
+    def getInputInfo(self) -> Dict[str, NodeInfo]:
+        """Name → ``NodeInfo`` of each input (``SessionGetInputTypeInfo``), in the model's order."""
         return self._infos(self._rt.api.SessionGetInputTypeInfo, self.getInputNames())
 
-    def getOutputInfo(self) -> Dict[str, TensorInfo]:
-        """Name → ``TensorInfo`` of each output (``SessionGetOutputTypeInfo``)."""
+    def getOutputInfo(self) -> Dict[str, NodeInfo]:
+        """Name → ``NodeInfo`` of each output (``SessionGetOutputTypeInfo``), in the model's order."""
         return self._infos(self._rt.api.SessionGetOutputTypeInfo, self.getOutputNames())
 
     def run(self, inputs: Mapping[str, Any], *args: Any, requestedOutputs: Any = None, runOptions: Optional[_RunOptions] = None) -> "_Result":

@@ -171,7 +171,7 @@ def input_infos(env: OrtEnvironment, eval_model: Path, names: Sequence[str]) -> 
     an ordinary ONNX model whose inputs are the data inputs followed by the parameters."""
     with env.createSession(eval_model) as session:
         infos = session.getInputInfo()
-    return {name: infos[name] for name in names if name in infos}
+    return {name: infos[name].getInfo() for name in names if name in infos}
 
 
 def _shape(dims: Sequence[int]) -> str:

@@ -141,6 +141,8 @@ def test_inference_outputs_equal_onnxruntime_inference_session(tmp_path):
     with env.createSession(str(model)) as inference:
         assert inference.getInputNames() == {"input"} and tuple(inference.getOutputNames()) == ("logits",)
         assert inference.getInputInfo()["input"].getShape() == (-1, 784)
+        assert inference.getInputInfo()["input"].getInfo().getShape() == (-1, 784)  # Java's NodeInfo.getInfo()
+        assert inference.getInputInfo()["input"].getName() == "input"
         assert inference.getOutputInfo()["logits"].onnxType == OnnxTensorType.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT
         with inference.run({"input": x}) as r:
             ours = r["logits"].getValue()
