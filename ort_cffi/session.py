@@ -11,7 +11,16 @@ from .capi import check_status, ffi, get_runtime
 from .options import RunOptions, SessionOptions
 from .options import RunOptions as _RunOptions, SessionOptions as _SessionOptions
 from ._files import PathOrBytes, native_path, read_model
-from .tensor import OnnxTensor, OnnxValue, TensorInfo, TypeInfo, refuse_zero_sized, tensor_for_input
+from .tensor import (
+    OnnxTensor,
+    OnnxValue,
+    TensorInfo,
+    TypeInfo,
+    adopt_outputs,
+    check_outputs,
+    refuse_zero_sized,
+    tensor_for_input,
+)
 
 T = TypeVar("T")
 
@@ -372,14 +381,10 @@ class OrtSession(NativeHandle):
                     len(wanted),
                     out_values,
                 )
-                values = [OnnxTensor._adopt(p) if p else None for p in out_values[0 : len(wanted)]]
+                values = adopt_outputs(out_values, len(wanted))
             finally:
                 unpin_all(in_use)
-            if status:
-                for value in values:
-                    if value is not None:
-                        value.close()
-                check_status(status, "Run")
+            check_outputs(status, values, "Run")
         finally:
             for tensor in made:
                 tensor.close()

@@ -398,6 +398,20 @@ class OnnxTensor(OnnxValue):
         return f"<OnnxTensor {self.getInfo()!r}>"
 
 
+def adopt_outputs(out_values: Any, count: int) -> "list[Optional[OnnxTensor]]":
+    """Own, at once, every value a run or step allocated in ``out_values[0:count]`` (NULL slots give None)."""
+    return [OnnxTensor._adopt(p) if p else None for p in out_values[0:count]]
+
+
+def check_outputs(status: Any, values: "Sequence[Optional[OnnxTensor]]", context: str) -> None:
+    """After a run or step: on failure, release what it produced anyway, then raise."""
+    if status:
+        for value in values:
+            if value is not None:
+                value.close()
+        check_status(status, context)
+
+
 def refuse_zero_sized(name: str, tensor: OnnxTensor) -> None:
     """ONNX Runtime 1.19 dies (SIGFPE) on zero-sized inputs in common operators (Gemm,
     SoftmaxCrossEntropyLoss): refuse them before the native call."""

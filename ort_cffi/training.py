@@ -31,7 +31,17 @@ from .capi import check_status, ffi, get_runtime
 from .options import RunOptions, SessionOptions
 from ._files import PathLike, PathOrBytes, atomic_write, existing_file, fspath, native_path, read_model
 from .session import NameSet, Result
-from .tensor import DTYPE_TO_ONNX, OnnxTensor, TensorInfo, TensorTypeAndShapeInfo, as_tensor_array, refuse_zero_sized, tensor_for_input
+from .tensor import (
+    DTYPE_TO_ONNX,
+    OnnxTensor,
+    TensorInfo,
+    TensorTypeAndShapeInfo,
+    adopt_outputs,
+    as_tensor_array,
+    check_outputs,
+    refuse_zero_sized,
+    tensor_for_input,
+)
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -587,15 +597,11 @@ class OrtTrainingSession(NativeHandle):
                     )
                     for position in selection.pinned_positions:
                         out_values[position] = ffi.NULL  # the caller's tensor: never adopted
-                    # Own what the runtime allocated at once, also on failure.
-                    produced = [OnnxTensor._adopt(p) if p else None for p in out_values[0:output_count]]
+                    produced = adopt_outputs(out_values, output_count)  # also on failure
                 finally:
                     unpin_all(in_use)
             if status:
-                for value in produced:
-                    if value is not None:
-                        value.close()
-                check_status(status, f"{plan.kind} step")
+                check_outputs(status, produced, f"{plan.kind} step")
         finally:
             for tensor in made:
                 tensor.close()

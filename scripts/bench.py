@@ -75,6 +75,20 @@ NOTE_RESET = (
 # --- statistics ------------------------------------------------------------------------------------
 
 
+def facade_loop(session: Any, inputs: Any) -> Callable[[int], float]:
+    """(a): the Java-style loop — train step, read the loss from the Result, optimizer step, reset."""
+    def loop(n: int) -> float:
+        loss = math.nan
+        for _ in range(n):
+            with session.trainStep(inputs) as result:
+                loss = float(result.get(0).getValue())
+            session.optimizerStep()
+            session.lazyResetGrad()
+        return loss
+
+    return loop
+
+
 def summary(values: List[float]) -> Dict[str, float]:
     """Median, quartiles (p25-p75), min and max of a sample."""
     ordered = sorted(values)
@@ -292,15 +306,7 @@ class Bench:
         # (a) the Java-style facade
         session_a, inputs_a = facade_session()
 
-        def loop_a(n: int) -> float:
-            session, inputs = session_a, inputs_a
-            loss = math.nan
-            for _ in range(n):
-                with session.trainStep(inputs) as result:
-                    loss = float(result.get(0).getValue())
-                session.optimizerStep()
-                session.lazyResetGrad()
-            return loss
+        loop_a = facade_loop(session_a, inputs_a)
 
         # (a') the loss as a pinned output over a numpy scalar
         session_p, inputs_p = facade_session()
@@ -472,19 +478,7 @@ def measure_threads(steps: int, reps: int, floor: Any) -> dict:
         handles += [session, *inputs.values()]
         sessions.append((session, inputs, session.copyParametersToBuffer(True)))
 
-    def facade(session: Any, inputs: Any) -> Callable[[int], float]:
-        def loop(n: int) -> float:
-            loss = math.nan
-            for _ in range(n):
-                with session.trainStep(inputs) as result:
-                    loss = float(result.get(0).getValue())
-                session.optimizerStep()
-                session.lazyResetGrad()
-            return loss
-
-        return loop
-
-    kinds = {"facade": [facade(s, i) for s, i, _ in sessions]}
+    kinds = {"facade": [facade_loop(s, i) for s, i, _ in sessions]}
     if floor is not None:
         kinds["floor"] = [floor_loop(floor, s, [i[n] for n in s.getTrainInputNames()]) for s, i, _ in sessions]
 

@@ -57,13 +57,18 @@ def test_wheel_loads_without_importing_onnxruntime_or_torch(tmp_path):
         assert report["set_seed_null"]
 
 
-def test_offset_is_cached_per_runtime_file_and_remeasured_when_stale(tmp_path):
+def warm_cache(tmp_path) -> "tuple[dict, Path, dict]":
+    """Load once into a fresh cache: the child's environment, the probe file and its record."""
     cache = tmp_path / "cache"
     env = {"ORT_CFFI_CACHE_DIR": str(cache), "ORT_CFFI_LIBRARY": ""}
     load_in_child(env)
     (entry,) = [p for p in cache.iterdir() if p.is_dir()]
     probe = entry / "probe.json"
-    record = json.loads(probe.read_text())
+    return env, probe, json.loads(probe.read_text())
+
+
+def test_offset_is_cached_per_runtime_file_and_remeasured_when_stale(tmp_path):
+    env, probe, record = warm_cache(tmp_path)
     assert record["identity"]["version"] == "1.19.2" and isinstance(record["offset"], int)
 
     mtime = probe.stat().st_mtime_ns
@@ -82,12 +87,7 @@ def test_offset_is_cached_per_runtime_file_and_remeasured_when_stale(tmp_path):
 
 def test_a_wrong_cached_offset_is_refused_then_remeasured(tmp_path):
     """An offset that points outside the image is never called through; the loader measures again."""
-    cache = tmp_path / "cache"
-    env = {"ORT_CFFI_CACHE_DIR": str(cache), "ORT_CFFI_LIBRARY": ""}
-    load_in_child(env)
-    (entry,) = [p for p in cache.iterdir() if p.is_dir()]
-    probe = entry / "probe.json"
-    record = json.loads(probe.read_text())
+    env, probe, record = warm_cache(tmp_path)
     probe.write_text(json.dumps(dict(record, offset=1 << 40)))
     out = run_child(
         """
