@@ -6,7 +6,7 @@ import operator
 from typing import AbstractSet, Any, Dict, Generic, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union
 
 from ._errors import OrtException
-from ._handles import NativeHandle, pin_all, process, read_names, unpin_all
+from ._handles import NativeHandle, close_values, pin_all, process, read_names, unpin_all
 from .capi import check_status, ffi, get_runtime
 from .options import RunOptions, SessionOptions
 from .options import RunOptions as _RunOptions, SessionOptions as _SessionOptions
@@ -144,11 +144,11 @@ class Result:
         self,
         names: Sequence[str],
         values: Sequence[OnnxValue],
-        owned: Optional[Sequence[bool]] = None,
+        owned: Optional[int] = None,
         index: Optional[Dict[str, int]] = None,
     ) -> None:
-        """``owned[i]``: whether closing the Result closes ``values[i]`` (None: it owns them all);
-        ``index``: name → position, when the caller has it already."""
+        """``owned``: how many of the values, from the first, closing the Result closes (None: all; the
+        rest are the caller's pinned outputs); ``index``: name → position, when the caller has it already."""
         self._names = names
         self._values = values
         self._owned = owned
@@ -166,6 +166,8 @@ class Result:
 
     def get(self, key: Union[int, str]) -> Any:
         """``get(int)`` → the value at that position; ``get(str)`` → an Optional of the named value."""
+        if type(key) is int and not self._closed and 0 <= key < len(self._values):
+            return self._values[key]  # the common case, first
         self._check_open()
         if isinstance(key, str):
             position = self._position(key)
@@ -224,12 +226,9 @@ class Result:
         self._closed = True
         owned = self._owned
         if owned is None:
-            for value in self._values:
-                value.close()
-            return
-        for value, own in zip(self._values, owned):
-            if own:
-                value.close()
+            close_values(self._values)
+        elif owned:
+            close_values(self._values[:owned])
 
     @property
     def closed(self) -> bool:

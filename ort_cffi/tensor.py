@@ -18,7 +18,8 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Unio
 
 import numpy as np
 
-from ._errors import OrtException
+from ._errors import OrtClosedException, OrtException
+from . import _handles
 from ._handles import NativeHandle, process
 from .capi import check_status, ffi, get_runtime
 
@@ -71,12 +72,12 @@ DTYPE_TO_ONNX: Dict[np.dtype, OnnxTensorType] = {
 }
 ONNX_TO_DTYPE = {onnx_type: dtype for dtype, onnx_type in DTYPE_TO_ONNX.items()}
 _DTYPE_BY_CODE: Dict[int, np.dtype] = {int(onnx_type): dtype for onnx_type, dtype in ONNX_TO_DTYPE.items()}
-_SCALAR_CTYPES = {  # pointer types to read a one-element tensor directly (float16 has no C type)
+_SCALAR_POINTER_POINTERS = {  # to read a one-element tensor directly (float16 has no C type)
     np.dtype(dtype): ffi.typeof(ctype)
     for dtype, ctype in (
-        (np.float32, "float*"), (np.float64, "double*"), (np.bool_, "_Bool*"),
-        (np.int8, "int8_t*"), (np.int16, "int16_t*"), (np.int32, "int32_t*"), (np.int64, "int64_t*"),
-        (np.uint8, "uint8_t*"), (np.uint16, "uint16_t*"), (np.uint32, "uint32_t*"), (np.uint64, "uint64_t*"),
+        (np.float32, "float**"), (np.float64, "double**"), (np.bool_, "_Bool**"),
+        (np.int8, "int8_t**"), (np.int16, "int16_t**"), (np.int32, "int32_t**"), (np.int64, "int64_t**"),
+        (np.uint8, "uint8_t**"), (np.uint16, "uint16_t**"), (np.uint32, "uint32_t**"), (np.uint64, "uint64_t**"),
     )
 }
 
@@ -141,6 +142,9 @@ class _Scratch(threading.local):
         self.dims = ffi.new("int64_t[]", 16)
         self.data = ffi.new("void**")
         self.value = ffi.new("OrtValue**")
+        # ``data`` seen as a pointer to a pointer to each scalar type: a one-element tensor is read
+        # with two index operations (an ``ffi.cast`` per read costs as much as a native call)
+        self.scalar_views = {dtype: ffi.cast(ctype, self.data) for dtype, ctype in _SCALAR_POINTER_POINTERS.items()}
 
 
 _scratch = _Scratch()
@@ -172,20 +176,30 @@ def calls() -> _Calls:
 
 
 def read_tensor_info(info_ptr: Any) -> TensorInfo:
-    """A ``TensorInfo`` from an ``OrtTensorTypeAndShapeInfo*`` (which the caller still owns)."""
-    c, scratch = calls(), _scratch
-    status = c.GetTensorElementType(info_ptr, scratch.element_type)
+    """A ``TensorInfo`` from an ``OrtTensorTypeAndShapeInfo*`` (which the caller still owns). On the
+    hot path (every output read): per-thread out-parameters, and no re-check of what the runtime says."""
+    c, scratch = _calls or calls(), _scratch
+    element_type, count = scratch.element_type, scratch.count
+    status = c.GetTensorElementType(info_ptr, element_type)
     if status:
         check_status(status, "GetTensorElementType")
-    status = c.GetDimensionsCount(info_ptr, scratch.count)
+    status = c.GetDimensionsCount(info_ptr, count)
     if status:
         check_status(status, "GetDimensionsCount")
-    rank = scratch.count[0]
-    if rank == 0:
-        return TensorInfo(scratch.element_type[0], ())
-    dims = scratch.dims if rank <= 16 else ffi.new("int64_t[]", rank)
-    check_status(c.GetDimensions(info_ptr, dims, rank), "GetDimensions")
-    return TensorInfo(scratch.element_type[0], tuple(dims[0:rank]))
+    rank = count[0]
+    shape: Tuple[int, ...] = ()
+    if rank:
+        dims = scratch.dims if rank <= 16 else ffi.new("int64_t[]", rank)
+        check_status(c.GetDimensions(info_ptr, dims, rank), "GetDimensions")
+        shape = tuple(dims[0:rank])
+    info = _new_info(TensorInfo)  # the constructor's conversions, skipped: both parts are exact already
+    info.onnxType = _ONNX_TYPES.get(element_type[0], OnnxTensorType.ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED)
+    info.shape = shape
+    info.dimensionNames = ()
+    return info
+
+
+_new_info = TensorInfo.__new__
 
 
 class TensorTypeAndShapeInfo(NativeHandle):
@@ -219,9 +233,9 @@ class TypeInfo(NativeHandle):
 
 
 def _value_tensor_info(value_ptr: Any) -> TensorInfo:
-    # On the hot path (every output read): the info lives for the next two lines, released in
-    # ``finally``, without the cost of a Python owner object.
-    c, out = calls(), _scratch.info
+    """The type and shape of a tensor value (``GetTensorTypeAndShape``). On the hot path (every output
+    read): the info object lives for these lines only, released in ``finally``, with no Python owner."""
+    c, out = _calls or calls(), _scratch.info
     status = c.GetTensorTypeAndShape(value_ptr, out)
     if status:
         check_status(status, "GetTensorTypeAndShape")
@@ -331,9 +345,7 @@ class OnnxTensor(OnnxValue):
     @classmethod
     def _adopt(cls, value_ptr: Any) -> "OnnxTensor":
         """Own a value the runtime allocated (a step's output). Called right after the native call."""
-        tensor = cls.__new__(cls)
-        tensor._own(value_ptr, calls().ReleaseValue)
-        return tensor
+        return _adopt_value(value_ptr, calls().ReleaseValue)
 
     @property
     def writable(self) -> bool:
@@ -361,7 +373,17 @@ class OnnxTensor(OnnxValue):
         if self._array is not None:
             self._handle()
             return self._array.copy()  # numpy's memory, held by this object: no native read
-        ptr = self._use()  # pinned: a close() from another thread waits until the read is done
+        # One flat body (no helper calls but the type and shape read): this reads every loss, and
+        # in a training loop each Python call and line costs more than it does alone.
+        # Pinned (``_use``, inline): a close() from another thread meanwhile waits for the read.
+        _handles._acquire_bookkeeping()
+        try:
+            if self._closed:
+                raise OrtClosedException(self._kind)
+            self._pins += 1
+        finally:
+            _handles._release_bookkeeping()
+        ptr = self._ptr
         try:
             info = self._info
             if info is None:
@@ -375,14 +397,15 @@ class OnnxTensor(OnnxValue):
                 count *= dim
             if count == 0:
                 return np.empty(shape, dtype=dtype)
-            data = _scratch.data
-            status = calls().GetTensorMutableData(ptr, data)
+            scratch = _scratch
+            data = scratch.data
+            status = (_calls or calls()).GetTensorMutableData(ptr, data)
             if status:
                 check_status(status, "GetTensorMutableData")
             if not shape:
-                scalar_type = _SCALAR_CTYPES.get(dtype)
-                if scalar_type is not None:  # a loss: one element, read directly
-                    return np.array(ffi.cast(scalar_type, data[0])[0], dtype=dtype)
+                scalar_view = scratch.scalar_views.get(dtype)
+                if scalar_view is not None:  # a loss: one element, read directly
+                    return np.array(scalar_view[0][0], dtype=dtype)
             return np.frombuffer(ffi.buffer(data[0], count * dtype.itemsize), dtype=dtype).reshape(shape).copy()
         finally:
             self._unuse()
@@ -398,9 +421,27 @@ class OnnxTensor(OnnxValue):
         return f"<OnnxTensor {self.getInfo()!r}>"
 
 
+def _adopt_value(value_ptr: Any, release: Any) -> OnnxTensor:
+    """An ``OnnxTensor`` owning ``value_ptr`` (``NativeHandle._own``, inline: this runs for every
+    output of every step)."""
+    tensor = _new_tensor(OnnxTensor)
+    tensor._release = release
+    tensor._ptr = value_ptr
+    tensor._closed = False
+    _handles._live[id(tensor)] = _handles._weak(tensor)
+    return tensor
+
+
+_new_tensor = OnnxTensor.__new__
+
+
 def adopt_outputs(out_values: Any, count: int) -> "list[Optional[OnnxTensor]]":
     """Own, at once, every value a run or step allocated in ``out_values[0:count]`` (NULL slots give None)."""
-    return [OnnxTensor._adopt(p) if p else None for p in out_values[0:count]]
+    release = (_calls or calls()).ReleaseValue
+    if count == 1:  # a loss alone: no slice of the C array
+        value = out_values[0]
+        return [_adopt_value(value, release) if value else None]
+    return [_adopt_value(p, release) if p else None for p in out_values[0:count]]
 
 
 def check_outputs(status: Any, values: "Sequence[Optional[OnnxTensor]]", context: str) -> None:

@@ -21,7 +21,7 @@ import math
 import numbers
 import threading
 import weakref
-from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -262,13 +262,14 @@ class _Selection:
     """Which outputs a step returns, in which order, and which slots are the caller's (pinned):
     validated once per distinct request of names and reused while the same names come again."""
 
-    __slots__ = ("names", "positions", "pinned_positions", "owned", "everything")
+    __slots__ = ("names", "positions", "wanted", "pinned_positions", "owned", "everything")
 
     def __init__(self, names: Tuple[str, ...], positions: Tuple[int, ...], pinned_positions: Tuple[int, ...], everything: bool) -> None:
         self.names = names  # the Result's names: requested outputs, then pinned ones
         self.positions = positions  # model positions of the requested outputs
+        self.wanted = frozenset(positions)
         self.pinned_positions = pinned_positions  # model positions of the caller's tensors, in the pinned dict's order
-        self.owned: Optional[Tuple[bool, ...]] = None if everything else (True,) * len(positions) + (False,) * len(pinned_positions)
+        self.owned: Optional[int] = None if everything else len(positions)  # the Result's values: the requested ones, first
         self.everything = everything  # every output, in model order, all owned by the Result
 
 
@@ -276,7 +277,7 @@ class _ModelPlan:
     """What one model (training or eval) needs per step, computed once at construction."""
 
     __slots__ = ("kind", "input_names", "output_names", "input_pos", "output_pos", "in_values", "out_values",
-                 "step", "everything", "cached")
+                 "no_outputs", "step", "everything", "cached")
 
     def __init__(self, kind: str, input_names: Tuple[str, ...], output_names: Tuple[str, ...], step: Any) -> None:
         self.kind = kind
@@ -286,6 +287,7 @@ class _ModelPlan:
         self.output_pos = {n: i for i, n in enumerate(output_names)}
         self.in_values = ffi.new("OrtValue*[]", max(len(input_names), 1))  # reused under the session lock
         self.out_values = ffi.new("OrtValue*[]", max(len(output_names), 1))
+        self.no_outputs = [ffi.NULL] * len(output_names)  # out_values' state before a step: all for the runtime
         self.step = step  # the TrainStep or EvalStep function pointer, looked up once
         self.everything = _Selection(output_names, tuple(range(len(output_names))), (), everything=True)
         self.cached: Tuple[Any, Optional[_Selection]] = (None, None)  # (request names, selection): one read, one write
@@ -447,6 +449,11 @@ class OrtTrainingSession(NativeHandle):
 
         Java's forms: ``trainStep(inputs)``, ``(inputs, runOptions)``, ``(inputs, requestedOutputs)``,
         ``(inputs, pinnedOutputs)``, ``(inputs, requestedOutputs, pinnedOutputs, runOptions)``."""
+        if requestedOutputs is None and pinnedOutputs is None and runOptions is None:
+            if not args:  # the plain form, directly
+                return self._step(self._train, inputs, self._train.everything, (), None)
+            if len(args) == 1 and type(args[0]) is dict:  # (inputs, pinnedOutputs), directly
+                return self._step(self._train, inputs, *self._selection(self._train, None, args[0]), None)
         return self._dispatch(self._train, inputs, args, requestedOutputs, pinnedOutputs, runOptions)
 
     def evalStep(
@@ -472,24 +479,30 @@ class OrtTrainingSession(NativeHandle):
 
     def _selection(self, plan: _ModelPlan, requested: Any, pinned: Any) -> Tuple[_Selection, List[NativeHandle]]:
         """The validated output selection for this request, and the caller's pinned tensors."""
-        if requested is None and pinned is None:
-            return plan.everything, []
-        if isinstance(requested, str) or (requested is not None and not isinstance(requested, Iterable)):
+        if requested is None:
+            if pinned is None:
+                return plan.everything, []
+        elif isinstance(requested, str) or not isinstance(requested, Iterable):
             raise OrtException.invalid_argument("requestedOutputs is a collection of output names")
-        if pinned is not None and type(pinned) is not dict and not isinstance(pinned, Mapping):
-            raise OrtException.invalid_argument(
-                f"pinnedOutputs maps output names to OnnxTensors; got {type(pinned).__name__}"
-            )
         pinned_tensors: List[NativeHandle] = []
-        for name, tensor in (pinned.items() if pinned is not None else ()):
-            if not isinstance(tensor, OnnxTensor):
-                raise OrtException.invalid_argument(f"pinned output {name!r} must be an OnnxTensor, not {type(tensor).__name__}")
-            if not tensor.writable:
-                raise OrtException.invalid_argument(f"pinned output {name!r} is over a read-only array")
-            pinned_tensors.append(tensor)
+        if pinned is not None:
+            if type(pinned) is not dict and not isinstance(pinned, Mapping):
+                raise OrtException.invalid_argument(
+                    f"pinnedOutputs maps output names to OnnxTensors; got {type(pinned).__name__}"
+                )
+            for name, tensor in pinned.items():
+                if type(tensor) is not OnnxTensor or not tensor._writable:
+                    if not isinstance(tensor, OnnxTensor):
+                        raise OrtException.invalid_argument(f"pinned output {name!r} must be an OnnxTensor, not {type(tensor).__name__}")
+                    if not tensor.writable:
+                        raise OrtException.invalid_argument(f"pinned output {name!r} is over a read-only array")
+                pinned_tensors.append(tensor)
         # Keyed by names only: the tensors are the caller's, passed again with every call.
-        unordered = isinstance(requested, (set, frozenset))
-        request = (None if requested is None else tuple(requested), unordered, None if pinned is None else tuple(pinned))
+        request = (
+            None if requested is None else tuple(requested),
+            requested is not None and isinstance(requested, (set, frozenset)),  # unordered
+            None if pinned is None else tuple(pinned),
+        )
         cached_request, selection = plan.cached
         if selection is None or cached_request != request:
             selection = self._new_selection(plan, request)
@@ -547,79 +560,101 @@ class OrtTrainingSession(NativeHandle):
         pinned_tensors: Sequence[NativeHandle],
         run_options: Optional[RunOptions],
     ) -> Result:
-        """One ``TrainStep``/``EvalStep``. This is the hot path: everything derivable was computed at
-        construction (``_ModelPlan``) or for the first request of its kind (``_Selection``)."""
-        if type(inputs) is not dict and not isinstance(inputs, Mapping):
-            raise OrtException.invalid_argument("inputs must be a mapping from input name to OnnxTensor or numpy array")
+        """One ``TrainStep``/``EvalStep``. This is the hot path, kept to few lines: everything derivable
+        was computed at construction (``_ModelPlan``) or for the first request of its kind
+        (``_Selection``); locks are taken with acquire()/release(), half the cost of a ``with`` block."""
+        if type(inputs) is not dict:
+            inputs = self._inputs_as_dict(plan, inputs)
         input_pos = plan.input_pos
         input_count = len(input_pos)
-        tensors: List[NativeHandle] = []
-        positions = []
+        if len(inputs) != input_count:  # a dict of this length over known names fills every slot once
+            raise self._bad_inputs(plan, inputs)
+        in_values, out_values = plan.in_values, plan.out_values
+        output_count = len(plan.output_names)
+        in_use: List[Any] = []  # what the call reads, pinned for its duration
         made: List[OnnxTensor] = []  # tensors made here over the caller's arrays: closed after the step
+        lock = self._lock
+        lock.acquire()
         try:
+            if self._closed:
+                raise OrtClosedException(self._kind)
             for name, value in inputs.items():
                 position = input_pos.get(name)
-                if position is None:
-                    raise self._bad_inputs(plan, inputs)
-                if type(value) is not OnnxTensor:
-                    value, made_here = tensor_for_input(name, value)
-                    if made_here:
-                        made.append(value)
-                if value._empty is not False:
-                    refuse_zero_sized(name, value)
-                tensors.append(value)
-                positions.append(position)
-            # Every input exactly once, so that every slot is filled (a dict's keys are unique; another
-            # Mapping's iteration might repeat one): a slot left unfilled would hand C a stale pointer.
-            if len(positions) != input_count or (type(inputs) is not dict and len(set(positions)) != input_count):
-                raise self._bad_inputs(plan, inputs)
-            in_use = tensors
+                if position is None or type(value) is not OnnxTensor or value._empty is not False:
+                    value = self._input_tensor(plan, inputs, name, value, made)  # or raises
+                    position = input_pos[name]
+                in_values[position] = value._ptr  # checked below: pin_all refuses a closed tensor
+                in_use.append(value)
             if pinned_tensors:
-                in_use = in_use + list(pinned_tensors)
+                in_use += pinned_tensors
             if run_options is not None:
-                in_use = in_use + [run_options]
-            in_values, out_values = plan.in_values, plan.out_values
-            output_count = len(plan.output_names)
-            with self._lock:
-                if self._closed:
-                    raise OrtClosedException(self._kind)
-                pin_all(in_use)  # raises for a closed input, pinned output or RunOptions
-                try:
-                    for position, tensor in zip(positions, tensors):
-                        in_values[position] = tensor._ptr
-                    for i in range(output_count):
-                        out_values[i] = ffi.NULL
+                in_use.append(run_options)
+            pin_all(in_use)
+            try:
+                out_values[0:output_count] = plan.no_outputs
+                if pinned_tensors:
                     for position, tensor in zip(selection.pinned_positions, pinned_tensors):
                         out_values[position] = tensor._ptr
-                    status = plan.step(
-                        self._ptr, ffi.NULL if run_options is None else run_options._ptr,
-                        input_count, in_values, output_count, out_values,
-                    )
+                status = plan.step(
+                    self._ptr, ffi.NULL if run_options is None else run_options._ptr,
+                    input_count, in_values, output_count, out_values,
+                )
+                if pinned_tensors:
                     for position in selection.pinned_positions:
                         out_values[position] = ffi.NULL  # the caller's tensor: never adopted
-                    produced = adopt_outputs(out_values, output_count)  # also on failure
-                finally:
-                    unpin_all(in_use)
-            if status:
-                check_outputs(status, produced, f"{plan.kind} step")
+                produced = adopt_outputs(out_values, output_count)  # also on failure
+            finally:
+                unpin_all(in_use)
         finally:
-            for tensor in made:
-                tensor.close()
+            lock.release()
+            if made:
+                for tensor in made:
+                    tensor.close()
+        if status:
+            check_outputs(status, produced, f"{plan.kind} step")
         if selection.everything:
             return Result(plan.output_names, produced, None, plan.output_pos)  # type: ignore[arg-type]  # none is None
-        wanted = set(selection.positions)
         for position, value in enumerate(produced):
-            if value is not None and position not in wanted:
+            if value is not None and position not in selection.wanted:
                 value.close()
-        values: List[Any] = [produced[p] for p in selection.positions] + list(pinned_tensors)
+        values: List[Any] = [produced[p] for p in selection.positions]
+        if pinned_tensors:
+            values += pinned_tensors
         return Result(selection.names, values, selection.owned)
+
+    def _inputs_as_dict(self, plan: _ModelPlan, inputs: Any) -> Dict[str, Any]:
+        """A Mapping other than a dict, as a dict: iterated once, refused if it names an input twice."""
+        if not isinstance(inputs, Mapping):
+            raise OrtException.invalid_argument("inputs must be a mapping from input name to OnnxTensor or numpy array")
+        items = list(inputs.items())
+        as_dict = dict(items)
+        if len(as_dict) != len(items):
+            raise self._bad_inputs(plan, inputs)
+        return as_dict
+
+    def _input_tensor(self, plan: _ModelPlan, inputs: Mapping[str, Any], name: str, value: Any, made: List[OnnxTensor]) -> OnnxTensor:
+        """The tensor for an input that is not a plain non-empty ``OnnxTensor`` of a known name: a tensor
+        made over an array (appended to ``made``), or an error."""
+        if name not in plan.input_pos:
+            raise self._bad_inputs(plan, inputs)
+        if type(value) is not OnnxTensor:
+            value, made_here = tensor_for_input(name, value)
+            if made_here:
+                made.append(value)
+        if value._empty is not False:
+            refuse_zero_sized(name, value)
+        return value
 
     def lazyResetGrad(self) -> None:
         """``LazyResetGrad``: gradients are reset before the next ``trainStep`` accumulates into them."""
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             if self._closed:
                 raise OrtClosedException(self._kind)
             status = self._lazy_reset_grad(self._ptr)
+        finally:
+            lock.release()
         if status:
             check_status(status, "LazyResetGrad")
 
@@ -633,15 +668,22 @@ class OrtTrainingSession(NativeHandle):
 
     def optimizerStep(self, runOptions: Optional[RunOptions] = None) -> None:
         """``OptimizerStep``: update the parameters from the accumulated gradients."""
-        if runOptions is not None and not isinstance(runOptions, RunOptions):
+        if runOptions is None:  # the per-step form
+            lock = self._lock
+            lock.acquire()
+            try:
+                if self._closed or not self._has_optimizer:
+                    self._optimizer()  # raises the right error
+                status = self._optimizer_step(self._ptr, ffi.NULL)
+            finally:
+                lock.release()
+            if status:
+                check_status(status, "OptimizerStep")
+            return
+        if not isinstance(runOptions, RunOptions):
             raise OrtException.invalid_argument(f"runOptions must be RunOptions, not {type(runOptions).__name__}")
         with self._lock:
             session = self._optimizer()
-            if runOptions is None:
-                status = self._optimizer_step(session, ffi.NULL)
-                if status:
-                    check_status(status, "OptimizerStep")
-                return
             pin_all([runOptions])
             try:
                 check_status(self._rt.training_api.OptimizerStep(session, runOptions._ptr), "OptimizerStep")

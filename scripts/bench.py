@@ -3,8 +3,9 @@
 
     .venv/bin/python scripts/bench.py [--rounds N] [--quick] [--json PATH]
 
-Step loops, interleaved in blocks over ``--rounds`` rounds, the order reversed every other round,
-each variant on its own training session made from the same artifacts (one intra-op thread):
+Step loops, interleaved in blocks over ``--rounds`` rounds, the order reversed every other round
+(one intra-op thread; a, a', b and d drive one and the same ort_cffi training session, see
+NOTE_SHARED; c has its own, in the runtime image ``import onnxruntime`` loads):
 
     a   the Java-style facade: trainStep over tensors made once, the loss read from the Result,
         optimizerStep, lazyResetGrad
@@ -71,6 +72,11 @@ NOTE_RESET = (
     "36 -> 126 us/step after ~800 steps), which would drift the blocks and dilute every ratio"
 )
 
+NOTE_SHARED = (
+    "a, a', b and d drive one and the same ort_cffi training session, so that their ratios compare the calling "
+    "code alone (with a session each, they also compared where the runtime placed each session's buffers, which "
+    "moved the big model's ratios by a few per cent from run to run: more than the Python overhead measured there)"
+)
 
 # --- statistics ------------------------------------------------------------------------------------
 
@@ -288,7 +294,11 @@ class Bench:
         self.resets: Dict[str, Callable[[], None]] = {}  # back to the checkpoint's parameters
         rt = get_runtime()
 
+        shared: List[Any] = []  # (session, inputs): one for a, a', b and d (see NOTE_SHARED)
+
         def facade_session():
+            if shared:
+                return shared[0]
             options = SessionOptions()
             options.setIntraOpNumThreads(1)
             options.setInterOpNumThreads(1)
@@ -297,6 +307,7 @@ class Bench:
             x, y = _batch(batch, 0)
             tensors = {"input": OnnxTensor.createTensor(env, x), "labels": OnnxTensor.createTensor(env, y)}
             self.keep += [session, *tensors.values()]
+            shared.append((session, tensors))
             return session, tensors
 
         def resetter(session: Any) -> Callable[[], None]:
@@ -652,7 +663,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     t_start = time.perf_counter()
     loadavg_start = os.getloadavg()
-    results: dict = {"steps": {}, "notes": [NOTE_RESET]}
+    results: dict = {"steps": {}, "notes": [NOTE_RESET, NOTE_SHARED]}
     torch_installed = importlib.util.find_spec("torch") is not None
     if torch_installed:
         results["notes"].append(
