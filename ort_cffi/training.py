@@ -591,7 +591,10 @@ class OrtTrainingSession(NativeHandle):
                 in_use.append(run_options)
             pin_all(in_use)
             try:
-                out_values[0:output_count] = plan.no_outputs
+                if output_count == 1:
+                    out_values[0] = ffi.NULL  # a loss alone: no slice assignment (it costs as much as a native call)
+                else:
+                    out_values[0:output_count] = plan.no_outputs
                 if pinned_tensors:
                     for position, tensor in zip(selection.pinned_positions, pinned_tensors):
                         out_values[position] = tensor._ptr

@@ -11,6 +11,9 @@ NOTE_SHARED; c has its own, in the runtime image ``import onnxruntime`` loads):
         optimizerStep, lazyResetGrad
     a'  the same, with the loss as a pinned output over a numpy scalar
     b   the same loop through the raw layer (ort_cffi.capi: cffi calls on the runtime's tables)
+    b'  the raw layer with the loss as a pinned output: the floor of a'
+    e   the raw layer plus the facade's guarantees, inline (session lock, pinned inputs, owned
+        output, type and shape read): what any Python facade keeping them costs at least
     c   ONNX Runtime's own Python training layer (onnxruntime.capi._pybind_state, OrtValue inputs
         made once, train_step_with_ort_values), the reference
     d   the same loop in C (scripts/bench_floor.c, compiled here with cffi in API mode, calling the
@@ -52,11 +55,13 @@ ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "tests" / "artifacts"
 FLOOR_SOURCE = Path(__file__).resolve().parent / "bench_floor.c"
 
-VARIANTS = ("a", "a'", "b", "c", "d")
+VARIANTS = ("a", "a'", "b", "b'", "e", "c", "d")
 LABELS = {
     "a": "facade (Result loss)",
     "a'": "facade (pinned loss)",
     "b": "raw cffi layer",
+    "b'": "raw, pinned loss",
+    "e": "raw + guarantees",
     "c": "ORT Python (pybind)",
     "d": "C floor",
 }
@@ -64,7 +69,10 @@ MODELS = {  # name: (artifacts folder, batch)
     "tiny": ("tiny", 4),
     "big": ("big", 64),
 }
-RATIOS = (("a", "c"), ("a'", "c"), ("b", "c"), ("d", "c"), ("a", "d"), ("a'", "d"), ("b", "d"), ("c", "d"))
+RATIOS = (
+    ("a", "c"), ("a'", "c"), ("b", "c"), ("b'", "c"), ("e", "c"), ("d", "c"),
+    ("a", "d"), ("a'", "d"), ("b", "d"), ("b'", "d"), ("e", "d"), ("c", "d"),
+)
 MIB = 2**20
 NOTE_RESET = (
     "every block starts from the checkpoint's parameters (restored outside the timed region): trained on one "
@@ -283,7 +291,9 @@ class Bench:
 
     def __init__(self, model: str, floor: Any, C: Any) -> None:
         from ort_cffi import OnnxTensor, OrtEnvironment, SessionOptions
+        from ort_cffi._handles import close_values, pin_all, unpin_all
         from ort_cffi.capi import check_status, ffi, get_runtime
+        from ort_cffi.tensor import _value_tensor_info as value_tensor_info, adopt_outputs, check_outputs
 
         folder, batch = MODELS[model]
         self.paths = paths = _paths(folder)
@@ -337,7 +347,7 @@ class Bench:
                 session.lazyResetGrad()
             return loss
 
-        # (b) the raw layer, on a session of its own (made by the facade; only its pointer is used)
+        # (b) the raw layer, on the same session (made by the facade; only its pointer is used)
         session_b, inputs_b = facade_session()
         input_names = list(session_b.getTrainInputNames())
         output_count = len(session_b.getTrainOutputNames())
@@ -369,6 +379,80 @@ class Bench:
                 if status:
                     check_status(status, "OptimizerStep")
                 status = lazy_reset(ptr)
+                if status:
+                    check_status(status, "LazyResetGrad")
+            return loss
+
+        # (b') the raw layer with the loss as a pinned output: the floor of (a')
+        pinned_out_values = ffi.new("OrtValue*[]", [loss_tensor._ptr])
+
+        def loop_bp(n: int) -> float:
+            tapi = rt.training_api
+            train_step, optimizer_step, lazy_reset = tapi.TrainStep, tapi.OptimizerStep, tapi.LazyResetGrad
+            ptr, ins, outs, count, buffer, NULL = session_b._ptr, in_values, pinned_out_values, len(input_names), loss_buffer, ffi.NULL
+            loss = math.nan
+            for _ in range(n):
+                status = train_step(ptr, NULL, count, ins, 1, outs)
+                if status:
+                    check_status(status, "TrainStep")
+                loss = float(buffer)
+                status = optimizer_step(ptr, NULL)
+                if status:
+                    check_status(status, "OptimizerStep")
+                status = lazy_reset(ptr)
+                if status:
+                    check_status(status, "LazyResetGrad")
+            return loss
+
+        # (e) the raw layer plus what the facade's guarantees cost, inline, with the facade's own
+        # pieces: the session lock around each call, the inputs pinned, the output owned (registered,
+        # closed), its type and shape read, the loss copied into an array. (a) - (e) is the cost of
+        # the API's structure (calls, Result, argument forms); (e) bounds any Python facade that keeps
+        # these guarantees.
+        input_tensors = [inputs_b[n] for n in input_names]
+
+        def loop_e(n: int) -> float:
+            tapi, api = rt.training_api, rt.api
+            train_step, optimizer_step, lazy_reset = tapi.TrainStep, tapi.OptimizerStep, tapi.LazyResetGrad
+            get_data, NULL, lock, dtype = api.GetTensorMutableData, ffi.NULL, session_b._lock, np.dtype(np.float32)
+            ptr, ins, outs, count, tensors = session_b._ptr, in_values, out_values, len(input_names), input_tensors
+            float_view = ffi.cast("float**", data)
+            loss = math.nan
+            for _ in range(n):
+                lock.acquire()
+                try:
+                    pin_all(tensors)
+                    try:
+                        outs[0] = NULL
+                        status = train_step(ptr, NULL, count, ins, 1, outs)
+                        produced = adopt_outputs(outs, 1)
+                    finally:
+                        unpin_all(tensors)
+                finally:
+                    lock.release()
+                check_outputs(status, produced, "TrainStep")
+                value = produced[0]
+                assert value is not None  # a step that succeeded filled every output
+                info = value_tensor_info(value._ptr)
+                if info.shape or info.onnxType != 1:
+                    raise SystemExit(f"expected a float32 scalar loss, got {info}")
+                status = get_data(value._ptr, data)
+                if status:
+                    check_status(status, "GetTensorMutableData")
+                loss = float(np.array(float_view[0][0], dtype=dtype))
+                close_values([value])
+                lock.acquire()
+                try:
+                    status = optimizer_step(ptr, NULL)
+                finally:
+                    lock.release()
+                if status:
+                    check_status(status, "OptimizerStep")
+                lock.acquire()
+                try:
+                    status = lazy_reset(ptr)
+                finally:
+                    lock.release()
                 if status:
                     check_status(status, "LazyResetGrad")
             return loss
@@ -406,12 +490,14 @@ class Bench:
         module_c.copy_parameters_to_buffer(initial_value_c, True)
         self.keep_c += [initial_c, initial_value_c]
 
-        self.loops.update({"a": loop_a, "a'": loop_p, "b": loop_b, "c": loop_c})
+        self.loops.update({"a": loop_a, "a'": loop_p, "b": loop_b, "b'": loop_bp, "e": loop_e, "c": loop_c})
         self.resets.update(
             {
                 "a": resetter(session_a),
                 "a'": resetter(session_p),
                 "b": resetter(session_b),
+                "b'": resetter(session_b),
+                "e": resetter(session_b),
                 "c": lambda: module_c.copy_buffer_to_parameters(initial_value_c, True),
             }
         )
