@@ -253,8 +253,9 @@ def close_shared_sessions() -> None:
         _datasets.clear()
 
 
-def _dataset(session: OrtTrainingSession, artifacts: Path, data: Optional[str]) -> Tuple[Path, Dict[str, Arrays]]:
-    """The .npz dataset, checked against the model's inputs (names, dtypes, shapes) as ort-cffi-train does."""
+def _dataset(session: OrtTrainingSession, artifacts: Path, data: Optional[str]) -> Tuple[Path, Dict[str, Arrays], Optional[int]]:
+    """The .npz dataset, checked against the model's inputs (names, dtypes, shapes) as ort-cffi-train does,
+    and the batch size the model's inputs fix (None: any)."""
     path = _train.find_dataset(Path(data) if data else None, artifacts)
     key = ("dataset", str(path.resolve()), str(artifacts.resolve()))
     if key not in _datasets:
@@ -262,20 +263,23 @@ def _dataset(session: OrtTrainingSession, artifacts: Path, data: Optional[str]) 
         paths = _train.find_artifacts(artifacts)
         infos = _train.input_infos(OrtEnvironment.getEnvironment(), paths["eval"],
                                    sorted(set(splits["train"]) | set(splits["val"])))
-        _datasets[key] = _train.load_dataset(path, splits, infos)
-    return path, _datasets[key]
+        _datasets[key] = (_train.load_dataset(path, splits, infos), _train.fixed_batch(infos))
+    dataset, fixed_batch = _datasets[key]
+    return path, dataset, fixed_batch
 
 
 def local_data(settings: ClientSettings, session: OrtTrainingSession, partition_id: Optional[int],
-               num_partitions: Optional[int], data_path: Optional[str] = None) -> Dict[str, Arrays]:
+               num_partitions: Optional[int], data_path: Optional[str] = None) -> Tuple[Dict[str, Arrays], Optional[int]]:
     """A client's ``{"train": ..., "val": ...}``: all of ``data_path`` (a device's own data), or
-    partition ``partition_id`` of ``num_partitions`` of the settings' dataset."""
+    partition ``partition_id`` of ``num_partitions`` of the settings' dataset; and the batch size the
+    model's inputs fix (None: any)."""
     artifacts = Path(settings.artifacts)
     if data_path:
-        return _dataset(session, artifacts, data_path)[1]
-    path, dataset = _dataset(session, artifacts, settings.data)
+        _, own_data, fixed_batch = _dataset(session, artifacts, data_path)
+        return own_data, fixed_batch
+    path, dataset, fixed_batch = _dataset(session, artifacts, settings.data)
     if partition_id is None or num_partitions is None:
-        return dataset
+        return dataset, fixed_batch
     if not 0 <= partition_id < num_partitions:
         raise ValueError(f"partition-id {partition_id} is not in 0..{num_partitions - 1}")
     key = ("partitions", str(path.resolve()), num_partitions, settings.partitioning, settings.alpha, settings.seed)
@@ -284,7 +288,7 @@ def local_data(settings: ClientSettings, session: OrtTrainingSession, partition_
             _datasets[key] = partition_dataset(dataset, num_partitions, partitioning=settings.partitioning,
                                                alpha=settings.alpha, seed=settings.seed)
         parts: List[Dict[str, Arrays]] = _datasets[key]
-    return parts[partition_id]
+    return parts[partition_id], fixed_batch
 
 
 class OrtNumPyClient(NumPyClient):
@@ -302,6 +306,10 @@ class OrtNumPyClient(NumPyClient):
     and ``examples``. ``evaluate`` returns the validation loss, the number of validation examples and
     ``accuracy``.
 
+    A model whose inputs fix the batch size (``fixed_batch``) takes whole batches only: ``fit`` refuses
+    another ``batch-size`` and a client with fewer examples than one batch, and both calls leave out the
+    last partial batch (the counts they return are the examples used).
+
     Optimizer state: the session is reused from round to round (the runtime and the artifacts are loaded
     once per process), so AdamW's moments carry over from one ``fit`` to the next, as they do on an
     on-device learner that keeps its trainer between rounds; only the parameters are replaced by the
@@ -312,9 +320,11 @@ class OrtNumPyClient(NumPyClient):
     ``flwr-clientapp`` process, so there the session, and its moments, last one round.
     """
 
-    def __init__(self, session: OrtTrainingSession, data: Mapping[str, Arrays], *, client_id: int = 0) -> None:
+    def __init__(self, session: OrtTrainingSession, data: Mapping[str, Arrays], *, client_id: int = 0,
+                 fixed_batch: Optional[int] = None) -> None:
         self.session = session
         self.client_id = int(client_id)
+        self.fixed_batch = fixed_batch
         self.train_data, self.val_data = data["train"], data.get("val", {})
         train_outputs, eval_outputs = list(session.getTrainOutputNames()), list(session.getEvalOutputNames())
         self.loss_name = train_outputs[0]  # generate_artifacts puts the loss first
@@ -332,20 +342,28 @@ class OrtNumPyClient(NumPyClient):
     def fit(self, parameters: NDArrays, config: Dict[str, Scalar]) -> Tuple[NDArrays, int, Dict[str, Scalar]]:
         session = self._load(parameters)
         epochs = int(config.get("local-epochs", 1))
-        batch_size = int(config.get("batch-size", 32))
+        batch_size = int(config.get("batch-size", self.fixed_batch or 32))
         if epochs < 1 or batch_size < 1:
             raise FederatedError(f"local-epochs and batch-size must be at least 1, got {epochs} and {batch_size}")
+        if self.fixed_batch is not None and batch_size != self.fixed_batch:
+            raise FederatedError(f"client {self.client_id}: the model's inputs fix the batch size at {self.fixed_batch}, "
+                                 f"but the server asks for batch-size {batch_size}")
         if "lr" in config:
             session.setLearningRate(float(config["lr"]))
         seed, server_round = int(config.get("seed", 0)), int(config.get("server-round", 0))
         n = len(next(iter(self.train_data.values()), ()))
         if n == 0:  # partition_dataset and load_dataset see to it; a client built on other data may not
             raise FederatedError(f"client {self.client_id}: it has no training data, so it cannot fit")
+        drop_last = self.fixed_batch is not None  # a smaller last batch would not fit the model
+        if drop_last and n < batch_size:
+            raise FederatedError(f"client {self.client_id}: it has {n} training examples, fewer than one batch: the "
+                                 f"model's inputs fix the batch size at {batch_size}")
+        used = n - n % batch_size if drop_last else n
         wanted = [self.loss_name] + ([self.train_scores] if self.train_scores else [])
         loss_sum, correct, seen = 0.0, 0, 0
         for epoch in range(epochs):
             order = np.random.default_rng([seed, server_round, epoch, self.client_id]).permutation(n)
-            for idx in _train.batches(order, batch_size, False):
+            for idx in _train.batches(order, batch_size, drop_last):
                 with session.trainStep({name: array[idx] for name, array in self.train_data.items()}, wanted) as result:
                     loss = float(result.get(0).getValue())
                     if self.train_scores and self.labels:
@@ -355,19 +373,21 @@ class OrtNumPyClient(NumPyClient):
                 session.optimizerStep()
                 session.lazyResetGrad()
                 loss_sum, seen = loss_sum + loss * len(idx), seen + len(idx)
-        metrics: Dict[str, Scalar] = {"loss": loss_sum / seen, "examples": n}
+        metrics: Dict[str, Scalar] = {"loss": loss_sum / seen, "examples": used}
         if self.train_scores and self.labels:
             metrics["accuracy"] = correct / seen
-        return [session.copyParametersToBuffer(True)], n, metrics
+        return [session.copyParametersToBuffer(True)], used, metrics
 
     def evaluate(self, parameters: NDArrays, config: Dict[str, Scalar]) -> Tuple[float, int, Dict[str, Scalar]]:
         session = self._load(parameters)
         n = len(next(iter(self.val_data.values()))) if self.val_data else 0
+        batch_size = self.fixed_batch or int(config.get("batch-size", 128))
+        if self.fixed_batch is not None:
+            n -= n % batch_size  # whole batches only
         if n == 0 or self.eval_loss is None:
             return 0.0, 0, {"examples": 0}  # no local validation data: weighs nothing in the average
-        batch_size = int(config.get("batch-size", 128))
         loss, accuracy = _train.evaluate(session, self.val_data, self.eval_loss, self.eval_scores,
-                                         self.labels, batch_size, False)
+                                         self.labels, batch_size, self.fixed_batch is not None)
         metrics: Dict[str, Scalar] = {"examples": n}
         if accuracy is not None:
             metrics["accuracy"] = accuracy
@@ -413,8 +433,8 @@ def load_client(settings: ClientSettings = ClientSettings(), partition_id: Optio
                 num_partitions: Optional[int] = None, data_path: Optional[str] = None) -> OrtNumPyClient:
     """A client over this process's shared session and its local data."""
     session = shared_session(settings.artifacts, settings.threads, settings.seed)
-    data = local_data(settings, session, partition_id, num_partitions, data_path)
-    return OrtNumPyClient(session, data, client_id=partition_id if partition_id is not None else 0)
+    data, fixed_batch = local_data(settings, session, partition_id, num_partitions, data_path)
+    return OrtNumPyClient(session, data, client_id=partition_id if partition_id is not None else 0, fixed_batch=fixed_batch)
 
 
 def make_client_app(settings: Optional[ClientSettings] = None) -> ClientApp:
@@ -460,7 +480,8 @@ class GlobalModel:
             self.loss_name, self.export_names = outputs[0], outputs[1:]
             self.scores = outputs[1] if len(outputs) > 1 else None
             self.labels = _label_name(self.val)
-            self.batch_size = batch_size
+            self.fixed_batch = _train.fixed_batch(infos)  # then whole batches only, of that size
+            self.batch_size = self.fixed_batch or batch_size
         except BaseException:
             self.session.close()
             raise
@@ -480,7 +501,8 @@ class GlobalModel:
         """(validation loss, accuracy or None) of ``parameters`` (default: the ones loaded)."""
         if parameters is not None:
             self.load(parameters)
-        return _train.evaluate(self.session, self.val, self.loss_name, self.scores, self.labels, self.batch_size, False)
+        return _train.evaluate(self.session, self.val, self.loss_name, self.scores, self.labels, self.batch_size,
+                               self.fixed_batch is not None)
 
     def save(self, path: PathLike, server_round: int) -> None:
         """The global model as a checkpoint (written to a temporary file, then renamed over the old one)."""
@@ -493,7 +515,8 @@ class GlobalModel:
         if not self.export_names:
             raise FederatedError("the eval model's only output is the loss: nothing to export for inference")
         self.session.exportModelForInference(path, self.export_names)
-        return _train.inference_check(self.env, Path(path), self.val, self.labels, self.batch_size, False)
+        return _train.inference_check(self.env, Path(path), self.val, self.labels, self.batch_size,
+                                      self.fixed_batch is not None)
 
     def close(self) -> None:
         self.session.close()
@@ -559,6 +582,9 @@ class OrtFedAvg(FedAvg):
     def __init__(self, model: GlobalModel, settings: ServerSettings, *, num_clients: int,
                  report: Optional[Callable[[Dict[str, Any]], None]] = None, record_clients: bool = False,
                  config: Optional[Dict[str, Any]] = None) -> None:
+        if model.fixed_batch is not None and settings.batch_size != model.fixed_batch:
+            raise FederatedError(f"the model's inputs fix the batch size at {model.fixed_batch}: set batch-size "
+                                 f"{model.fixed_batch} (--batch-size {model.fixed_batch}), not {settings.batch_size}")
         self.model, self.settings, self.report = model, settings, report
         self.record_clients = record_clients
         self.history: List[Dict[str, Any]] = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -51,6 +52,21 @@ def small_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("data") / "small.npz"
     np.savez(path, **arrays)
     return path
+
+
+def fixed_batch_artifacts(tmp_path: Path, batch: int) -> Path:
+    """The digits artifacts with the batch dimension fixed at ``batch`` (it is symbolic in the originals)."""
+    import onnx  # the test extra installs it
+
+    folder = tmp_path / f"fixed{batch}"
+    shutil.copytree(DIGITS, folder)
+    for name in ("training_model.onnx", "eval_model.onnx"):
+        model = onnx.load(str(folder / name))
+        for value in model.graph.input:
+            if value.name in ("input", "labels"):
+                value.type.tensor_type.shape.dim[0].dim_value = batch
+        onnx.save(model, str(folder / name))
+    return folder
 
 
 def run_child(code: str, *, env: "dict | None" = None, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:

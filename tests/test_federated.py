@@ -16,7 +16,7 @@ from typing import Iterator, List
 import numpy as np
 import pytest
 
-from conftest import DIGITS, run_child
+from conftest import DIGITS, fixed_batch_artifacts, run_child
 from ort_cffi import OrtCheckpointState, OrtEnvironment
 
 if sys.version_info < (3, 11):  # Flower 1.42 needs Python 3.11; the extra is not installable before
@@ -186,6 +186,43 @@ def test_fit_without_training_data_is_a_clear_error(shared_sessions: None) -> No
     with pytest.raises(flower.FederatedError, match="client 4: it has no training data, so it cannot fit"):
         client.fit([params], {})
     assert client.evaluate([params], {}) == (0.0, 0, {"examples": 0})
+
+
+def test_a_fixed_batch_model_takes_whole_batches(tmp_path: Path, small_data: Path, shared_sessions: None) -> None:
+    """A model whose inputs fix the batch size takes whole batches only: the clients and the server leave
+    out the last partial batch (it failed inside the runtime), and report the examples they used; another
+    batch size, or a client with less than one batch, is a clear error."""
+    artifacts = fixed_batch_artifacts(tmp_path, 16)
+    client = flower.load_client(flower.ClientSettings(artifacts=str(artifacts), data=str(small_data)), 1, 3)
+    assert client.fixed_batch == 16
+    (start,) = client.get_parameters({})
+    params, n, metrics = client.fit([start], {"local-epochs": 2, "batch-size": 16, "lr": 0.01, "server-round": 1})
+    assert n == metrics["examples"] == 128  # 133 training examples: 8 batches of 16
+    assert not np.array_equal(params[0], start)
+    _, n_val, _ = client.evaluate(params, {})
+    assert n_val == 32  # 40 validation examples: 2 batches of 16
+    with pytest.raises(flower.FederatedError, match="client 1: the model's inputs fix the batch size at 16, but the "
+                                                    "server asks for batch-size 32"):
+        client.fit([start], {"batch-size": 32})
+
+    few = {"train": {k: v[:10] for k, v in client.train_data.items()},
+           "val": {k: v[:10] for k, v in client.val_data.items()}}
+    small = flower.OrtNumPyClient(client.session, few, client_id=7, fixed_batch=16)
+    with pytest.raises(flower.FederatedError, match="client 7: it has 10 training examples, fewer than one batch: "
+                                                    "the model's inputs fix the batch size at 16"):
+        small.fit([start], {"batch-size": 16})
+    assert small.evaluate([start], {}) == (0.0, 0, {"examples": 0})
+
+    with flower.GlobalModel(artifacts, small_data) as model:
+        assert (model.fixed_batch, model.batch_size) == (16, 16)
+        loss, accuracy = model.evaluate(params)  # 120 validation examples: 7 batches of 16
+        assert np.isfinite(loss) and accuracy is not None and 0 <= accuracy <= 1
+        names, inference_accuracy = model.export(tmp_path / "inference.onnx")
+        assert inference_accuracy == pytest.approx(accuracy)
+        with pytest.raises(flower.FederatedError, match=r"the model's inputs fix the batch size at 16: set batch-size 16 "
+                                                        r"\(--batch-size 16\), not 32"):
+            flower.OrtFedAvg(model, flower.ServerSettings(batch_size=32), num_clients=1)
+        flower.OrtFedAvg(model, flower.ServerSettings(batch_size=16), num_clients=1)
 
 
 # --- a small simulation on Ray ------------------------------------------------------------------

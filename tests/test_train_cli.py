@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import DIGITS, ROOT
+from conftest import DIGITS, ROOT, fixed_batch_artifacts
 from ort_cffi import OrtCheckpointState, OrtEnvironment
 from ort_cffi import train as cli
 
@@ -177,26 +177,12 @@ def test_dataset_mismatch_is_named(tmp_path: Path, small_data: Path, capsys: pyt
     assert "Traceback" not in stderr and not (tmp_path / "out" / "last_checkpoint").exists()
 
 
-def _fixed_batch_artifacts(tmp_path: Path, batch: int) -> Path:
-    """The digits artifacts with the batch dimension fixed at ``batch`` (it is symbolic in the originals)."""
-    onnx = pytest.importorskip("onnx")
-    folder = tmp_path / f"fixed{batch}"
-    shutil.copytree(DIGITS, folder)
-    for name in ("training_model.onnx", "eval_model.onnx"):
-        model = onnx.load(str(folder / name))
-        for value in model.graph.input:
-            if value.name in ("input", "labels"):
-                value.type.tensor_type.shape.dim[0].dim_value = batch
-        onnx.save(model, str(folder / name))
-    return folder
-
-
 @pytest.mark.parametrize("batch, split, count", [(500, "train", 400), (128, "val", 120)])
 def test_a_split_smaller_than_a_fixed_batch_is_named(tmp_path: Path, small_data: Path, capsys: pytest.CaptureFixture,
                                                      batch: int, split: str, count: int) -> None:
     """A model that fixes the batch size takes whole batches only: a split with fewer samples than one batch
     would train or validate on nothing (it divided by zero)."""
-    artifacts = _fixed_batch_artifacts(tmp_path, batch)
+    artifacts = fixed_batch_artifacts(tmp_path, batch)
     code, _, stderr = run(capsys, "--artifacts", artifacts, "--data", small_data, "--batch-size", batch,
                           "--out", tmp_path / "out", "--no-progress")
     assert code == 2, stderr
@@ -207,7 +193,7 @@ def test_a_split_smaller_than_a_fixed_batch_is_named(tmp_path: Path, small_data:
 
 def test_a_fixed_batch_drops_the_last_partial_batch(tmp_path: Path, small_data: Path, capsys: pytest.CaptureFixture) -> None:
     """Splits of at least one batch train on whole batches: 400 samples in batches of 64 are 6 steps an epoch."""
-    artifacts = _fixed_batch_artifacts(tmp_path, 64)
+    artifacts = fixed_batch_artifacts(tmp_path, 64)
     out = tmp_path / "out"
     code, stdout, stderr = run(capsys, "--artifacts", artifacts, "--data", small_data, "--batch-size", 64,
                                "--epochs", 2, "--out", out, "--no-progress", "--no-plot")
