@@ -26,7 +26,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ._errors import OrtClosedException, OrtErrorCode, OrtException
-from ._handles import NativeHandle, pin_all, process, read_names, unpin_all
+from ._handles import NativeHandle, close_values, pin_all, process, read_names, unpin_all
 from .capi import check_status, ffi, get_runtime
 from .options import RunOptions, SessionOptions
 from ._files import PathLike, PathOrBytes, atomic_write, existing_file, fspath, native_path, read_model
@@ -318,6 +318,15 @@ def _split_step_args(
     return requested, pinned, run_options
 
 
+def _check_pinned(pinned: Mapping[str, Any]) -> None:
+    """Refuse a pinned output the runtime cannot write into: not an ``OnnxTensor``, or over read-only memory."""
+    for name, tensor in pinned.items():
+        if not isinstance(tensor, OnnxTensor):
+            raise OrtException.invalid_argument(f"pinned output {name!r} must be an OnnxTensor, not {type(tensor).__name__}")
+        if not tensor.writable:
+            raise OrtException.invalid_argument(f"pinned output {name!r} is over a read-only array")
+
+
 class OrtTrainingSession(NativeHandle):
     """A training session over a checkpoint, a training model, and optionally eval and optimizer models."""
 
@@ -477,26 +486,23 @@ class OrtTrainingSession(NativeHandle):
         requested, pinned, run_options = _split_step_args(args, requested, pinned, run_options)
         return self._step(plan, inputs, *self._selection(plan, requested, pinned), run_options)
 
-    def _selection(self, plan: _ModelPlan, requested: Any, pinned: Any) -> Tuple[_Selection, List[NativeHandle]]:
+    def _selection(self, plan: _ModelPlan, requested: Any, pinned: Any) -> Tuple[_Selection, List[OnnxTensor]]:
         """The validated output selection for this request, and the caller's pinned tensors."""
         if requested is None:
             if pinned is None:
                 return plan.everything, []
         elif isinstance(requested, str) or not isinstance(requested, Iterable):
             raise OrtException.invalid_argument("requestedOutputs is a collection of output names")
-        pinned_tensors: List[NativeHandle] = []
+        pinned_tensors: List[OnnxTensor] = []
         if pinned is not None:
             if type(pinned) is not dict and not isinstance(pinned, Mapping):
                 raise OrtException.invalid_argument(
                     f"pinnedOutputs maps output names to OnnxTensors; got {type(pinned).__name__}"
                 )
-            for name, tensor in pinned.items():
+            pinned_tensors = list(pinned.values())
+            for tensor in pinned_tensors:
                 if type(tensor) is not OnnxTensor or not tensor._writable:
-                    if not isinstance(tensor, OnnxTensor):
-                        raise OrtException.invalid_argument(f"pinned output {name!r} must be an OnnxTensor, not {type(tensor).__name__}")
-                    if not tensor.writable:
-                        raise OrtException.invalid_argument(f"pinned output {name!r} is over a read-only array")
-                pinned_tensors.append(tensor)
+                    _check_pinned(pinned)  # raises, naming the output
         # Keyed by names only: the tensors are the caller's, passed again with every call.
         request = (
             None if requested is None else tuple(requested),
@@ -557,7 +563,7 @@ class OrtTrainingSession(NativeHandle):
         plan: _ModelPlan,
         inputs: Mapping[str, Any],
         selection: _Selection,
-        pinned_tensors: Sequence[NativeHandle],
+        pinned_tensors: Sequence[OnnxTensor],
         run_options: Optional[RunOptions],
     ) -> Result:
         """One ``TrainStep``/``EvalStep``. This is the hot path, kept to few lines: everything derivable
@@ -617,6 +623,9 @@ class OrtTrainingSession(NativeHandle):
             check_outputs(status, produced, f"{plan.kind} step")
         if selection.everything:
             return Result(plan.output_names, produced, None, plan.output_pos)  # type: ignore[arg-type]  # none is None
+        if not selection.positions:  # pinned outputs only (a pinned loss, say): nothing else is returned
+            close_values([value for value in produced if value is not None])
+            return Result(selection.names, pinned_tensors, 0)
         for position, value in enumerate(produced):
             if value is not None and position not in selection.wanted:
                 value.close()
