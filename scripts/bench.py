@@ -719,6 +719,11 @@ def print_report(results: dict) -> None:
         print(f"  {t['status']:<4}  {t['target']:<40} {value:>12}  (target {t['op']} {t['limit']}{t['unit']})")
         if t.get("caveat"):
             print(f"        ({t['caveat']})")
+    tiny = results["steps"].get("tiny", {}).get("ratios", {})
+    if "b'/c" in tiny and "e/c" in tiny:
+        raw_pinned, guarantees = tiny["b'/c"]["median"], tiny["e/c"]["median"]
+        print(f"  floors on the tiny model: (a')/(c) >= (b')/(c) = {raw_pinned:.3f} (no facade at all); "
+              f"(a)/(c) >= (e)/(c) = {guarantees:.3f} (the guarantees alone)")
 
 
 def _git_commit() -> Optional[str]:
