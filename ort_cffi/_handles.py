@@ -33,7 +33,6 @@ _release_bookkeeping = _bookkeeping.release
 # and this runs for every output of every step). An entry leaves when its handle is released; the
 # handle's own entry keeps its id from being reused while it is there.
 _live: "dict[int, weakref.ref[NativeHandle]]" = {}
-_weak = weakref.ref
 
 
 class NativeHandle:
@@ -55,7 +54,7 @@ class NativeHandle:
         self._release = release
         self._ptr = ptr
         self._closed = False
-        _live[id(self)] = _weak(self)
+        _live[id(self)] = weakref.ref(self)
 
     @property
     def closed(self) -> bool:
@@ -121,8 +120,7 @@ class NativeHandle:
             self._closed = True
             if self._pins:
                 return  # the last unpin releases it
-            taken = (self._ptr, self._release, self._pinned)  # _take(), inline: this runs for every output
-            self._ptr, self._release, self._pinned = ffi.NULL, None, ()
+            taken = self._take()
         finally:
             _release_bookkeeping()
         _release(self, taken)
@@ -169,11 +167,8 @@ def pin_all(handles: "Sequence[NativeHandle]") -> None:
     try:
         for handle in handles:
             if handle._closed:
-                for earlier in handles:  # undo the pins taken so far
-                    if earlier is handle:
-                        break
-                    earlier._pins -= 1
                 raise OrtClosedException(handle._kind)
+        for handle in handles:
             handle._pins += 1
     finally:
         _release_bookkeeping()
@@ -181,19 +176,17 @@ def pin_all(handles: "Sequence[NativeHandle]") -> None:
 
 def unpin_all(handles: "Sequence[NativeHandle]") -> None:
     """Undo ``pin_all``; releases, after the fact, each handle closed while it was pinned."""
-    released = None
+    released = []
     _acquire_bookkeeping()
     try:
         for handle in handles:
             handle._pins -= 1
             if handle._closed and handle._pins == 0 and handle._ptr:
-                released = released or []
                 released.append((handle, handle._take()))
     finally:
         _release_bookkeeping()
-    if released:
-        for handle, taken in released:
-            _release(handle, taken)
+    for handle, taken in released:
+        _release(handle, taken)
 
 
 def close_values(handles: "Sequence[NativeHandle]") -> None:
@@ -208,16 +201,11 @@ def close_values(handles: "Sequence[NativeHandle]") -> None:
             handle._closed = True
             if handle._pins:
                 continue  # the last unpin releases it
-            taken.append((handle, handle._ptr, handle._release, handle._pinned))
-            handle._ptr, handle._release, handle._pinned = ffi.NULL, None, ()
+            taken.append((handle, handle._take()))
     finally:
         _release_bookkeeping()
-    for handle, ptr, release, pinned in taken:  # _release(), inline
-        if ptr and release is not None:
-            release(ptr)
-        _live.pop(id(handle), None)
-        if pinned:
-            unpin_all(pinned)
+    for handle, native in taken:
+        _release(handle, native)
 
 
 def live_handles() -> "list[NativeHandle]":

@@ -18,8 +18,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Unio
 
 import numpy as np
 
-from ._errors import OrtClosedException, OrtException
-from . import _handles
+from ._errors import OrtException
 from ._handles import NativeHandle, process
 from .capi import check_status, ffi, get_runtime
 
@@ -177,7 +176,7 @@ def calls() -> _Calls:
 
 def read_tensor_info(info_ptr: Any) -> TensorInfo:
     """A ``TensorInfo`` from an ``OrtTensorTypeAndShapeInfo*`` (which the caller still owns). On the
-    hot path (every output read): per-thread out-parameters, and no re-check of what the runtime says."""
+    hot path (every output read): per-thread out-parameters."""
     c, scratch = _calls or calls(), _scratch
     element_type, count = scratch.element_type, scratch.count
     status = c.GetTensorElementType(info_ptr, element_type)
@@ -192,14 +191,7 @@ def read_tensor_info(info_ptr: Any) -> TensorInfo:
         dims = scratch.dims if rank <= 16 else ffi.new("int64_t[]", rank)
         check_status(c.GetDimensions(info_ptr, dims, rank), "GetDimensions")
         shape = tuple(dims[0:rank])
-    info = _new_info(TensorInfo)  # the constructor's conversions, skipped: both parts are exact already
-    info.onnxType = _ONNX_TYPES.get(element_type[0], OnnxTensorType.ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED)
-    info.shape = shape
-    info.dimensionNames = ()
-    return info
-
-
-_new_info = TensorInfo.__new__
+    return TensorInfo(element_type[0], shape)
 
 
 class TensorTypeAndShapeInfo(NativeHandle):
@@ -345,7 +337,9 @@ class OnnxTensor(OnnxValue):
     @classmethod
     def _adopt(cls, value_ptr: Any) -> "OnnxTensor":
         """Own a value the runtime allocated (a step's output). Called right after the native call."""
-        return _adopt_value(value_ptr, calls().ReleaseValue)
+        tensor = cls.__new__(cls)
+        tensor._own(value_ptr, (_calls or calls()).ReleaseValue)
+        return tensor
 
     @property
     def writable(self) -> bool:
@@ -373,17 +367,7 @@ class OnnxTensor(OnnxValue):
         if self._array is not None:
             self._handle()
             return self._array.copy()  # numpy's memory, held by this object: no native read
-        # One flat body (no helper calls but the type and shape read): this reads every loss, and
-        # in a training loop each Python call and line costs more than it does alone.
-        # Pinned (``_use``, inline): a close() from another thread meanwhile waits for the read.
-        _handles._acquire_bookkeeping()
-        try:
-            if self._closed:
-                raise OrtClosedException(self._kind)
-            self._pins += 1
-        finally:
-            _handles._release_bookkeeping()
-        ptr = self._ptr
+        ptr = self._use()  # pinned: a close() from another thread waits until the read is done
         try:
             info = self._info
             if info is None:
@@ -421,27 +405,12 @@ class OnnxTensor(OnnxValue):
         return f"<OnnxTensor {self.getInfo()!r}>"
 
 
-def _adopt_value(value_ptr: Any, release: Any) -> OnnxTensor:
-    """An ``OnnxTensor`` owning ``value_ptr`` (``NativeHandle._own``, inline: this runs for every
-    output of every step)."""
-    tensor = _new_tensor(OnnxTensor)
-    tensor._release = release
-    tensor._ptr = value_ptr
-    tensor._closed = False
-    _handles._live[id(tensor)] = _handles._weak(tensor)
-    return tensor
-
-
-_new_tensor = OnnxTensor.__new__
-
-
 def adopt_outputs(out_values: Any, count: int) -> "list[Optional[OnnxTensor]]":
     """Own, at once, every value a run or step allocated in ``out_values[0:count]`` (NULL slots give None)."""
-    release = (_calls or calls()).ReleaseValue
-    if count == 1:  # a loss alone: no slice of the C array
+    if count == 1:  # a loss alone: no slice of the C array (a new cdata object)
         value = out_values[0]
-        return [_adopt_value(value, release) if value else None]
-    return [_adopt_value(p, release) if p else None for p in out_values[0:count]]
+        return [OnnxTensor._adopt(value) if value else None]
+    return [OnnxTensor._adopt(p) if p else None for p in out_values[0:count]]
 
 
 def check_outputs(status: Any, values: "Sequence[Optional[OnnxTensor]]", context: str) -> None:

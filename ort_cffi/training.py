@@ -277,7 +277,7 @@ class _ModelPlan:
     """What one model (training or eval) needs per step, computed once at construction."""
 
     __slots__ = ("kind", "input_names", "output_names", "input_pos", "output_pos", "in_values", "out_values",
-                 "no_outputs", "step", "everything", "cached")
+                 "step", "everything", "cached")
 
     def __init__(self, kind: str, input_names: Tuple[str, ...], output_names: Tuple[str, ...], step: Any) -> None:
         self.kind = kind
@@ -287,7 +287,6 @@ class _ModelPlan:
         self.output_pos = {n: i for i, n in enumerate(output_names)}
         self.in_values = ffi.new("OrtValue*[]", max(len(input_names), 1))  # reused under the session lock
         self.out_values = ffi.new("OrtValue*[]", max(len(output_names), 1))
-        self.no_outputs = [ffi.NULL] * len(output_names)  # out_values' state before a step: all for the runtime
         self.step = step  # the TrainStep or EvalStep function pointer, looked up once
         self.everything = _Selection(output_names, tuple(range(len(output_names))), (), everything=True)
         self.cached: Tuple[Any, Optional[_Selection]] = (None, None)  # (request names, selection): one read, one write
@@ -597,10 +596,8 @@ class OrtTrainingSession(NativeHandle):
                 in_use.append(run_options)
             pin_all(in_use)
             try:
-                if output_count == 1:
-                    out_values[0] = ffi.NULL  # a loss alone: no slice assignment (it costs as much as a native call)
-                else:
-                    out_values[0:output_count] = plan.no_outputs
+                for i in range(output_count):
+                    out_values[i] = ffi.NULL
                 if pinned_tensors:
                     for position, tensor in zip(selection.pinned_positions, pinned_tensors):
                         out_values[position] = tensor._ptr
@@ -616,9 +613,8 @@ class OrtTrainingSession(NativeHandle):
                 unpin_all(in_use)
         finally:
             lock.release()
-            if made:
-                for tensor in made:
-                    tensor.close()
+            for tensor in made:
+                tensor.close()
         if status:
             check_outputs(status, produced, f"{plan.kind} step")
         if selection.everything:
