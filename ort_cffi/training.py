@@ -26,7 +26,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ._errors import OrtClosedException, OrtErrorCode, OrtException
-from ._handles import NativeHandle, close_values, pin_all, process, read_names, unpin_all
+from ._handles import NativeHandle, pin_all, process, read_names, unpin_all
 from .capi import check_status, ffi, get_runtime
 from .options import RunOptions, SessionOptions
 from ._files import PathLike, PathOrBytes, atomic_write, existing_file, fspath, native_path, read_model
@@ -619,9 +619,6 @@ class OrtTrainingSession(NativeHandle):
             check_outputs(status, produced, f"{plan.kind} step")
         if selection.everything:
             return Result(plan.output_names, produced, None, plan.output_pos)  # type: ignore[arg-type]  # none is None
-        if not selection.positions:  # pinned outputs only (a pinned loss, say): nothing else is returned
-            close_values([value for value in produced if value is not None])
-            return Result(selection.names, pinned_tensors, 0)
         for position, value in enumerate(produced):
             if value is not None and position not in selection.wanted:
                 value.close()
