@@ -457,11 +457,6 @@ class OrtTrainingSession(NativeHandle):
 
         Java's forms: ``trainStep(inputs)``, ``(inputs, runOptions)``, ``(inputs, requestedOutputs)``,
         ``(inputs, pinnedOutputs)``, ``(inputs, requestedOutputs, pinnedOutputs, runOptions)``."""
-        if requestedOutputs is None and pinnedOutputs is None and runOptions is None:
-            if not args:  # the plain form, directly
-                return self._step(self._train, inputs, self._train.everything, (), None)
-            if len(args) == 1 and type(args[0]) is dict:  # (inputs, pinnedOutputs), directly
-                return self._step(self._train, inputs, *self._selection(self._train, None, args[0]), None)
         return self._dispatch(self._train, inputs, args, requestedOutputs, pinnedOutputs, runOptions)
 
     def evalStep(

@@ -360,8 +360,9 @@ class Bench:
         def loop_b(n: int) -> float:
             tapi, api = rt.training_api, rt.api
             train_step, optimizer_step, lazy_reset = tapi.TrainStep, tapi.OptimizerStep, tapi.LazyResetGrad
-            get_data, release_value, cast, NULL = api.GetTensorMutableData, api.ReleaseValue, ffi.cast, ffi.NULL
+            get_data, release_value, NULL = api.GetTensorMutableData, api.ReleaseValue, ffi.NULL
             ptr, ins, outs, count = session_b._ptr, in_values, out_values, len(input_names)
+            float_view = ffi.cast("float**", data)  # the loss read with two index operations, no cast per step
             loss = math.nan
             for _ in range(n):
                 outs[0] = NULL
@@ -373,7 +374,7 @@ class Bench:
                 if status:
                     release_value(value)
                     check_status(status, "GetTensorMutableData")
-                loss = cast("float*", data[0])[0]
+                loss = float_view[0][0]
                 release_value(value)
                 status = optimizer_step(ptr, NULL)
                 if status:
