@@ -4,7 +4,7 @@
     .venv/bin/python scripts/bench.py [--rounds N] [--quick] [--json PATH]
 
 Step loops, interleaved in blocks over ``--rounds`` rounds, the order reversed every other round
-(one intra-op thread; a, a', b and d drive one and the same ort_cffi training session, see
+(one intra-op thread; every variant but c drives one and the same ort_cffi training session, see
 NOTE_SHARED; c has its own, in the runtime image ``import onnxruntime`` loads):
 
     a   the Java-style facade: trainStep over tensors made once, the loss read from the Result,
@@ -14,6 +14,8 @@ NOTE_SHARED; c has its own, in the runtime image ``import onnxruntime`` loads):
     b'  the raw layer with the loss as a pinned output: the floor of a'
     e   the raw layer plus the facade's guarantees, inline (session lock, pinned inputs, owned
         output, type and shape read): what any Python facade keeping them costs at least
+    e'  the same for the pinned loss (session lock, inputs and loss tensor pinned): the floor of a'
+        for a facade that keeps the guarantees
     c   ONNX Runtime's own Python training layer (onnxruntime.capi._pybind_state, OrtValue inputs
         made once, train_step_with_ort_values), the reference
     d   the same loop in C (scripts/bench_floor.c, compiled here with cffi in API mode, calling the
@@ -55,13 +57,14 @@ ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "tests" / "artifacts"
 FLOOR_SOURCE = Path(__file__).resolve().parent / "bench_floor.c"
 
-VARIANTS = ("a", "a'", "b", "b'", "e", "c", "d")
+VARIANTS = ("a", "a'", "b", "b'", "e", "e'", "c", "d")
 LABELS = {
     "a": "facade (Result loss)",
     "a'": "facade (pinned loss)",
     "b": "raw cffi layer",
     "b'": "raw, pinned loss",
     "e": "raw + guarantees",
+    "e'": "raw + guar., pinned",
     "c": "ORT Python (pybind)",
     "d": "C floor",
 }
@@ -70,8 +73,8 @@ MODELS = {  # name: (artifacts folder, batch)
     "big": ("big", 64),
 }
 RATIOS = (
-    ("a", "c"), ("a'", "c"), ("b", "c"), ("b'", "c"), ("e", "c"), ("d", "c"),
-    ("a", "d"), ("a'", "d"), ("b", "d"), ("b'", "d"), ("e", "d"), ("c", "d"),
+    ("a", "c"), ("a'", "c"), ("b", "c"), ("b'", "c"), ("e", "c"), ("e'", "c"), ("d", "c"),
+    ("a", "d"), ("a'", "d"), ("b", "d"), ("b'", "d"), ("e", "d"), ("e'", "d"), ("c", "d"),
 )
 MIB = 2**20
 NOTE_RESET = (
@@ -81,7 +84,7 @@ NOTE_RESET = (
 )
 
 NOTE_SHARED = (
-    "a, a', b and d drive one and the same ort_cffi training session, so that their ratios compare the calling "
+    "every variant but c drives one and the same ort_cffi training session, so that their ratios compare the calling "
     "code alone (with a session each, they also compared where the runtime placed each session's buffers, which "
     "moved the big model's ratios by a few per cent from run to run: more than the Python overhead measured there)"
 )
@@ -304,7 +307,7 @@ class Bench:
         self.resets: Dict[str, Callable[[], None]] = {}  # back to the checkpoint's parameters
         rt = get_runtime()
 
-        shared: List[Any] = []  # (session, inputs): one for a, a', b and d (see NOTE_SHARED)
+        shared: List[Any] = []  # (session, inputs): one for every variant but c (see NOTE_SHARED)
 
         def facade_session():
             if shared:
@@ -458,6 +461,46 @@ class Bench:
                     check_status(status, "LazyResetGrad")
             return loss
 
+        # (e') the same guarantees around the pinned-loss loop: the session lock around each call, the
+        # inputs and the loss tensor pinned for the step; the loss is read from its numpy scalar.
+        # (a') - (e') is the cost of the API's structure; (e') bounds (a') for any Python facade that keeps them.
+        pinned_in_use = input_tensors + [loss_tensor]
+
+        def loop_ep(n: int) -> float:
+            tapi = rt.training_api
+            train_step, optimizer_step, lazy_reset = tapi.TrainStep, tapi.OptimizerStep, tapi.LazyResetGrad
+            ptr, ins, outs, count, in_use = session_b._ptr, in_values, pinned_out_values, len(input_names), pinned_in_use
+            buffer, NULL, lock = loss_buffer, ffi.NULL, session_b._lock
+            loss = math.nan
+            for _ in range(n):
+                lock.acquire()
+                try:
+                    pin_all(in_use)
+                    try:
+                        status = train_step(ptr, NULL, count, ins, 1, outs)
+                    finally:
+                        unpin_all(in_use)
+                finally:
+                    lock.release()
+                if status:
+                    check_status(status, "TrainStep")
+                loss = float(buffer)
+                lock.acquire()
+                try:
+                    status = optimizer_step(ptr, NULL)
+                finally:
+                    lock.release()
+                if status:
+                    check_status(status, "OptimizerStep")
+                lock.acquire()
+                try:
+                    status = lazy_reset(ptr)
+                finally:
+                    lock.release()
+                if status:
+                    check_status(status, "LazyResetGrad")
+            return loss
+
         # (c) ONNX Runtime's own Python layer (the runtime image `import onnxruntime` loaded)
         options_c = C.SessionOptions()
         options_c.intra_op_num_threads = 1
@@ -491,7 +534,7 @@ class Bench:
         module_c.copy_parameters_to_buffer(initial_value_c, True)
         self.keep_c += [initial_c, initial_value_c]
 
-        self.loops.update({"a": loop_a, "a'": loop_p, "b": loop_b, "b'": loop_bp, "e": loop_e, "c": loop_c})
+        self.loops.update({"a": loop_a, "a'": loop_p, "b": loop_b, "b'": loop_bp, "e": loop_e, "e'": loop_ep, "c": loop_c})
         self.resets.update(
             {
                 "a": resetter(session_a),
@@ -499,11 +542,12 @@ class Bench:
                 "b": resetter(session_b),
                 "b'": resetter(session_b),
                 "e": resetter(session_b),
+                "e'": resetter(session_b),
                 "c": lambda: module_c.copy_buffer_to_parameters(initial_value_c, True),
             }
         )
 
-        # (d) the C floor, on a session of its own
+        # (d) the C floor, on the same session
         if floor is not None:
             session_d, inputs_d = facade_session()
             self.loops["d"] = floor_loop(floor, session_d, [inputs_d[n] for n in input_names])
@@ -721,10 +765,11 @@ def print_report(results: dict) -> None:
         if t.get("caveat"):
             print(f"        ({t['caveat']})")
     tiny = results["steps"].get("tiny", {}).get("ratios", {})
-    if "b'/c" in tiny and "e/c" in tiny:
-        raw_pinned, guarantees = tiny["b'/c"]["median"], tiny["e/c"]["median"]
-        print(f"  floors on the tiny model: (a')/(c) >= (b')/(c) = {raw_pinned:.3f} (no facade at all); "
-              f"(a)/(c) >= (e)/(c) = {guarantees:.3f} (the guarantees alone)")
+    if all(key in tiny for key in ("b'/c", "e'/c", "e/c")):
+        raw_pinned, guarantees_pinned, guarantees = (tiny[key]["median"] for key in ("b'/c", "e'/c", "e/c"))
+        print(f"  floors on the tiny model (the guarantees alone, no API around them): (a')/(c) >= (e')/(c) = "
+              f"{guarantees_pinned:.3f}, (a)/(c) >= (e)/(c) = {guarantees:.3f}; with no guarantees at all, "
+              f"(b')/(c) = {raw_pinned:.3f}")
 
 
 def _git_commit() -> Optional[str]:
