@@ -152,7 +152,8 @@ TABLES = {
 NOT_INSTANCE_METHODS = {"close", "isClosed"}
 
 
-def _assert_all_raise_closed(obj, calls: dict, what: str) -> None:
+def _closed_failures(obj, calls: dict) -> list:
+    """Each call of ``calls`` on ``obj`` that does not raise an OrtException saying 'closed'."""
     failures = []
     for name, call in calls.items():
         try:
@@ -164,6 +165,11 @@ def _assert_all_raise_closed(obj, calls: dict, what: str) -> None:
             failures.append(f"{name}: {type(exc).__name__}: {exc}")
         else:
             failures.append(f"{name}: returned {value!r} instead of raising")
+    return failures
+
+
+def _assert_all_raise_closed(obj, calls: dict, what: str) -> None:
+    failures = _closed_failures(obj, calls)
     assert not failures, f"closed {what}:\n  " + "\n  ".join(failures)
     repr(obj)  # still printable
     assert obj.closed and obj.isClosed() if hasattr(obj, "isClosed") else obj.closed
@@ -250,17 +256,7 @@ def closed_result_and_the_values_taken_from_it() -> None:
         by_name = result.get(LOSS).get()
         entries = list(result)
         result.close()
-        failures = []
-        for name, call in RESULT_CALLS.items():
-            try:
-                call(result)
-            except OrtException as exc:
-                if "closed" not in str(exc).lower():
-                    failures.append(f"{name}: {exc}")
-            except Exception as exc:  # noqa: BLE001
-                failures.append(f"{name}: {type(exc).__name__}: {exc}")
-            else:
-                failures.append(f"{name}: did not raise")
+        failures = _closed_failures(result, RESULT_CALLS)
         calls = {k: v for k, v in TENSOR_CALLS.items() if k != "getType"}  # getType is checked elsewhere
         for taken in (value, by_name, entries[0][1]):
             _assert_all_raise_closed(taken, calls, "value taken from a closed Result")
