@@ -26,8 +26,11 @@ Every block starts from the checkpoint's parameters, restored outside the timed 
 NOTE_RESET). Each variant reports its median time per step; the paired ratios (same round) against
 c and d report their median and p25-p75. Also measured: import + runtime load in child processes (cold:
 empty ``ORT_CFFI_CACHE_DIR``; warm: the same folder again), the extra resident memory of a tensor
-over a 256 MiB array (child process), and the speed-up of two sessions trained in two threads over
-the same two one after the other. Results go to stdout (a table, target PASS/FAIL lines) and JSON.
+over a 256 MiB array (child process), the speed-up of two sessions trained in two threads over
+the same two one after the other, and the tensor figures: the time to create and close one tensor
+(over a numpy array, the zero-copy path; from a Python scalar) and to read one back (``getValue``,
+``getInfo``). ``--tensors`` measures only those. Results go to stdout (a table, target PASS/FAIL
+lines) and JSON.
 
 ``import onnxruntime`` happens only after ort_cffi has loaded its private runtime image; no object of
 one image ever reaches the other. ``torch`` is blocked from being imported (the bench needs none).
@@ -195,6 +198,106 @@ def measure_rss() -> dict:
     result["extra_rss_mib"] = result["extra_rss_bytes"] / MIB
     result["child_wall_s"] = wall
     return result
+
+
+# --- tensors: create + close, read back ------------------------------------------------------------
+
+TENSOR_CASES = (
+    # (label, what is timed per operation)
+    ("create+close float32 [4, 784] (over numpy)", "create"),
+    ("create+close float32 scalar (over numpy)", "create_scalar"),
+    ("create+close int64 [4] (over numpy)", "create_labels"),
+    ("create+close from a Python float", "create_python"),
+    ("getValue float32 [4, 784]", "get_value"),
+    ("getValue float32 scalar (runtime-allocated)", "get_value_output"),
+    ("getInfo float32 [4, 784]", "get_info"),
+)
+
+
+def measure_tensors(rounds: int, per_round: int) -> dict:
+    """Microseconds per tensor operation: the median over ``rounds`` rounds of ``per_round`` operations each,
+    the cases interleaved round by round (so that a busy moment of the machine hits them all alike)."""
+    from ort_cffi import OnnxTensor, OrtEnvironment
+
+    env = OrtEnvironment.getEnvironment()
+    batch = np.ones((4, 784), np.float32)
+    scalar = np.zeros((), np.float32)
+    labels = np.arange(4, dtype=np.int64)
+    held = OnnxTensor.createTensor(env, batch)
+    identity = _identity_session(env)  # for a runtime-allocated output to read
+    output = identity.run({"x": scalar})
+
+    def create(n: int) -> None:
+        for _ in range(n):
+            OnnxTensor.createTensor(env, batch).close()
+
+    def create_scalar(n: int) -> None:
+        for _ in range(n):
+            OnnxTensor.createTensor(env, scalar).close()
+
+    def create_labels(n: int) -> None:
+        for _ in range(n):
+            OnnxTensor.createTensor(env, labels).close()
+
+    def create_python(n: int) -> None:
+        for _ in range(n):
+            OnnxTensor.createTensor(env, 1.5).close()
+
+    def get_value(n: int) -> None:
+        for _ in range(n):
+            held.getValue()
+
+    value = output[0]
+
+    def get_value_output(n: int) -> None:
+        for _ in range(n):
+            value.getValue()
+
+    def get_info(n: int) -> None:
+        for _ in range(n):
+            held.getInfo()
+
+    functions = {
+        "create": create, "create_scalar": create_scalar, "create_labels": create_labels,
+        "create_python": create_python, "get_value": get_value, "get_value_output": get_value_output, "get_info": get_info,
+    }
+    samples: Dict[str, List[float]] = {key: [] for _, key in TENSOR_CASES}
+    try:
+        for fn in functions.values():
+            fn(per_round // 10 or 1)  # warm-up
+        for round_index in range(rounds):
+            order = [key for _, key in TENSOR_CASES]
+            if round_index % 2:
+                order.reverse()
+            for key in order:
+                t0 = time.perf_counter()
+                functions[key](per_round)
+                samples[key].append((time.perf_counter() - t0) / per_round * 1e6)
+    finally:
+        output.close()
+        identity.close()
+        held.close()
+    return {key: {"label": label, "us": summary(samples[key])} for label, key in TENSOR_CASES}
+
+
+def _identity_session(env: Any) -> Any:
+    """An inference session of one Identity node over a float32 tensor of any shape, built as bytes
+    with ``onnx`` (the test extra installs it)."""
+    import onnx  # type: ignore[import-untyped]
+    from onnx import helper
+
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, None)
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "identity", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return env.createSession(model.SerializeToString())
+
+
+def print_tensors(tensors: dict) -> None:
+    print("\ntensors: microseconds per operation (median, p25-p75)")
+    for entry in tensors.values():
+        s = entry["us"]
+        print(f"  {entry['label']:<46} {s['median']:>8.2f} {s['p25']:>8.2f}-{s['p75']:<8.2f}")
 
 
 # --- the C floor ------------------------------------------------------------------------------------
@@ -726,6 +829,8 @@ def print_report(results: dict) -> None:
         print(f"  warm cache: {imp['warm_import_load_s']:.3f} s in the child, {imp['warm_child_wall_s']:.3f} s child wall "
               f"(median of {len(warm)}; onnxruntime imported: {warm[0]['onnxruntime_imported']}, "
               f"torch imported: {warm[0]['torch_imported']})")
+    if results.get("tensors"):
+        print_tensors(results["tensors"])
     rss = results.get("tensor_rss")
     if rss:
         print(f"\ntensor over a 256 MiB array: +{rss['extra_rss_mib']:.3f} MiB RSS ({rss['extra_rss_bytes'] // 1024} KiB), "
@@ -789,6 +894,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--big-steps", type=int, help="steps per block, big model (default 20; 10 with --quick)")
     parser.add_argument("--thread-steps", type=int, help="steps per session in the threads test (default 200; 40 with --quick)")
     parser.add_argument("--quick", action="store_true", help="a fast smoke run (about 20 s)")
+    parser.add_argument("--tensors", action="store_true", help="measure only the tensor figures (about 20 s)")
     parser.add_argument("--json", default=str(ROOT / "runs" / "bench.json"), help="where to write the results (default runs/bench.json)")
     args = parser.parse_args(argv)
     quick = args.quick
@@ -801,6 +907,14 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     t_start = time.perf_counter()
     loadavg_start = os.getloadavg()
+    if args.tensors:
+        if "torch" not in sys.modules:
+            sys.modules["torch"] = None  # type: ignore[assignment]
+        tensors = measure_tensors(rounds=15, per_round=2000)
+        print_tensors(tensors)
+        print(f"\n({platform.python_version()}, {os.cpu_count()} CPUs, load avg {[round(x, 2) for x in loadavg_start]} -> "
+              f"{[round(x, 2) for x in os.getloadavg()]}, commit {_git_commit()})")
+        return 0
     results: dict = {"steps": {}, "notes": [NOTE_RESET, NOTE_SHARED]}
     torch_installed = importlib.util.find_spec("torch") is not None
     if torch_installed:
@@ -841,7 +955,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         del bench
         gc.collect()
 
-    # 4. Two sessions in two threads.
+    # 4. Tensors: create + close, read back.
+    print("timing tensor creation and reads...", flush=True)
+    results["tensors"] = measure_tensors(rounds=8 if quick else 15, per_round=1000 if quick else 2000)
+
+    # 5. Two sessions in two threads.
     print("timing two sessions in two threads...", flush=True)
     results["threads"] = measure_threads(thread_steps, thread_reps, floor)
 
