@@ -96,7 +96,12 @@ def string_elements(array: np.ndarray, what: str = "tensor data") -> np.ndarray:
 
 def array_for(array: np.ndarray, what: str = "tensor data") -> Tuple[np.ndarray, OnnxTensorType]:
     """(array the tensor is made over, element type) for a numpy array of any supported dtype."""
-    if is_string_array(array):
+    onnx_type = DTYPE_TO_ONNX.get(array.dtype)
+    if onnx_type is not None:  # the common case first, in as few steps as possible (createTensor's hot path)
+        flags = array.flags
+        if flags.c_contiguous and flags.aligned:
+            return array, onnx_type
+    if array.dtype.kind in "USO":
         return string_elements(array, what), STRING
     result = as_tensor_array(array, what)
     return result, DTYPE_TO_ONNX[result.dtype]

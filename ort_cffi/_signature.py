@@ -27,7 +27,7 @@ IR gives the same name in one graph the same value.
 from __future__ import annotations
 
 import mmap
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ._errors import OrtException
 from .tensor_info import NUMPY_DTYPES, OnnxTensorType
@@ -223,7 +223,7 @@ def _read_graph_inputs(data: memoryview) -> Optional[Dict[str, InputSpec]]:
     return specs
 
 
-def model_inputs(path: Optional[str], data: Optional[bytes], names: Sequence[str]) -> Dict[str, InputSpec]:
+def model_inputs(path: Optional[str], data: Optional[bytes], names: Iterable[str]) -> Dict[str, InputSpec]:
     """The specs of the inputs ``names`` of a model given by path or bytes; {} when it cannot be read
     (the runtime's own checks still apply then)."""
     try:

@@ -13,7 +13,7 @@ from .options import RunOptions as _RunOptions, SessionOptions as _SessionOption
 from ._files import PathOrBytes, native_path, read_model
 from ._optional import Optional_
 from ._inputs import ANY_INPUT, checked_input
-from ._signature import InputSpec, check_symbolic
+from ._signature import InputSpec, check_symbolic, model_inputs
 from .tensor import OnnxTensor, OnnxValue, TensorInfo, TypeInfo, adopt_outputs, check_outputs
 
 
@@ -251,15 +251,18 @@ class OrtSession(NativeHandle):
         self._input_pos = {n: i for i, n in enumerate(self._input_names)}
         self._output_pos = {n: i for i, n in enumerate(self._output_names)}
         try:
-            self._input_specs = self._read_input_specs()
+            self._input_specs = self._read_input_specs(path, data)
         except BaseException:
             self.close()
             raise
         self._symbolic = any(spec.symbolic() for spec in self._input_specs)
 
-    def _read_input_specs(self) -> List[InputSpec]:
-        """Each input's signature (``SessionGetInputTypeInfo``), checked before every run; a
-        non-tensor input is left to the runtime."""
+    def _read_input_specs(self, path: Optional[str], data: Optional[bytes]) -> List[InputSpec]:
+        """Each input's signature, checked before every run: ``SessionGetInputTypeInfo``, except that
+        it gives rank 0 both for a scalar and for an input declared without a shape (any rank): the
+        model's own graph input tells them apart (``_signature.model_inputs``), and where it cannot
+        be read, rank 0 is taken as any rank. A non-tensor input is left to the runtime."""
+        declared = model_inputs(path, data, self._input_names)
         specs = []
         for i, name in enumerate(self._input_names):
             out = ffi.new("OrtTypeInfo**")
@@ -270,8 +273,12 @@ class OrtSession(NativeHandle):
                 except OrtException:
                     specs.append(ANY_INPUT)
                     continue
-            names = info.getDimensionNames()
-            specs.append(InputSpec.of(info.onnxType, tuple((d if d >= 0 else -1, n) for d, n in zip(info.shape, names))))
+            dims: Optional[Tuple[Tuple[int, str], ...]] = tuple(
+                (d if d >= 0 else -1, n) for d, n in zip(info.shape, info.getDimensionNames())
+            )
+            if not dims:
+                dims = declared[name].dims if name in declared else None
+            specs.append(InputSpec.of(info.onnxType, dims))
         return specs
 
     def getInputNames(self) -> "NameSet":
