@@ -153,6 +153,10 @@ def _nested(obj: Sequence[Any], what: str) -> Tuple[np.ndarray, OnnxTensorType]:
     kinds = set()
     for index, leaf in enumerate(level):
         kind = _leaf_kind(leaf)
+        if kind is None and isinstance(leaf, (list, tuple)):
+            raise OrtException.invalid_argument(
+                f"{what} is ragged: at depth {len(shape)} it mixes sequences and single values"
+            )
         if kind is None:
             where = tuple(int(i) for i in np.unravel_index(index, shape))
             raise OrtException.invalid_argument(
@@ -254,7 +258,7 @@ def buffer_array(buffer: Any, shape: Any, type: Any = None) -> Tuple[np.ndarray,
     raw = False
     if isinstance(buffer, np.ndarray):
         source = buffer
-    elif isinstance(buffer, (list, tuple, str)) or (np.isscalar(buffer) and not isinstance(buffer, bytes)):
+    elif isinstance(buffer, (list, tuple, str, bool, int, float, np.generic)):  # Python data, not a buffer
         source, inferred = data_array(buffer, "the buffer")
         if onnx_type is not None and onnx_type != inferred:
             dtype = NUMPY_DTYPES.get(onnx_type)
@@ -273,6 +277,10 @@ def buffer_array(buffer: Any, shape: Any, type: Any = None) -> Tuple[np.ndarray,
         source, raw = view, view.dtype == np.int8 and memoryview(buffer).format in _RAW_FORMATS
         if onnx_type is None and raw:
             onnx_type = _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8  # Java's ByteBuffer default
+    if onnx_type == STRING and not is_string_array(source):
+        raise OrtException.invalid_argument(
+            f"a STRING tensor is made of str data (a list or a str array), not of a buffer of {source.dtype}"
+        )
     if onnx_type is None or onnx_type == STRING:
         array, onnx_type = array_for(source, "the buffer")
         if array.size != count:
