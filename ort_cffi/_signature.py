@@ -26,7 +26,9 @@ IR gives the same name in one graph the same value.
 """
 from __future__ import annotations
 
+import functools
 import mmap
+import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ._errors import OrtException
@@ -135,21 +137,30 @@ def _varint(data: memoryview, pos: int) -> Tuple[int, int]:
 
 def _fields(data: memoryview):
     """(field number, wire type, value) of each field of a message: an int for varints, a memoryview
-    of the payload for length-delimited fields; fixed-width fields are skipped."""
+    of the payload for length-delimited fields; fixed-width fields are skipped. One-byte varints
+    (most keys and lengths) are read inline."""
     pos = 0
     end = len(data)
     while pos < end:
-        key, pos = _varint(data, pos)
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _varint(data, pos)
         number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(data, pos)
-            yield number, wire, value
-        elif wire == 2:
-            length, pos = _varint(data, pos)
+        if wire == 2:
+            length = data[pos] if pos < end else 0x80
+            if length < 0x80:
+                pos += 1
+            else:
+                length, pos = _varint(data, pos)
             if pos + length > end:
                 raise _Malformed("truncated field")
             yield number, wire, data[pos:pos + length]
             pos += length
+        elif wire == 0:
+            value, pos = _varint(data, pos)
+            yield number, wire, value
         elif wire == 1:
             pos += 8
         elif wire == 5:
@@ -225,15 +236,23 @@ def _read_graph_inputs(data: memoryview) -> Optional[Dict[str, InputSpec]]:
 
 def model_inputs(path: Optional[str], data: Optional[bytes], names: Iterable[str]) -> Dict[str, InputSpec]:
     """The specs of the inputs ``names`` of a model given by path or bytes; {} when it cannot be read
-    (the runtime's own checks still apply then)."""
+    (the runtime's own checks still apply then). A file's are kept per file identity (device,
+    inode, size, modification time): sessions made again and again from one model read it once."""
     try:
         if data is not None:
             specs = graph_inputs(data)
         elif path is not None:
-            with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                specs = graph_inputs(mapped)
+            stat = os.stat(path)
+            specs = _file_inputs(os.path.realpath(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
         else:
             return {}
     except (OSError, ValueError, BufferError):
         return {}
     return {name: specs[name] for name in names if name in specs}
+
+
+@functools.lru_cache(maxsize=64)
+def _file_inputs(path: str, device: int, inode: int, size: int, mtime_ns: int) -> Dict[str, InputSpec]:
+    """``graph_inputs`` of a file, mapped rather than read (the caller copies what it keeps)."""
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        return graph_inputs(mapped)
