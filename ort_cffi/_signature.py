@@ -50,6 +50,7 @@ class InputSpec:
 
     @classmethod
     def of(cls, onnx_type: int, dims: Optional[Sequence[Dim]]) -> "InputSpec":
+        """The one spec of this element type (0: any) and dims (None: any rank)."""
         key = (int(onnx_type), None if dims is None else tuple(dims))
         spec = cls._interned.get(key)
         if spec is None:
@@ -57,9 +58,11 @@ class InputSpec:
         return spec
 
     def describe(self) -> str:
+        """``tensor(float) (numpy float32) of shape [batch, 784]``, for messages."""
         return f"{_type_text(self.onnx_type)} of shape {self.shape_text()}"
 
     def shape_text(self) -> str:
+        """``[batch, 784]``: names for symbolic dimensions, ? for open ones."""
         if self.dims is None:
             return "[any rank]"
         return "[" + ", ".join(name or (str(size) if size >= 0 else "?") for size, name in self.dims) + "]"

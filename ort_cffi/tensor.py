@@ -97,6 +97,7 @@ _calls: Optional[_Calls] = None
 
 
 def calls() -> _Calls:
+    """The per-output C functions, looked up on first use (the runtime loads then)."""
     global _calls
     if _calls is None:
         _calls = _Calls(get_runtime().api)
@@ -138,6 +139,7 @@ class TensorTypeAndShapeInfo(NativeHandle):
         self._own(ptr, get_runtime().api.ReleaseTensorTypeAndShapeInfo)
 
     def toTensorInfo(self) -> TensorInfo:
+        """The element type and shape it describes."""
         return read_tensor_info(self._handle())
 
 
@@ -179,6 +181,7 @@ class OnnxValue(NativeHandle):
     _kind = "OnnxValue"
 
     def getValue(self) -> Any:
+        """The value as Python data (see ``OnnxTensor.getValue``)."""
         raise NotImplementedError
 
     def getType(self) -> OnnxValueType:
