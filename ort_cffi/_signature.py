@@ -90,7 +90,7 @@ def mismatch(spec: InputSpec, onnx_type: int, shape: Tuple[int, ...]) -> Optiona
     if len(shape) != len(dims):
         return "rank"
     for (size, _), given in zip(dims, shape):
-        if size >= 0 and size != given:
+        if size > 0 and size != given:  # 0: some exporters write it for "unknown" (and empty inputs are refused anyway)
             return "shape"
     return None
 
