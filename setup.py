@@ -2,7 +2,24 @@
 from setuptools import setup
 
 TRAINING_RUNTIME = "1.19.2"  # the last training build on PyPI; the table layout ort_cffi declares
+# Where pip can install that build: it was published for CPython 3.8-3.12 (CUDA: 3.8-3.11), Linux
+# x86_64 only. Elsewhere the extras install nothing and `ort-cffi-runtime install` fetches the
+# runtime's native libraries (the nearest CPython's build) into ort_cffi's cache instead.
+CPU_WHEEL = f"onnxruntime-training-cpu=={TRAINING_RUNTIME}; python_version < '3.13' and platform_machine == 'x86_64'"
+CUDA_WHEEL = f"onnxruntime-training=={TRAINING_RUNTIME}; python_version < '3.12' and platform_machine == 'x86_64'"
 FLOWER = "flwr[simulation]>=1.42,<1.43; python_version >= '3.11'"
+
+TEST_CORE = [
+    CPU_WHEEL,  # the real runtime and its Python oracle
+    # building small test models: onnx 1.17+ writes IR versions 1.19 refuses by default, and 1.17 has
+    # no CPython 3.13 build; the tests set the IR version they need on 3.13
+    "onnx>=1.14,<1.17; python_version < '3.13'",
+    "onnx>=1.18,<1.19; python_version >= '3.13'",
+    "pytest>=7",
+    "hypothesis>=6",  # property tests of tensor round trips
+    "mypy>=1.5",  # the package is typed; CI checks it
+    "cffi>=1.16",  # the tests compile ONNX Runtime's custom-op hook as an oracle for the static finder
+]
 
 setup(
     name="ort_cffi",
@@ -15,30 +32,27 @@ setup(
     packages=["ort_cffi", "ort_cffi.include"],
     package_dir={"ort_cffi.include": "include"},
     package_data={"ort_cffi": ["py.typed", "data/*", "data/*/*"], "ort_cffi.include": ["*.h"]},
-    # The one compiled piece: the custom-op hook that is handed the runtime's OrtApiBase*.
-    cffi_modules=["ort_cffi/_hook_build.py:ffibuilder"],
-    setup_requires=["cffi>=1.16"],
     install_requires=[
-        "cffi>=1.16",  # the binding itself: ABI-mode declarations and calls, plus the hook build
-        "numpy>=1.22",  # tensors in and out
-        "platformdirs>=3",  # where the measured runtime offset is cached
+        "cffi>=1.16",  # the binding itself: ABI-mode declarations and calls (no compiler needed)
+        "numpy>=1.22",  # tensors in and out; the loader reads relocation tables as arrays
+        "pyelftools>=0.29",  # the loader finds OrtApiBase in the runtime's ELF file statically
+        "platformdirs>=3",  # where the private runtime images and fetched runtimes are kept
         "filelock>=3.12",  # that cache may be written by two processes at once
     ],
     extras_require={
-        # The runtime: the bare package works with an explicit library (ORT_CFFI_LIBRARY).
-        "cpu": [f"onnxruntime-training-cpu=={TRAINING_RUNTIME}"],
-        "cuda": [f"onnxruntime-training=={TRAINING_RUNTIME}"],
+        # The runtime, where pip can install it (see above); the bare package works with a runtime
+        # fetched by `ort-cffi-runtime install` or an explicit library (ORT_CFFI_LIBRARY).
+        "cpu": [CPU_WHEEL],
+        "cuda": [CUDA_WHEEL],
         # The command-line trainer's progress bar and plots.
         "demo": ["tqdm>=4.60", "matplotlib>=3.5"],
         # ort-cffi-federated and ort_cffi.flower: Flower's client/server apps and its Ray simulation
         # engine. Pinned below 1.43: run_simulation and NumPyClient are deprecated in 1.42.
         "federated": [FLOWER, "matplotlib>=3.5"],
-        "test": [
-            f"onnxruntime-training-cpu=={TRAINING_RUNTIME}",  # the real runtime and its Python oracle
-            "onnx>=1.14,<1.17",  # building small test models (newer onnx writes IR versions 1.19 refuses)
-            "pytest>=7",
-            "hypothesis>=6",  # property tests of tensor round trips
-            "mypy>=1.5",  # the package is typed; CI checks it
+        # What the loader, raw-layer, facade and Java-port tests need, on every supported CPython
+        # (scripts/test.sh runs them on 3.10-3.13; on 3.13 the runtime is fetched, see above).
+        "test-core": TEST_CORE,
+        "test": TEST_CORE + [
             "tqdm>=4.60",
             "matplotlib>=3.5",
             FLOWER,  # the federated tests run a small Ray simulation
@@ -50,6 +64,7 @@ setup(
         "console_scripts": [
             "ort-cffi-train=ort_cffi.train:main",
             "ort-cffi-federated=ort_cffi.federated:main",
+            "ort-cffi-runtime=ort_cffi.runtime:main",
         ]
     },
 )

@@ -128,6 +128,6 @@ class UnsupportedRuntimeError(RuntimeLoadError):
     """The runtime's version has a table layout ort_cffi does not declare; it is refused."""
 
 
-class StaleProbeError(UnsupportedRuntimeError):
-    """The cached probe of the wheel does not check out (an address outside the image, another
-    version): the loader measures once more before giving up."""
+class StaleCacheError(UnsupportedRuntimeError):
+    """What the image cache recorded about a runtime file does not check out (an address outside
+    the image, another version): the loader examines the file once more before giving up."""
