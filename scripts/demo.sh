@@ -8,6 +8,10 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[cpu,demo]"
+# Where pip cannot install the training wheel (CPython 3.13 and later), fetch the nearest build's runtime.
+if ! .venv/bin/ort-cffi-runtime path >/dev/null 2>&1; then
+  .venv/bin/ort-cffi-runtime install
+fi
 
 # --out first, so that an --out among "$@" wins (argparse keeps the last one).
 exec .venv/bin/ort-cffi-train --out runs/demo "$@"
