@@ -77,15 +77,20 @@ class _Image:
         from elftools.elf.elffile import ELFFile
 
         self.path = path
-        with open(path, "rb") as file:
-            self.data: Any = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            with open(path, "rb") as file:
+                self.data: Any = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as error:  # ValueError: an empty file cannot be mapped
+            raise RuntimeLoadError(f"cannot read {path}: {error}") from error
         self.bytes = np.frombuffer(self.data, dtype=np.uint8)
         try:
             self.elf = ELFFile(cast(IO[bytes], self.data))  # an mmap reads, seeks and tells like a file
         except ELFError as error:
+            self.close()
             raise RuntimeLoadError(f"{path} is not an ELF file: {error}") from error
         machine = self.elf["e_machine"]
         if machine not in _MACHINE or self.elf.elfclass != 64 or not self.elf.little_endian:
+            self.close()
             raise RuntimeLoadError(
                 f"{path} is a {self.elf.elfclass}-bit {machine} file: ort_cffi reads x86_64 and aarch64 (64-bit, "
                 "little-endian) runtimes only"

@@ -7,7 +7,9 @@ the nearest CPython serves any newer interpreter. This command fetches that whee
 (``pip download --only-binary=:all: --no-deps --python-version … --platform …``, which checks
 PyPI's hash; the hash is checked once more against ort_cffi's survey of the published wheels), and
 keeps only its native libraries in the runtime store, where the loader looks after
-``$ORT_CFFI_LIBRARY`` and an installed wheel.
+``$ORT_CFFI_LIBRARY`` and an installed wheel. It is the loader's companion rather than an
+application on the facade: it writes the store the loader reads (``_store.py`` describes both), and
+checks what it installed by loading it through the facade in a child process.
 
     ort-cffi-runtime install [--cuda] [--python-version X.Y] [--wheel FILE] [--force]
     ort-cffi-runtime list

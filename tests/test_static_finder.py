@@ -123,6 +123,10 @@ def test_what_is_not_an_onnx_runtime_is_refused_saying_what_was_not_found(tmp_pa
     text.write_text("not an ELF file at all")
     with pytest.raises(RuntimeLoadError, match="is not an ELF file"):
         _elf.find_api_base(text)
+    empty = tmp_path / "empty.so"
+    empty.write_bytes(b"")
+    with pytest.raises(RuntimeLoadError, match="cannot read .*empty.so"):
+        _elf.find_api_base(empty)
     with pytest.raises(RuntimeLoadError, match="exports none of NoSuchSymbol"):
         _elf.find_api_base(extension, anchors=["NoSuchSymbol"])
 
