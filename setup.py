@@ -21,6 +21,12 @@ TEST_CORE = [
     "cffi>=1.16",  # the tests compile ONNX Runtime's custom-op hook as an oracle for the static finder
 ]
 
+DOCS = [
+    "mkdocs>=1.6,<2",  # the site generator
+    "mkdocs-material>=9.5",  # its theme
+    "mkdocstrings[python]>=0.26",  # the API reference, generated from docstrings and signatures
+]
+
 setup(
     name="ort_cffi",
     version="0.1.0",
@@ -55,8 +61,11 @@ setup(
         "test": TEST_CORE + [
             "tqdm>=4.60",
             "matplotlib>=3.5",
+            "sybil>=9",  # runs every Python example of the README and the documentation
             FLOWER,  # the federated tests run a small Ray simulation
         ],
+        # The documentation site (scripts/docs.sh) and the test that runs its examples.
+        "docs": DOCS,
         # Regenerating the committed artifacts (scripts/make_artifacts.py) only; a CPU build.
         "artifacts": ["torch==2.13.0", "onnx>=1.14,<1.17", "scikit-learn>=1.2"],
     },

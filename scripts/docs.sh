@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Build the documentation site into site/ with MkDocs (Material theme, mkdocstrings for the
+# reference), strictly: any warning, broken link or unresolved cross-reference fails the build.
+# Creates (or reuses) .venv and installs ".[docs]". Extra arguments go to `mkdocs build`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[docs]"
+.venv/bin/python -m mkdocs build --strict --clean "$@"
+echo "site built: $(pwd)/site/index.html"
