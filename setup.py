@@ -25,6 +25,7 @@ DOCS = [
     "mkdocs>=1.6,<2",  # the site generator
     "mkdocs-material>=9.5",  # its theme
     "mkdocstrings[python]>=0.26",  # the API reference, generated from docstrings and signatures
+    "ruff>=0.4",  # mkdocstrings formats the reference's signatures with it
 ]
 
 setup(
