@@ -29,6 +29,7 @@ import os
 import re
 import sys
 import traceback
+from typing import Dict, List, Tuple
 
 # What ONNX Runtime 1.19 accepts: it refuses IR versions above 10 ("Unsupported model IR version"), and its
 # operator schemas are ONNX 1.16's, whose newest default-domain opset is 21.
@@ -72,6 +73,8 @@ def _package_without_init(name, folder):
     spec = importlib.util.spec_from_file_location(
         name, os.path.join(folder, "__init__.py"), submodule_search_locations=[folder]
     )
+    if spec is None:
+        raise Refusal("unavailable", "ONNX Runtime's Python package has no {} ({})".format(name, folder))
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     return module
@@ -101,10 +104,9 @@ def import_generator():
     tools_package = _package_without_init("onnxruntime.tools", os.path.join(root, "tools"))
     sys.modules["onnxruntime.training.ortmodule"] = None  # type: ignore[assignment]  # an ImportError
     try:
-        import onnxruntime
-
-        onnxruntime.training = training_package  # type: ignore[attr-defined]
-        onnxruntime.tools = tools_package  # type: ignore[attr-defined]
+        onnxruntime = importlib.import_module("onnxruntime")
+        setattr(onnxruntime, "training", training_package)
+        setattr(onnxruntime, "tools", tools_package)
         artifacts = importlib.import_module("onnxruntime.training.artifacts")
         pybind = importlib.import_module("onnxruntime.capi._pybind_state")
     except ImportError as exc:
@@ -118,8 +120,11 @@ def import_generator():
 def type_name(onnx, elem_type):
     try:
         return onnx.helper.tensor_dtype_to_np_dtype(elem_type).name
-    except Exception:  # bfloat16 and float8 have no numpy dtype in older onnx
-        return onnx.TensorProto.DataType.Name(elem_type).lower()
+    except Exception:  # bfloat16 and float8 have no numpy dtype in older onnx, newer types no name either
+        try:
+            return onnx.TensorProto.DataType.Name(elem_type).lower()
+        except ValueError:
+            return "type {} (unknown to onnx {})".format(elem_type, onnx.__version__)
 
 
 def value_spec(onnx, value):
@@ -227,7 +232,7 @@ def bring_down(onnx, model, what):
 def _consumers(graph):
     """name -> [(op_type, node name, input position)] for the top-level graph; subgraph uses count as
     differentiable (position -1)."""
-    uses = {}
+    uses: Dict[str, List[Tuple[str, str, int]]] = {}
     for node in graph.node:
         for position, name in enumerate(node.input):
             uses.setdefault(name, []).append((node.op_type, node.name, position))
@@ -405,7 +410,7 @@ def generate(request):
         order = [i.name for i in initializers]
         requires_grad = [name for name in order if name in wanted]
         frozen_params = [name for name in order if name in frozen]
-        graph_utils._GRAPH_TOKEN = 0  # names like onnx::loss::2 count from here, as in a fresh process
+        setattr(graph_utils, "_GRAPH_TOKEN", 0)  # names like onnx::loss::2 count from here, as in a fresh process
         try:
             artifacts.generate_artifacts(
                 model,
@@ -468,7 +473,7 @@ def generate(request):
         "frozen": [parameter(onnx, by_name[n]) for n in frozen_params],
         "constants": [parameter(onnx, i) for i in floats if i.name not in parameters],
         "left_out": left_out,
-        "loss_input": scores if loss is not None else None,
+        "loss_input": scores,
         "target": target,
         "additional_output_names": additional,
         "training_inputs": training_inputs,

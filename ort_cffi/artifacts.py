@@ -454,8 +454,10 @@ def generate_artifacts(
             stale = folder / (prefix + name)
             if key not in files and stale.is_file():
                 stale.unlink()
-        atomic_write(str(folder / (prefix + MANIFEST)), lambda tmp: Path(tmp).write_text(json.dumps(manifest, indent=1) + "\n"),
-                     "artifacts manifest")
+        def write_manifest(tmp: str) -> None:
+            Path(tmp).write_text(json.dumps(manifest, indent=1) + "\n")
+
+        atomic_write(str(folder / (prefix + MANIFEST)), write_manifest, "artifacts manifest")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
