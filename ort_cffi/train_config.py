@@ -114,24 +114,30 @@ def resume_options(stored: RunConfig, given: Dict[str, Any], override: bool) -> 
     left out) agrees or is silent. A contradiction is refused unless ``override``; returns the options and
     the overrides applied, as ``--lr 0.01 -> 0.001`` lines."""
     options = stored.options()
-    changes = [f"{FLAGS[key]} {options[key]} -> {value}" for key, value in given.items()
-               if value is not None and value != options[key]]
-    if changes and not override:
+    contradicting = [key for key, value in given.items() if value is not None and value != options[key]]
+    changes = [f"{FLAGS[key]} {options[key]} -> {given[key]}" for key in contradicting]
+    if contradicting and not override:
+        several = len(contradicting) > 1
+        typed = " and ".join(f"{FLAGS[key]} {given[key]}" for key in contradicting)
+        kept = " and ".join(f"{FLAGS[key]} {options[key]}" for key in contradicting)
         raise UsageError(
-            f"{'; '.join(changes)}: {'these options contradict' if len(changes) > 1 else 'this option contradicts'} "
-            f"the run being resumed ({describe_options(options)}). Leave {'them' if len(changes) > 1 else 'it'} out "
-            "to continue the run as it was, or add --override to change the run from here on"
+            f"{typed} contradict{'' if several else 's'} the run being resumed, which has {kept} "
+            f"({describe_options(options)}). Leave {'them' if several else 'it'} out to continue the run as it "
+            "was, or add --override to change the run from here on"
         )
     options.update({key: value for key, value in given.items() if value is not None})
     return options, changes
 
 
 def check_identity(what: str, stored: Dict[str, Any], current: Dict[str, Any], override: bool, hint: str) -> Optional[str]:
-    """Compare the data or artifacts a resumed run finds with those it started with. A difference is
-    refused unless ``override``; returns the line that reports an accepted one."""
+    """Compare the dataset or the artifacts (``what``) a resumed run finds with those it started with, by
+    content. A difference is refused unless ``override``; returns the line that reports an accepted one."""
     if stored.get("sha256") == current["sha256"]:
         return None
-    change = f"the {what} {current['path']!r} differ from those the run started with ({stored.get('path')!r})"
+    same_path = stored.get("path") == current["path"]
+    change = (f"the {what} {current['path']!r} changed since the run started" if same_path else
+              f"the {what} {current['path']!r} {'is not the one' if what == 'dataset' else 'are not those'} the run "
+              f"started with ({stored.get('path')!r})")
     if not override:
-        raise UsageError(f"{change}: {hint}, or add --override to continue the run on these")
-    return f"{what}: {current['path']} (not those the run started with)"
+        raise UsageError(f"{change}: {hint}, or add --override to continue the run on {'it' if what == 'dataset' else 'them'}")
+    return f"{what}: {current['path']} (not what the run started with)"
