@@ -35,7 +35,7 @@ setup(
         "federated": [FLOWER, "matplotlib>=3.5"],
         "test": [
             f"onnxruntime-training-cpu=={TRAINING_RUNTIME}",  # the real runtime and its Python oracle
-            "onnx>=1.14,<1.17",  # building small test models (newer onnx writes IR versions 1.19 refuses)
+            "onnx>=1.14,<1.17",  # test models (newer onnx writes IR versions 1.19 refuses) and the generator's child
             "pytest>=7",
             "hypothesis>=6",  # property tests of tensor round trips
             "mypy>=1.5",  # the package is typed; CI checks it
@@ -43,13 +43,18 @@ setup(
             "matplotlib>=3.5",
             FLOWER,  # the federated tests run a small Ray simulation
         ],
-        # Regenerating the committed artifacts (scripts/make_artifacts.py) only; a CPU build.
-        "artifacts": ["torch==2.13.0", "onnx>=1.14,<1.17", "scikit-learn>=1.2"],
+        # ort_cffi.artifacts / ort-cffi-artifacts (and scripts/make_artifacts.py): ONNX Runtime's generator,
+        # run in a child process, needs its Python training layer (wheels for Python 3.8-3.12; on 3.13+ name
+        # another interpreter with --python) and onnx. No torch: the child bypasses the package init that
+        # imports it. onnx from 1.14 (tested: 1.16, 1.23): what a newer onnx writes is brought down to IR
+        # version 10 and opset 21, which 1.19 accepts (with 1.23 the artifacts matched 1.16's byte for byte).
+        "artifacts": [f"onnxruntime-training-cpu=={TRAINING_RUNTIME}; python_version < '3.13'", "onnx>=1.14,<1.24"],
     },
     entry_points={
         "console_scripts": [
             "ort-cffi-train=ort_cffi.train:main",
             "ort-cffi-federated=ort_cffi.federated:main",
+            "ort-cffi-artifacts=ort_cffi.artifacts_cli:main",
         ]
     },
 )

@@ -20,17 +20,17 @@ import enum
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import __version__
-from ._errors import OrtException
+from ._errors import OrtException, RuntimeLoadError
 from ._files import atomic_write
 
 ENV_PYTHON = "ORT_CFFI_ARTIFACTS_PYTHON"
@@ -335,7 +335,15 @@ def _check_loads(files: Dict[str, Path]) -> None:
     from .options import OrtLoggingLevel, SessionOptions
     from .training import OrtCheckpointState
 
-    env = OrtEnvironment.getEnvironment()
+    try:
+        env = OrtEnvironment.getEnvironment()
+    except RuntimeLoadError as exc:
+        reason = re.sub(r"[.:]?\s*Tried:$", "", str(exc).splitlines()[0])
+        raise ArtifactsError(
+            f"cannot check the generated artifacts: ONNX Runtime does not load in this interpreter "
+            f"({reason}); nothing was written. Generate them with check=False (--no-check) to "
+            "skip the check, and check them where they will train"
+        ) from None
     try:
         with SessionOptions() as options:  # errors only: the runtime warns about unused initializers and such
             options.setSessionLogLevel(OrtLoggingLevel.ORT_LOGGING_LEVEL_ERROR)
@@ -410,7 +418,6 @@ def generate_artifacts(
     GeneratorUnavailableError when no interpreter can run the generator, ArtifactsError when the generator
     fails or its output does not load, TypeError for arguments of the wrong type.
     """
-    started = time.monotonic()
     options = request_options(requires_grad, frozen_params, loss, optimizer, prefix, additional_output_names,
                               nominal_checkpoint, loss_input_names)
     path, data, label = _model_bytes_or_path(model)
@@ -444,7 +451,6 @@ def generate_artifacts(
             "left_out": result["left_out"],
             "notes": result["notes"],
             "files": {key: {"name": p.name, "sha256": _sha256(p)} for key, p in staged.items()},
-            "seconds": round(time.monotonic() - started, 3),
         }
         files: Dict[str, Path] = {}
         for key, staged_file in staged.items():

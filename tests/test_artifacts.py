@@ -167,6 +167,25 @@ def test_this_process_imports_neither_onnxruntime_nor_torch(tmp_path: Path, digi
     assert proc.stdout.split("\n")[0] == "['checkpoint', 'eval_model', 'optimizer_model', 'training_model'] False False False"
 
 
+def test_the_check_needs_the_runtime_here(tmp_path: Path, digits_model: Path) -> None:
+    """An interpreter that cannot load the runtime can still generate, unchecked (check=False)."""
+    proc = run_child(f"""
+        from ort_cffi.artifacts import ArtifactsError, generate_artifacts
+        try:
+            generate_artifacts({str(digits_model)!r}, artifact_directory={str(tmp_path / 'a')!r})
+        except ArtifactsError as exc:
+            print(exc)
+        made = generate_artifacts({str(digits_model)!r}, artifact_directory={str(tmp_path / 'b')!r}, check=False)
+        print(sorted(p.name for p in made.files.values()))
+    """, env={"ORT_CFFI_LIBRARY": str(tmp_path / "nowhere" / "libonnxruntime.so")})
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("cannot check the generated artifacts: ONNX Runtime does not load in this interpreter (")
+    assert lines[0].endswith("); nothing was written. Generate them with check=False (--no-check) to skip the check, "
+                             "and check them where they will train")
+    assert not list((tmp_path / "a").iterdir())
+    assert lines[1] == "['checkpoint', 'eval_model.onnx', 'optimizer_model.onnx', 'training_model.onnx']"
+
+
 # --- what it makes ------------------------------------------------------------------------------------------
 
 def test_digits_defaults(tmp_path: Path, digits_model: Path) -> None:
