@@ -275,7 +275,7 @@ def resolve(onnx, patterns, what, initializers):
                 raise Refusal("pattern", "{} names {!r}, but the model has no initializer of that name (its "
                                          "floating-point initializers: {})".format(what, pattern, listed))
             if initializer.data_type not in FLOAT_TYPES:
-                raise Refusal("dtype", "{} names {!r}, a {} tensor: only floating-point parameters can be "
+                raise Refusal("dtype", "{} names {!r}, a tensor of type {}: only floating-point parameters can be "
                                        "trained or frozen".format(what, pattern, type_name(onnx, initializer.data_type)))
             chosen[pattern] = True
             continue

@@ -130,22 +130,27 @@ class GeneratedArtifacts:
 
     @property
     def checkpoint(self) -> Path:
+        """The checkpoint with the parameters' initial values."""
         return self.files["checkpoint"]
 
     @property
     def training_model(self) -> Path:
+        """The training model: forward graph, loss and gradients."""
         return self.files["training_model"]
 
     @property
     def eval_model(self) -> Path:
+        """The eval model: forward graph and loss, and the outputs kept next to the loss."""
         return self.files["eval_model"]
 
     @property
     def optimizer_model(self) -> Optional[Path]:
+        """The optimizer model, or None when generated with ``optimizer=None``."""
         return self.files.get("optimizer_model")
 
     @property
     def nominal_checkpoint(self) -> Optional[Path]:
+        """The shapes-only checkpoint, or None unless generated with ``nominal_checkpoint=True``."""
         return self.files.get("nominal_checkpoint")
 
     @property

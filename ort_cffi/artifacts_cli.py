@@ -48,6 +48,7 @@ SHOWN = 12  # trainable tensors listed one by one
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    """The command line of ``ort-cffi-artifacts`` (argparse exits 2 on a bad one)."""
     parser = argparse.ArgumentParser(prog="ort-cffi-artifacts", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", type=Path, metavar="MODEL.onnx", help="the inference model")
@@ -125,6 +126,8 @@ def describe(made: GeneratedArtifacts, model: str) -> List[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The ``ort-cffi-artifacts`` command; returns its exit status (2: bad model or options, 1: no generator,
+    or the generator or the runtime failed)."""
     args = parse_args(argv)
     started = time.monotonic()
     try:

@@ -112,6 +112,8 @@ GENERATION_FLAGS = {"trainable": "--trainable", "frozen": "--frozen", "loss": "-
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    """The command line of ``ort-cffi-train``: options left out are None, so that a resumed run can tell
+    them from options typed (argparse exits 2 on a bad command line)."""
     parser = argparse.ArgumentParser(
         prog="ort-cffi-train", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -244,6 +246,8 @@ def check_export(session: OrtTrainingSession, out: Path, names: List[str], eval_
 
 
 def train(args: argparse.Namespace) -> int:
+    """One run of ``ort-cffi-train``: returns its exit status; raises UsageError, ArtifactsError or
+    OrtException for ``main`` to report."""
     started = time.monotonic()
     env = OrtEnvironment.getEnvironment()
     out: Path = args.out

@@ -27,6 +27,7 @@ MODEL_FILES = ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx")
 
 
 def file_sha256(path: Path) -> str:
+    """The sha256 of a file's content, read in blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):
@@ -40,6 +41,7 @@ def artifacts_identity(folder: Path) -> Dict[str, Any]:
 
 
 def data_identity(path: Path) -> Dict[str, Any]:
+    """Where the dataset is and what it holds (its sha256)."""
     return {"path": str(path.resolve()), "sha256": file_sha256(path)}
 
 
@@ -59,13 +61,16 @@ class RunConfig:
     model: Optional[Dict[str, Any]] = None
 
     def options(self) -> Dict[str, Any]:
+        """The run's options by name (those of ``DEFAULTS``)."""
         return {key: getattr(self, key) for key in DEFAULTS}
 
     def to_json(self) -> str:
+        """The configuration as the checkpoint property stores it."""
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str, where: str) -> "RunConfig":
+        """The configuration stored in a checkpoint (``where`` names it in the UsageError for garbage)."""
         try:
             values = json.loads(text)
             return cls(**{key: values[key] for key in DEFAULTS}, data=values["data"], artifacts=values["artifacts"],
@@ -75,6 +80,7 @@ class RunConfig:
 
 
 def describe_options(options: Dict[str, Any]) -> str:
+    """Options as flags: ``--epochs 30, --batch-size 32, ...``."""
     return ", ".join(f"{FLAGS[key]} {'one epoch' if value is None else value}" for key, value in options.items())
 
 

@@ -72,6 +72,7 @@ def output_infos(env: OrtEnvironment, eval_model: Path) -> Dict[str, TensorInfo]
 
 
 def shape_text(dims: Sequence[int]) -> str:
+    """A shape as the trainer prints it, symbolic dimensions as N: ``[N, 64]``."""
     return "[" + ", ".join("N" if d < 0 else str(d) for d in dims) + "]"
 
 

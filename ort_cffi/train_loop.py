@@ -34,6 +34,7 @@ class _NoBar:
 
 
 def progress_bar(enabled: bool, total: int, desc: str) -> Any:
+    """A tqdm bar on stderr counting samples, or a stand-in that shows nothing (not enabled, or no tqdm)."""
     if enabled:
         try:  # imported by name: tqdm is optional (the demo extra) and ships no type stubs
             tqdm = importlib.import_module("tqdm").tqdm

@@ -333,7 +333,7 @@ def test_a_pattern_that_matches_nothing(tmp_path: Path) -> None:
 def test_a_parameter_that_is_not_floating_point(tmp_path: Path) -> None:
     model = mlp(tmp_path / "m.onnx", int_initializer=True)
     assert _refusal(tmp_path, model, requires_grad=["fc2.*", "reshape.shape"]) == (
-        "requires_grad names 'reshape.shape', a int64 tensor: only floating-point parameters can be trained or frozen")
+        "requires_grad names 'reshape.shape', a tensor of type int64: only floating-point parameters can be trained or frozen")
     assert "pattern 'reshape.*' matches only tensors that are not floating-point: reshape.shape (int64)" in _refusal(
         tmp_path, model, requires_grad="reshape.*")
 
