@@ -426,9 +426,11 @@ def generate(request):
             )
             break
         except Exception as exc:  # pybind's RuntimeError mostly; onnx's errors for models it cannot handle
-            # A parameter the static check let through but no gradient reaches: the gradient builder names
-            # the first such one. Drop it when a pattern chose it, refuse when it was named.
-            missing = re.search(r"failed to find NodeArg by name: (.+)_grad\b", str(exc))
+            # A parameter the static check let through but no gradient reaches (say, a threshold feeding only
+            # a comparison): the gradient builder names the first such one. Drop it when a pattern chose it,
+            # refuse it when it was named.
+            missing = (re.search(r"failed to find NodeArg by name: (.+)_grad\b", str(exc))
+                       or re.search(r"Cannot compute the partial derivative for '(.+)' as it's unreachable", str(exc)))
             name = missing.group(1) if missing else None
             if name is None or name not in wanted:
                 raise Refusal("generator", "ONNX Runtime's generator failed: {}".format(_runtime_message(exc)))

@@ -272,6 +272,32 @@ def test_patterns_leave_out_what_no_gradient_reaches(tmp_path: Path) -> None:
     assert len(made.trainable) == 4 and "drop.ratio" in made.left_out
 
 
+def threshold_model(path: Path) -> Path:
+    """logits = h * (h > thr): the threshold feeds only a comparison, which has no gradient."""
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["h"], transB=1), helper.make_node("Greater", ["h", "thr"], ["mask"]),
+             helper.make_node("Cast", ["mask"], ["m"], to=TensorProto.FLOAT), helper.make_node("Mul", ["h", "m"], ["logits"])]
+    graph = helper.make_graph(nodes, "threshold", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])],
+                              [_init(rng, "w", 3, 4), _init(rng, "b", 3), numpy_helper.from_array(np.array(0.1, np.float32), "thr")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_what_the_gradient_builder_finds_unreachable(tmp_path: Path) -> None:
+    """A tensor the static check cannot judge: the gradient builder names it, the default leaves it out
+    and generates again (from a fresh name counter: the same files as without it), a plain name is refused."""
+    model = threshold_model(tmp_path / "m.onnx")
+    made = generate_artifacts(model, artifact_directory=tmp_path / "default")
+    assert [p.name for p in made.trainable] == ["w", "b"]
+    assert made.left_out == {"thr": "no gradient reaches it from the loss"}
+    generate_artifacts(model, requires_grad=["w", "b"], artifact_directory=tmp_path / "named")
+    assert hashes(tmp_path / "default") == hashes(tmp_path / "named")
+    assert _refusal(tmp_path, model, requires_grad=["w", "thr"]) == "'thr' cannot be trained: no gradient reaches it from the loss"
+
+
 def test_a_newer_ir_version_is_brought_down(tmp_path: Path) -> None:
     made = generate_artifacts(mlp(tmp_path / "m.onnx", ir=13), artifact_directory=tmp_path / "out")
     assert made.model_ir_version == 13 and made.ir_version == 10
