@@ -320,9 +320,16 @@ def _run_child(request: Dict[str, Any], python: str, how: str, work: Path) -> Di
     env.pop("PYTHONSTARTUP", None)
     proc = subprocess.run([python, str(_CHILD), str(request_path)], capture_output=True, text=True, env=env)
     if proc.returncode != 0 or not result_path.is_file():
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-12:])
-        if "SyntaxError" in tail or "No such file" in tail:
-            raise GeneratorUnavailableError(f"the interpreter {python} ({how}) cannot run the generator:\n{tail}")
+        # The generator's graph transformers log each pass at INFO level from their own logger: leave those out.
+        lines = [line for line in (proc.stderr or proc.stdout).strip().splitlines() if "[I:onnxruntime" not in line]
+        tail = "\n".join(lines[-12:])
+        if proc.returncode < 0:
+            raise ArtifactsError(f"ONNX Runtime's generator crashed (signal {-proc.returncode}, {python}):\n{tail}")
+        if not tail or "SyntaxError" in tail or "No such file" in tail:
+            who = "this interpreter" if how == "this interpreter" else f"the interpreter named by {how}"
+            raise GeneratorUnavailableError(
+                f"{who}, {python}, cannot run the generator (exit code {proc.returncode}"
+                f"{', no output: is it a Python interpreter?' if not tail else ''})" + (f":\n{tail}" if tail else ""))
         raise ArtifactsError(f"ONNX Runtime's generator failed (exit code {proc.returncode}, {python}):\n{tail}")
     result: Dict[str, Any] = json.loads(result_path.read_text())
     if not result["ok"]:

@@ -490,6 +490,10 @@ def test_a_named_interpreter_runs_the_generator(tmp_path: Path, bare_python: str
     with pytest.raises(GeneratorUnavailableError, match="the interpreter named by python= \\(--python\\), 'python2.1', "
                                                         "does not exist or cannot be run"):
         generate_artifacts(model, artifact_directory=tmp_path / "out", python="python2.1")
+    with pytest.raises(GeneratorUnavailableError) as info:
+        generate_artifacts(model, artifact_directory=tmp_path / "out", python="/bin/false")
+    assert str(info.value) == ("the interpreter named by python= (--python), /bin/false, cannot run the generator (exit code 1, "
+                               "no output: is it a Python interpreter?)")
 
 
 def test_cli_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
