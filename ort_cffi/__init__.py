@@ -5,8 +5,11 @@ Layers: ``_loader`` (find the runtime) → ``capi`` (raw tables, ``get_runtime()
 (ownership, the environment) → the facade re-exported here.
 """
 from ._errors import (
+    OrtClosedException,
     OrtErrorCode,
     OrtException,
+    OrtFileNotFoundException,
+    OrtInvalidArgumentException,
     RuntimeLoadError,
     RuntimeNotFoundError,
     TrainingApiUnavailableError,
@@ -27,9 +30,12 @@ __all__ = [
     "OnnxValueType",
     "OrtAllocator",
     "OrtCheckpointState",
+    "OrtClosedException",
     "OrtEnvironment",
     "OrtErrorCode",
     "OrtException",
+    "OrtFileNotFoundException",
+    "OrtInvalidArgumentException",
     "OrtLoggingLevel",
     "OrtSession",
     "OrtTrainingSession",

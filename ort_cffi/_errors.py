@@ -30,23 +30,35 @@ class OrtErrorCode(enum.IntEnum):
     ORT_EP_FAIL = 11
 
     def getValue(self) -> int:
+        """The C API's number of this code (-1 for ORT_JAVA_UNKNOWN)."""
         return int(self)
 
     @classmethod
     def mapNativeCode(cls, code: int) -> "OrtErrorCode":
+        """The code with the C API's number ``code``; ORT_JAVA_UNKNOWN for a number that is no code."""
         try:
             return cls(code)
         except ValueError:
             return cls.ORT_JAVA_UNKNOWN
+
+    @classmethod
+    def mapFromInt(cls, value: int) -> "OrtErrorCode":
+        """Java's name for ``mapNativeCode``: the code numbered ``value``, ORT_JAVA_UNKNOWN for any other number."""
+        return cls.mapNativeCode(value)
 
 
 _WRAPPED_CODE = re.compile(r"\[ONNXRuntimeError\] : (\d+) : ")
 
 
 class OrtException(Exception):
-    """An error from ONNX Runtime or from ort_cffi's checks; ``getCode()`` gives its OrtErrorCode."""
+    """An error from ONNX Runtime or from ort_cffi's checks; ``getCode()`` gives its OrtErrorCode.
 
-    def __init__(self, message: str, code: OrtErrorCode = OrtErrorCode.ORT_JAVA_UNKNOWN) -> None:
+    ``OrtException(message[, code])``; Java's order, ``OrtException(code, message)`` with an
+    ``OrtErrorCode`` or its number, is accepted too."""
+
+    def __init__(self, message: Any, code: Any = OrtErrorCode.ORT_JAVA_UNKNOWN) -> None:
+        if isinstance(code, str) and not isinstance(message, str):  # Java's OrtException(code, message)
+            message, code = code, OrtErrorCode.mapNativeCode(int(message))
         super().__init__(message)
         self.code = OrtErrorCode(code)
         self.message = message
