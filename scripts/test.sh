@@ -63,7 +63,7 @@ export ORT_CFFI_JAVA_TESTDATA
 
 if [ "$EXTRA" = test ]; then
   "$VENV_PY" -m mypy ort_cffi
-  "$VENV_PY" -m pytest tests "$@"
+  "$VENV_PY" -m pytest "$@"  # no arguments: every test (pytest.ini's testpaths)
 else
   # Where pip cannot install the training wheel, the runtime comes from the store (ort-cffi-runtime),
   # and the tests that need ONNX Runtime's own Python layer (the hook oracle) cannot run.
