@@ -64,6 +64,8 @@ class OrtException(Exception):
         self.message = message
 
     def getCode(self) -> OrtErrorCode:
+        """The ``OrtErrorCode`` (Java: ``getCode()``). Where ONNX Runtime reports a failure as
+        ORT_RUNTIME_EXCEPTION with the real code inside its message, this is the real code."""
         return self.code
 
     def __reduce__(self) -> "tuple[Any, ...]":
@@ -72,6 +74,7 @@ class OrtException(Exception):
         return (_rebuild, (type(self), self.message, int(self.code)))
 
     def getMessage(self) -> str:
+        """The message (Java: ``getMessage()``), also ``str(exception)``."""
         return self.message
 
     @classmethod

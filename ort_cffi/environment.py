@@ -51,6 +51,7 @@ class OrtEnvironment:
         return get_runtime().training_api is not None
 
     def getVersion(self) -> str:
+        """The loaded runtime's version, ``"1.19.2"`` (Java: ``getVersion()``, ``OrtApiBase::GetVersionString``)."""
         return str(get_runtime().version)
 
     def createTrainingSession(

@@ -34,6 +34,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ._store import MANIFEST, SELECT_ENV, StoredRuntime, known_runtimes, selected_runtime, store_dir, stored_runtimes
 
+__all__ = ["main", "install", "choose_wheel", "RuntimeInstallError"]
+
 FLAVOURS = {"cpu": "onnxruntime-training-cpu", "cuda": "onnxruntime-training"}
 NATIVE_PREFIX = "onnxruntime/capi/"
 
@@ -78,6 +80,7 @@ def choose_wheel(flavour: str, python_version: "tuple[int, int]", arch: str) -> 
 
 
 def glibc_version() -> "tuple[int, int]":
+    """This system's glibc version; ``RuntimeInstallError`` on a system without glibc."""
     name, _, version = (os.confstr("CS_GNU_LIBC_VERSION") or "").partition(" ")
     if name != "glibc":
         raise RuntimeInstallError("the training wheels are manylinux builds and need glibc; this system has none")
@@ -113,6 +116,7 @@ def download_wheel(row: Dict[str, Any], folder: Path) -> Path:
 
 
 def file_sha256(path: Path) -> str:
+    """The sha256 of a file, hex."""
     digest = hashlib.sha256()
     with open(path, "rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):
@@ -183,6 +187,10 @@ def check_loads(runtime: StoredRuntime) -> str:
 
 
 def install(flavour: str, python_version: Optional[str], wheel: Optional[Path], force: bool) -> StoredRuntime:
+    """Fetch (or take ``wheel``) and install a runtime into the store; what was installed.
+
+    ``flavour`` is "cpu" or "cuda"; ``python_version`` ("3.12") picks a build other than the nearest
+    one. An installed identical runtime is kept unless ``force``. Raises ``RuntimeInstallError``."""
     from filelock import FileLock
 
     arch = machine()
@@ -210,6 +218,7 @@ def install(flavour: str, python_version: Optional[str], wheel: Optional[Path], 
 
 
 def folder_size(folder: Path) -> int:
+    """The bytes of the files directly in ``folder``."""
     return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
 
 
@@ -226,6 +235,7 @@ def describe_default() -> str:
 
 
 def command_list() -> int:
+    """``ort-cffi-runtime list``: the store's runtimes, the one the loader uses marked ``*``."""
     runtimes = stored_runtimes()
     chosen = selected_runtime(runtimes)
     print(f"runtime store: {store_dir()}")
@@ -239,6 +249,7 @@ def command_list() -> int:
 
 
 def command_path() -> int:
+    """``ort-cffi-runtime path``: print the runtime file the loader would use (exit 1 when none)."""
     from ._loader import LIBRARY_ENV, find_runtime_file
 
     if os.environ.get(LIBRARY_ENV):
@@ -253,6 +264,7 @@ def command_path() -> int:
 
 
 def command_remove(names: Sequence[str], remove_all: bool) -> int:
+    """``ort-cffi-runtime remove``: delete runtimes from the store (exit 1 for an unknown name)."""
     runtimes = {r.name: r for r in stored_runtimes()}
     if remove_all:
         names = list(runtimes)
@@ -267,6 +279,7 @@ def command_remove(names: Sequence[str], remove_all: bool) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The ``ort-cffi-runtime`` command; its exit status (2 when installing failed)."""
     parser = argparse.ArgumentParser(
         prog="ort-cffi-runtime", description="Fetch, list and remove ONNX Runtime training builds for ort_cffi."
     )
