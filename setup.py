@@ -2,7 +2,9 @@
 from setuptools import setup
 
 TRAINING_RUNTIME = "1.19.2"  # the last training build on PyPI; the table layout ort_cffi declares
-FLOWER = "flwr[simulation]>=1.42,<1.43; python_version >= '3.11'"
+# Flower's Message API (flwr.app, flwr.clientapp, flwr.serverapp.strategy) and the Fleet API over HTTP:
+# 1.42 is the floor, with no ceiling (ort_cffi uses no deprecated Flower API).
+FLOWER = "flwr[simulation]>=1.42; python_version >= '3.11'"
 
 setup(
     name="ort_cffi",
@@ -12,7 +14,7 @@ setup(
     python_requires=">=3.9",
     # The C declarations live as text in the top-level include/ folder and ship inside the
     # package as ort_cffi/include/*.h.
-    packages=["ort_cffi", "ort_cffi.include"],
+    packages=["ort_cffi", "ort_cffi.flower", "ort_cffi.include"],
     package_dir={"ort_cffi.include": "include"},
     package_data={"ort_cffi": ["py.typed", "data/*", "data/*/*"], "ort_cffi.include": ["*.h"]},
     # The one compiled piece: the custom-op hook that is handed the runtime's OrtApiBase*.
@@ -30,8 +32,8 @@ setup(
         "cuda": [f"onnxruntime-training=={TRAINING_RUNTIME}"],
         # The command-line trainer's progress bar and plots.
         "demo": ["tqdm>=4.60", "matplotlib>=3.5"],
-        # ort-cffi-federated and ort_cffi.flower: Flower's client/server apps and its Ray simulation
-        # engine. Pinned below 1.43: run_simulation and NumPyClient are deprecated in 1.42.
+        # ort-cffi-federated and ort_cffi.flower: Flower's client/server apps, SuperLink/SuperNode and its
+        # Ray simulation engine (flwr[simulation]); the plot.
         "federated": [FLOWER, "matplotlib>=3.5"],
         "test": [
             f"onnxruntime-training-cpu=={TRAINING_RUNTIME}",  # the real runtime and its Python oracle
@@ -41,7 +43,8 @@ setup(
             "mypy>=1.5",  # the package is typed; CI checks it
             "tqdm>=4.60",
             "matplotlib>=3.5",
-            FLOWER,  # the federated tests run a small Ray simulation
+            FLOWER,  # the federated tests run simulations and a SuperLink with SuperNodes on loopback
+            "cryptography>=42",  # the TLS test makes its own CA, certificates and SuperNode keys
         ],
         # Regenerating the committed artifacts (scripts/make_artifacts.py) only; a CPU build.
         "artifacts": ["torch==2.13.0", "onnx>=1.14,<1.17", "scikit-learn>=1.2"],

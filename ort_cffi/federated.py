@@ -21,15 +21,12 @@ import importlib.util
 import json
 import os
 import re
-import shutil
+import signal
 import sys
-import tempfile
+import threading
 import time
-import zipfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence
-
-import numpy as np
+from typing import Any, Dict, Optional, Sequence
 
 from . import __version__
 from . import train as _train
@@ -186,143 +183,14 @@ def require_flower() -> None:
                           f"its Ray backend: {INSTALL_HINT}", name=missing[0])
 
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def simulate(out: Any = Path("runs") / "federated", *, cpus: Optional[int] = None, verbose: bool = False,
-             report: Optional[Callable[[str], None]] = None, client_app: str = CLIENT_APP,
-             env: Optional[Dict[str, str]] = None, **settings: Any) -> Dict[str, Any]:
-    """Run a simulated federation and return its history (the ``history.json`` document).
-
-    ``settings`` are :class:`~ort_cffi.flower.ServerSettings` fields (``clients``, ``rounds``,
-    ``strategy``, ``partitioning``, ``resume``, ...); ``out`` is where the run's files go. Everything that
-    would fail at the end is checked here first, in this process, before Flower starts. The run itself
-    goes through ``flwr run`` and a local SuperLink in simulation mode; ``report`` gets the server's
-    progress lines (default: none), ``verbose`` prints all of Flower's output. ``client_app`` names the
-    ``ClientApp`` the clients run; ``env`` adds to the Flower processes' environment.
-
-    Raises ``UsageError`` (bad settings, artifacts or data), ``StrategyError``, or ``FederatedError`` (the
-    run failed; the history in ``out`` says where, and ``--resume`` continues it)."""
+def simulate(out: Any = Path("runs") / "federated", **options: Any) -> Dict[str, Any]:
+    """Run a simulated federation and return its history (the ``history.json`` document): see
+    :func:`ort_cffi.flower.simulation.simulate` (``clients``, ``rounds``, ``strategy``, ``resume``, ...,
+    ``report`` for the progress lines). Needs the ``federated`` extra (ImportError naming it)."""
     require_flower()
-    from .flower import FederatedError, LOG_MARK, ServerSettings
-    from .flower import deploy
+    from .flower.simulation import simulate as run
 
-    out_dir = Path(out).resolve()
-    resolved = _absolute_paths(dict(settings))
-    server = ServerSettings(out=str(out_dir), **resolved)
-    preflight(server)
-    run_config = dict(server.to_run_config())
-    run_config.pop("server-threads", None)
-    home = Path(tempfile.mkdtemp(prefix="ort-cffi-federated-"))
-    logs = out_dir / "logs"
-    started = time.time()
-
-    def on_line(line: str) -> None:
-        text = ANSI.sub("", line)
-        if LOG_MARK in text:
-            if report is not None:
-                report(text.split(LOG_MARK, 1)[1])
-        elif verbose:
-            print(text, flush=True)
-
-    superlink = None
-    try:
-        superlink = deploy.SuperLink(home=home / "superlink", log=logs / "superlink.log", simulation=True, env=env)
-        superlink.wait_ready()
-        deploy.write_connection(home, "local", superlink.address)
-        app = deploy.write_app(home / "app", run_config=run_config, clientapp=client_app)
-        cpu_count = min(cpus or os.cpu_count() or 1, server.clients)
-        federation = {"num-supernodes": server.clients, "client-resources-num-cpus": 1, "client-resources-num-gpus": 0,
-                      "init-args-num-cpus": cpu_count, "init-args-num-gpus": 0,
-                      "init-args-logging-level": "INFO" if verbose else "ERROR",
-                      "init-args-log-to-driver": verbose, "verbose": verbose}
-        code = deploy.run_app(app, "local", home=home, federation_config=federation, on_line=on_line, env=env,
-                              log=logs / "run.log")
-    finally:
-        if superlink is not None:
-            superlink.stop()
-        shutil.rmtree(home, ignore_errors=True)
-    doc = _read(out_dir / "history.json")
-    if doc is not None and doc.get("status") == "completed" and _stamp(doc) >= started:
-        return doc
-    if doc is not None and doc.get("status") == "failed" and doc.get("error") and _stamp(doc) >= started:
-        raise FederatedError(str(doc["error"]))
-    tail = "\n".join((logs / "run.log").read_text(errors="replace").splitlines()[-15:]) if (logs / "run.log").is_file() else ""
-    raise FederatedError(f"the simulation ended before its last round (flwr run exited {code}); Flower's log is in "
-                         f"{logs / 'run.log'}:\n{ANSI.sub('', tail)}")
-
-
-def _stamp(doc: Dict[str, Any]) -> float:
-    """When a history document was last written (its file's time is what matters: written this run?)."""
-    return float(doc.get("_mtime", 0.0))
-
-
-def _read(path: Path) -> Optional[Dict[str, Any]]:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if isinstance(doc, dict):
-        doc["_mtime"] = path.stat().st_mtime
-        return doc
-    return None
-
-
-def _absolute_paths(settings: Dict[str, Any]) -> Dict[str, Any]:
-    """The Flower processes run in other folders: artifacts and data as absolute paths."""
-    for key in ("artifacts", "data"):
-        if settings.get(key) is not None:
-            settings[key] = str(Path(settings[key]).resolve())
-    return settings
-
-
-def preflight(settings: Any) -> None:
-    """Everything that would stop the run later, checked now in this process (``UsageError``,
-    ``StrategyError``, ``FederatedError``): settings, artifacts, dataset, enough training samples for the
-    clients, the batch size a model may fix, the inference export, and the output folder's run."""
-    from .flower import GlobalModel
-    from .flower.store import RunStore
-
-    settings.check()
-    artifacts = Path(settings.artifacts)
-    _train.find_artifacts(artifacts)
-    data_path = _train.find_dataset(Path(settings.data) if settings.data else None, artifacts)
-    n_train = _train_samples(data_path)
-    if n_train is not None and settings.clients > n_train:
-        raise _train.UsageError(
-            f"--clients {settings.clients} is more than the {n_train} training samples of dataset {str(data_path)!r}: "
-            f"every client needs training data, so use at most {n_train} clients")
-    store = RunStore(Path(settings.out))
-    if settings.resume:
-        point = store.resume_point(settings.history_config())
-        checkpoint = store.checkpoint if point is not None else None
-    else:
-        store.check_fresh()
-        checkpoint = None
-    exports = [n.strip() for n in settings.export_outputs.split(",") if n.strip()] if settings.export_outputs else None
-    with GlobalModel(artifacts, data_path, checkpoint=checkpoint, export_outputs=exports) as model:
-        if model.fixed_batch is not None and settings.batch_size != model.fixed_batch:
-            raise _train.UsageError(f"the model's inputs fix the batch size at {model.fixed_batch}: "
-                                    f"pass --batch-size {model.fixed_batch}")
-        model.check_export(Path(settings.out))
-
-
-def _train_samples(path: Path) -> Optional[int]:
-    """The number of training samples (of the first ``train_`` array) in the dataset, read from the .npy
-    header only; None when the file cannot be read so (the full checks, later, say why)."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = sorted(n for n in archive.namelist() if n.startswith("train_") and n.endswith(".npy"))
-            if not names:
-                return None
-            with archive.open(names[0]) as member:  # the .npy header only, not the array
-                version = np.lib.format.read_magic(member)
-                header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                          else np.lib.format.read_array_header_2_0)(member)
-    except (OSError, ValueError, zipfile.BadZipFile):
-        return None
-    shape = header[0]
-    return int(shape[0]) if shape else None
+    return run(out, **options)
 
 
 def settings_from_args(args: argparse.Namespace) -> Dict[str, Any]:
@@ -337,6 +205,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """``ort-cffi-federated``: 0 when the run completed, 1 when it failed, 2 for a usage error, 130 on Ctrl-C."""
     args = parse_args(argv)
     started = time.monotonic()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)  # stop Flower's processes on the way out, as Ctrl-C does
     try:
         require_flower()
         from .flower import FederatedError, StrategySettings, StrategyError
@@ -393,6 +263,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if inference.get("val_accuracy") is not None:
         print(f"inference model accuracy on validation: {inference['val_accuracy']:.4f}")
     return 0
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _version(name: str) -> str:

@@ -8,8 +8,10 @@
   global model through ort_cffi (:class:`GlobalModel`), and commits the checkpoint and ``history.json``
   after every round so that a killed server resumes (:mod:`.store`).
 - The model travels as an ``ArrayRecord`` of one float32 array per parameter (:class:`ParameterLayout`).
+- :mod:`.simulation`: simulated federations the way Flower supports them (``flwr run`` on a local
+  SuperLink in simulation mode): :func:`simulate`, :class:`LocalSimulation`.
 - :mod:`.data`: IID or Dirichlet (non-IID) shares of a dataset. :mod:`.deploy`: SuperLink, SuperNodes and
-  ``flwr run`` as processes (the simulation command and the deployment tests use them).
+  ``flwr run`` as processes, with TLS and SuperNode authentication.
 
 :data:`clientapp` and :data:`serverapp` are what ``flwr run`` loads (``ort_cffi.flower:clientapp``,
 ``ort_cffi.flower:serverapp``); both read the run config. This package needs Flower:
@@ -43,12 +45,14 @@ from .client import (  # noqa: E402
 from .data import PARTITIONINGS, label_proportions, partition, partition_dataset  # noqa: E402
 from .model import FederatedError, GlobalModel, ParameterLayout  # noqa: E402
 from .server import LOG_MARK, FederatedServer, ServerSettings, make_server_app  # noqa: E402
+from .simulation import LocalSimulation, preflight, simulate  # noqa: E402
 from .store import format_round, plot_history  # noqa: E402
 from .strategies import STRATEGIES, STRATEGY_HELP, StrategyError, StrategySettings, build_strategy  # noqa: E402
 from .updates import Rejection, screen_replies  # noqa: E402
 
 __all__ = [
     "ClientSettings", "FederatedError", "FederatedServer", "GlobalModel", "INSTALL_HINT", "LOG_MARK", "LocalLearner",
+    "LocalSimulation", "preflight", "simulate",
     "PARTITIONINGS", "ParameterLayout", "Rejection", "STRATEGIES", "STRATEGY_HELP", "ServerSettings", "StrategyError",
     "StrategySettings", "build_strategy", "clientapp", "close_shared_sessions", "format_round", "label_proportions",
     "learner_for", "load_learner", "local_data", "make_client_app", "make_server_app", "partition",

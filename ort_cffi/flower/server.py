@@ -31,7 +31,9 @@ from .. import train as _train
 from .config import RunConfigurable
 from .model import FederatedError, GlobalModel, normalize_record
 from .store import INFERENCE, PLOT, RunStore, format_round, new_history, plot_history, save_arrays
-from .strategies import StrategySettings, build_strategy, check_strategy, restore_strategy_state, strategy_state
+from .strategies import (
+    StrategySettings, build_strategy, check_strategy, is_stateful, restore_strategy_state, strategy_state,
+)
 from .updates import WEIGHT_KEY, Rejection, screen_replies
 
 LOG_MARK = "[ort_cffi] "  # the server's own log lines; ort-cffi-federated shows these from Flower's log stream
@@ -103,8 +105,14 @@ class ServerSettings(RunConfigurable):
 
     @property
     def min_fit(self) -> int:
-        """``min_fit_clients``, or its default: half the sampled clients, rounded up."""
-        return self.min_fit_clients if self.min_fit_clients is not None else max(1, math.ceil(self.sampled / 2))
+        """``min_fit_clients``, or its default: half the sampled clients, rounded up (for Krum, at least the
+        2f + 3 clients its guarantee needs, when that many are sampled)."""
+        if self.min_fit_clients is not None:
+            return self.min_fit_clients
+        default = max(1, math.ceil(self.sampled / 2))
+        if self.strategy == "krum":
+            default = max(default, min(self.sampled, 2 * self.krum_f + 3))
+        return default
 
     def strategy_settings(self) -> StrategySettings:
         """The strategy part of these settings."""
@@ -176,7 +184,7 @@ class FederatedServer:
             model.check_export(self.store.out)  # before round 1: the export at the end must not fail
             strategy = build_strategy(s.strategy_settings(), min_fit_clients=s.min_fit, expected_clients=s.clients,
                                       fraction_fit=s.fraction_fit, fraction_evaluate=s.fraction_evaluate)
-            stateful = bool(strategy_state(strategy)) or s.strategy == "fedadam"
+            stateful = is_stateful(s.strategy_settings())
             layout = {"per_parameter": model.layout.per_parameter, "arrays": len(model.layout.names),
                       "parameters": model.layout.size}
             if point is None:

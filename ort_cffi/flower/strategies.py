@@ -150,6 +150,11 @@ def _inner(strategy: Strategy) -> Strategy:
     return inner if isinstance(inner, Strategy) else strategy
 
 
+def is_stateful(settings: StrategySettings) -> bool:
+    """Whether the strategy carries state from round to round (then a resume needs it: FedAdam)."""
+    return settings.name == "fedadam"
+
+
 def strategy_state(strategy: Strategy) -> Dict[str, np.ndarray]:
     """The state a strategy carries from round to round, as named arrays (empty when it has none).
     Of these strategies only FedAdam has one: its first and second moments ``m_t``/``v_t``."""

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from flwr.app import Message
+from flwr.app import Message, RecordDict
 
 from .model import ParameterLayout
 
@@ -56,10 +56,9 @@ def error_text(reason: Optional[str], limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
-def update_problem(message: Message, layout: ParameterLayout, *, train: bool) -> Optional[str]:
-    """Why a (non-error) reply cannot be aggregated, or None. Train replies need exactly one model of the
-    layout and one MetricRecord with a valid weight; evaluate replies only the MetricRecord."""
-    content = message.content
+def update_problem(content: RecordDict, layout: ParameterLayout, *, train: bool) -> Optional[str]:
+    """Why the content of a (non-error) reply cannot be aggregated, or None. Train replies need exactly one
+    model of the layout and one MetricRecord with a valid weight; evaluate replies only the MetricRecord."""
     metrics = list(content.metric_records.values())
     if list(content.metric_records.keys()) != [METRICS_KEY]:
         return f"its reply holds MetricRecords {list(content.metric_records.keys())}, not one named {METRICS_KEY!r}"
@@ -86,29 +85,40 @@ def screen_replies(sent: Iterable[Message], replies: Iterable[Message], layout: 
     client names; it is updated from the replies that name their client."""
     accepted: List[Message] = []
     rejected: List[Rejection] = []
+    sent = list(sent)
+    # A reply names the message it answers; its source may be the SuperLink itself (an error reply for a
+    # node that went offline), so the client is the destination of the message answered.
+    origin = {m.metadata.message_id: m.metadata.dst_node_id for m in sent}
     answered = set()
     for message in replies:
-        node = message.metadata.src_node_id
-        answered.add(node)
+        answered.add(message.metadata.reply_to_message_id)
+        node = origin.get(message.metadata.reply_to_message_id, message.metadata.src_node_id)
         name = client_name(message)
         if name is not None:
             names[node] = name
         if message.has_error():
             rejected.append(Rejection(node, names.get(node), f"failed: {error_text(message.error.reason)}"))
             continue
-        problem = update_problem(message, layout, train=train)
+        problem = update_problem(message.content, layout, train=train)
         if problem is not None:
             rejected.append(Rejection(node, names.get(node), f"update rejected: {problem}"))
             continue
         accepted.append(message)
-    accepted, odd = _same_metric_keys(accepted, names)
+    # Replies that weigh nothing (a client without validation data) are averaged with nothing either.
+    weighted, odd = _same_metric_keys([m for m in accepted if _weight(m) > 0], names)
+    accepted = weighted + [m for m in accepted if _weight(m) <= 0]
     rejected.extend(odd)
     for message in sent:
         node = message.metadata.dst_node_id
-        if node not in answered:
+        if message.metadata.message_id not in answered:
             waited = f" within {timeout:g} s" if timeout is not None else ""
             rejected.append(Rejection(node, names.get(node), f"no reply{waited}"))
     return accepted, rejected
+
+
+def _weight(message: Message) -> float:
+    value = message.content[METRICS_KEY].get(WEIGHT_KEY)
+    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 def _same_metric_keys(accepted: List[Message], names: Dict[int, str]) -> Tuple[List[Message], List[Rejection]]:
