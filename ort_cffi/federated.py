@@ -106,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="trimmedavg: share of values cut at each end (default: 0.2)")
     strategy.add_argument("--krum-f", type=_train._non_negative_int, default=1, metavar="F",
                           help="krum: hostile clients to tolerate; needs 2F+3 clients a round (default: 1)")
-    strategy.add_argument("--server-lr", type=_train._positive_float, default=0.01, metavar="ETA",
-                          help="fedadam: the server's learning rate (default: 0.01)")
+    strategy.add_argument("--server-lr", type=_train._positive_float, default=0.1, metavar="ETA",
+                          help="fedadam: the server's learning rate (default: 0.1, as Flower's)")
     strategy.add_argument("--dp-clipping", type=_train._positive_float, metavar="NORM",
                           help="differential privacy: clip each client's update to this L2 norm and add noise")
     strategy.add_argument("--dp-noise", type=_non_negative_float, default=1.0, metavar="Z",

@@ -146,10 +146,11 @@ from flwr.app import Array, ArrayRecord, Context, Message
 from flwr.clientapp import ClientApp
 
 from ort_cffi.flower import ClientSettings, learner_for
+from ort_cffi.flower.client import client_side_clipping
 
 ATTACKS, FROM_ROUND = {attacks!r}, {from_round}
 app_settings = ClientSettings()
-clientapp = ClientApp()
+clientapp = ClientApp(mods=[client_side_clipping])  # as ort_cffi's own: DP clipping when the server asks
 
 
 def corrupt(record: ArrayRecord, attack: str) -> ArrayRecord:

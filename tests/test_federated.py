@@ -502,13 +502,15 @@ def test_missing_extra_is_a_clear_error() -> None:
 
 
 def test_no_deprecated_flower_api_in_ort_cffi() -> None:
-    """What Flower 1.42 deprecates (the NumPyClient/strategy-object API and the simulation's Python entry
-    point) is used nowhere in the package."""
+    """Flower's legacy API, which 1.42 deprecates or keeps only for compatibility (NumPyClient and
+    client_fn, the ServerAppComponents/ServerConfig server, flwr.server.strategy, start_*, the simulation's
+    Python entry point), is used nowhere in the package: only flwr.app, flwr.clientapp, flwr.serverapp."""
     import re
 
     package = Path(flower.__file__).parent.parent
     legacy = re.compile(r"NumPyClient|ServerAppComponents|ServerConfig|flwr\.server\.strategy|flwr\.client\b|"
-                        r"flwr\.simulation|start_simulation|\brun_simulation\(|to_client\(|flwr\.common\b")
+                        r"flwr\.simulation|flwr\.compat|start_simulation|start_client|start_server|\brun_simulation\(|to_client\(|"
+                        r"client_fn|flwr\.common\b")
     for path in sorted(package.rglob("*.py")):
         found = legacy.findall(path.read_text())
         assert not found, f"{path.relative_to(package)} uses {found}"

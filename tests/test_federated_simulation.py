@@ -128,18 +128,35 @@ def test_failing_and_broken_clients_are_left_out_named_and_never_averaged_in(
 def test_below_min_fit_clients_the_run_ends_and_keeps_the_last_checkpoint(
         simulation: "flower.LocalSimulation", apps: Path, small_data: Path, tmp_path: Path) -> None:
     """Two of three clients fail from round 2 on; min-fit-clients is 2: round 2 ends the run with an error
-    that says why, the history records who failed, and the global checkpoint stays that of round 1."""
+    that says why, the history records who failed, and the global checkpoint stays that of round 1.
+
+    Round 1 runs with client-side DP clipping (Flower's wrapper and its client mod; noise 0 so that the
+    result can be checked): each update the server accepted moved the model by at most the clipping norm,
+    and the checkpoint kept is their mean."""
     app = write_hostile_app(apps, "failing_from_round_2", {0: "raise", 1: "raise"}, from_round=2)
     out = tmp_path / "run"
     with pytest.raises(flower.FederatedError) as failure:
         simulation.run(out, client_app=app, data=str(small_data), clients=3, rounds=3, batch_size=16, min_fit_clients=2,
-                       fraction_evaluate=0.0, cpus=2)
+                       fraction_evaluate=0.0, cpus=2, dp_clipping=0.5, dp_noise=0.0, dp_side="client", save_updates=True)
     message = str(failure.value)
     assert re.search(r"round 2: only 1 of 3 client\(s\) returned a usable update, fewer than min-fit-clients 2 \(", message), message
     assert message.count("RuntimeError: this client broke on purpose") == 2
     assert f"The global model of round 1 is in {out / 'global_checkpoint'}: resume with --resume" in message
     with OrtCheckpointState.loadCheckpoint(out / "global_checkpoint") as checkpoint:
         assert checkpoint.getIntProperty("round") == 1
+    env = OrtEnvironment.getEnvironment()
+    start = {}
+    with env.createTrainingSession(DIGITS / "checkpoint", DIGITS / "training_model.onnx") as initial:
+        for name in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"):
+            start[name] = initial.getCheckpointState().getParameter(name)
+    with np.load(out / "updates" / "round-1.npz") as saved:
+        for client in sorted({key.split("/")[0] for key in saved.files}):
+            moved = np.sqrt(sum(float(np.sum((saved[f"{client}/{n}"] - start[n]) ** 2)) for n in start))
+            assert 0.3 < moved <= 0.5 + 1e-5, moved  # clipped to the norm (and it did train)
+    expected = _weighted_mean(out / "updates" / "round-1.npz")
+    with env.createTrainingSession(out / "global_checkpoint", DIGITS / "training_model.onnx") as kept:
+        for name, value in expected.items():
+            np.testing.assert_allclose(kept.getCheckpointState().getParameter(name), value, rtol=1e-5, atol=1e-6)
     history = json.loads((out / "history.json").read_text())
     assert history["status"] == "failed" and history["error"].startswith("FederatedError: round 2: only 1 of 3")
     assert [r["round"] for r in history["rounds"]] == [0, 1]
@@ -211,10 +228,11 @@ def _wait_for_line(proc: subprocess.Popen, pattern: str, seen: List[str], timeou
 def test_a_killed_server_resumes_from_its_last_completed_round(small_data: Path, tmp_path: Path) -> None:
     """The server process (Flower's simulation process, which runs the ServerApp) is killed with SIGKILL
     during round 3 of 5; the command is then stopped; nothing is left running. ``--resume`` continues
-    from round 2 with the same history and learning-rate schedule, and finishes."""
+    from round 2 with the same history and learning-rate schedule, and finishes. The strategy is FedAdam,
+    whose moments are part of the server's state: they are committed with every round and restored."""
     out = tmp_path / "run"
     args = [sys.executable, "-m", "ort_cffi.federated", "--data", str(small_data), "--clients", "3", "--rounds", "5",
-            "--batch-size", "16", "--fraction-evaluate", "0", "--cpus", "2", "--out", str(out)]
+            "--batch-size", "16", "--fraction-evaluate", "0", "--cpus", "2", "--strategy", "fedadam", "--out", str(out)]
     seen: List[str] = []
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(ROOT))
     try:
@@ -240,6 +258,7 @@ def test_a_killed_server_resumes_from_its_last_completed_round(small_data: Path,
     assert done in (2, 3)  # round 3 may have been committed in the half second before the kill
     with OrtCheckpointState.loadCheckpoint(out / "global_checkpoint") as checkpoint:
         assert checkpoint.getIntProperty("round") == done
+    assert (out / "server_state" / f"round-{done}.npz").is_file()
 
     resumed = subprocess.run([sys.executable, "-m", "ort_cffi.federated", "--out", str(out), "--resume"],
                              capture_output=True, text=True, cwd=str(ROOT), timeout=900)
@@ -251,7 +270,8 @@ def test_a_killed_server_resumes_from_its_last_completed_round(small_data: Path,
     assert after["rounds"][:done + 1] == before["rounds"][:done + 1]  # the same history
     settings = flower.ServerSettings(rounds=5)
     assert [r["lr"] for r in after["rounds"][1:]] == pytest.approx([settings.lr_for(n) for n in range(1, 6)])
-    assert after["resumed"][0]["after_round"] == done
+    assert after["resumed"][0]["after_round"] == done and after["config"]["strategy"] == "fedadam"
+    assert sorted(p.name for p in (out / "server_state").iterdir()) == ["round-5.npz"]
     assert after["rounds"][-1]["val_accuracy"] > 0.8
     _logs_are_clean(out)
     assert not processes_matching(str(out))

@@ -76,7 +76,7 @@ class ServerSettings(RunConfigurable):
     proximal_mu: float = 0.01
     trim_beta: float = 0.2
     krum_f: int = 1
-    server_lr: float = 0.01
+    server_lr: float = 0.1  # Flower's own default eta
     dp_clipping: Optional[float] = None
     dp_noise: float = 1.0
     dp_side: str = "server"
@@ -188,6 +188,7 @@ class FederatedServer:
             layout = {"per_parameter": model.layout.per_parameter, "arrays": len(model.layout.names),
                       "parameters": model.layout.size}
             if point is None:
+                self.store.clear()
                 self.history = new_history(s.history_config(), layout=layout, stateful=stateful)
                 first = 1
             else:
@@ -219,7 +220,11 @@ class FederatedServer:
             loss, accuracy = model.evaluate()
             self._commit(model, strategy, {"round": 0, "val_loss": loss, "val_accuracy": accuracy,
                                            "seconds": round(time.monotonic() - started, 3)})
-        self._wait_for(grid, s.clients, "the federation's clients")
+        # A new run waits for its whole federation; a resumed one, which may have lost clients, for enough.
+        if first == 1:
+            self._wait_for(grid, s.clients, "the federation's clients")
+        else:
+            self._wait_for(grid, s.min_fit, "min-fit-clients")
         for server_round in range(first, s.rounds + 1):
             if server_round > first:
                 self._wait_for(grid, s.min_fit, "min-fit-clients")

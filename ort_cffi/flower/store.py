@@ -108,6 +108,13 @@ class RunStore:
 
     # -- writing --
 
+    def clear(self) -> None:
+        """A fresh run in a used folder: forget the previous run's strategy state and saved updates (its
+        checkpoint and history are replaced by the new run's first commit)."""
+        for folder in (self.state_dir, self.out / "updates"):
+            for old in folder.glob("round-*.npz") if folder.is_dir() else []:
+                old.unlink(missing_ok=True)
+
     def write_history(self, doc: Mapping[str, Any]) -> None:
         """``history.json``, crash-safe."""
         self.out.mkdir(parents=True, exist_ok=True)

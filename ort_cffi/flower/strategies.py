@@ -59,7 +59,7 @@ class StrategySettings:
     proximal_mu: float = 0.01
     trim_beta: float = 0.2
     krum_f: int = 1
-    server_lr: float = 0.01
+    server_lr: float = 0.1  # Flower's own default eta
     dp_clipping: Optional[float] = None
     dp_noise: float = 1.0
     dp_side: str = "server"
