@@ -8,7 +8,7 @@ import ipaddress
 import os
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -128,7 +128,7 @@ def wait_gone(pids: List[int], timeout: float = 120.0) -> List[int]:
     return alive
 
 
-def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.5, what: str = "condition") -> None:
     """Poll ``predicate`` until it is true; AssertionError naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

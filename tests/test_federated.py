@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 
 from conftest import DIGITS, fixed_batch_artifacts, run_child
-from ort_cffi import OrtCheckpointState, OrtEnvironment, OrtTrainingSession
+from ort_cffi import OrtCheckpointState, OrtEnvironment
 
 if sys.version_info < (3, 11):  # Flower 1.42 needs Python 3.11; the extra is not installable before
     pytest.skip("the federated extra (flwr) needs Python 3.11+", allow_module_level=True)
 
-from _flower_guard import flower_deprecations, import_flower  # noqa: E402
+from _flower_guard import flower_deprecations, import_flower  # noqa: E402,F401  (the fixture)
 
 federated, flower = import_flower()
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict  # noqa: E402

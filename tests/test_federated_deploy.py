@@ -10,9 +10,8 @@ import json
 import os
 import re
 import sys
-import threading
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, Iterator, List, Optional
 
 import pytest
 
@@ -24,7 +23,7 @@ if sys.version_info < (3, 11):  # Flower 1.42 needs Python 3.11; the extra is no
 from _federation import (  # noqa: E402
     command_line, descendants, make_ca, make_node_keys, make_server_cert, python_path, wait_for, wait_gone,
 )
-from _flower_guard import deprecations_in, flower_deprecations, import_flower  # noqa: E402
+from _flower_guard import deprecations_in, flower_deprecations, import_flower  # noqa: E402,F401  (the fixture)
 
 federated, flower = import_flower()
 from ort_cffi.flower import deploy  # noqa: E402
@@ -55,7 +54,8 @@ class Federation:
         for name in ("node0", "node1", "node2", "node3"):  # not the stranger's
             self.registered[name] = deploy.register_supernode(self.keys[name][1], connection="secure", home=self.cli_home)
 
-    def supernode(self, name: str, node_config: Dict[str, object], *, ca: Path = None, max_wait: float = None) -> deploy.SuperNode:  # type: ignore[assignment]
+    def supernode(self, name: str, node_config: Dict[str, object], *, ca: Optional[Path] = None,
+                  max_wait: Optional[float] = None) -> deploy.SuperNode:
         node = deploy.SuperNode(self.superlink.address, home=self.root / name, log=self.root / "logs" / f"{name}.log",
                                 node_config=node_config, root_certificates=ca or self.ca,
                                 private_key=self.keys[name][0], max_wait=max_wait)

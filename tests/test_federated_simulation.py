@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Dict, Iterator, List
 
 import numpy as np
 import pytest
@@ -27,7 +27,7 @@ if sys.version_info < (3, 11):  # Flower 1.42 needs Python 3.11; the extra is no
     pytest.skip("the federated extra (flwr) needs Python 3.11+", allow_module_level=True)
 
 from _federation import command_line, descendants, processes_matching, python_path, wait_gone, write_hostile_app  # noqa: E402
-from _flower_guard import deprecations_in, flower_deprecations, import_flower  # noqa: E402
+from _flower_guard import deprecations_in, flower_deprecations, import_flower  # noqa: E402,F401  (the fixture)
 
 federated, flower = import_flower()
 pytestmark = [pytest.mark.filterwarnings("error::DeprecationWarning:flwr"), pytest.mark.usefixtures("flower_deprecations")]
