@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     rounds.add_argument("--fraction-evaluate", type=_fraction, default=1.0,
                         help="share of clients that evaluate the global model on their data each round (default: 1; 0: none)")
     rounds.add_argument("--min-fit-clients", type=_train._positive_int, metavar="N",
-                        help="fewest usable updates a round aggregates; fewer end the run (default: half the clients)")
+                        help="fewest usable updates a round aggregates; fewer end the run (default: half the clients, for krum at least 2F+3)")
     rounds.add_argument("--round-timeout", type=_train._positive_float, default=3600.0, metavar="S",
                         help="a client that has not replied after S seconds is left out of the round (default: 3600)")
     p.add_argument("--export-outputs", metavar="NAMES",

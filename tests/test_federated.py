@@ -330,6 +330,7 @@ def test_each_strategy_is_flowers_own() -> None:
     expected = {"fedavg": FedAvg, "fedprox": FedProx, "fedmedian": FedMedian, "trimmedavg": FedTrimmedAvg,
                 "krum": Krum, "fedadam": FedAdam}
     assert set(expected) == set(flower.STRATEGIES) == set(flower.STRATEGY_HELP)
+    assert federated.STRATEGY_NAMES == flower.STRATEGIES  # the command lists them without importing Flower
     for name, kind in expected.items():
         strategy = flower.build_strategy(flower.StrategySettings(name), min_fit_clients=5, expected_clients=10,
                                          fraction_fit=1.0, fraction_evaluate=0.5)
