@@ -7,7 +7,9 @@ TRAINING_RUNTIME = "1.19.2"  # the last training build on PyPI; the table layout
 # runtime's native libraries (the nearest CPython's build) into ort_cffi's cache instead.
 CPU_WHEEL = f"onnxruntime-training-cpu=={TRAINING_RUNTIME}; python_version < '3.13' and platform_machine == 'x86_64'"
 CUDA_WHEEL = f"onnxruntime-training=={TRAINING_RUNTIME}; python_version < '3.12' and platform_machine == 'x86_64'"
-FLOWER = "flwr[simulation]>=1.42,<1.43; python_version >= '3.11'"
+# Flower's Message API (flwr.app, flwr.clientapp, flwr.serverapp.strategy) and the Fleet API over HTTP:
+# 1.42 is the floor, with no ceiling (ort_cffi uses no deprecated Flower API).
+FLOWER = "flwr[simulation]>=1.42; python_version >= '3.11'"
 
 TEST_CORE = [
     CPU_WHEEL,  # the real runtime and its Python oracle
@@ -36,7 +38,7 @@ setup(
     python_requires=">=3.9",
     # The C declarations live as text in the top-level include/ folder and ship inside the
     # package as ort_cffi/include/*.h.
-    packages=["ort_cffi", "ort_cffi.include"],
+    packages=["ort_cffi", "ort_cffi.flower", "ort_cffi.include"],
     package_dir={"ort_cffi.include": "include"},
     package_data={"ort_cffi": ["py.typed", "data/*", "data/*/*"], "ort_cffi.include": ["*.h"]},
     install_requires=[
@@ -53,8 +55,8 @@ setup(
         "cuda": [CUDA_WHEEL],
         # The command-line trainer's progress bar and plots.
         "demo": ["tqdm>=4.60", "matplotlib>=3.5"],
-        # ort-cffi-federated and ort_cffi.flower: Flower's client/server apps and its Ray simulation
-        # engine. Pinned below 1.43: run_simulation and NumPyClient are deprecated in 1.42.
+        # ort-cffi-federated and ort_cffi.flower: Flower's client/server apps, SuperLink/SuperNode and its
+        # Ray simulation engine (flwr[simulation]); the plot.
         "federated": [FLOWER, "matplotlib>=3.5"],
         # What the loader, raw-layer, facade and Java-port tests need, on every supported CPython
         # (scripts/test.sh runs them on 3.10-3.13; on 3.13 the runtime is fetched, see above).
@@ -63,7 +65,8 @@ setup(
             "tqdm>=4.60",
             "matplotlib>=3.5",
             "sybil>=9",  # runs every Python example of the README and the documentation
-            FLOWER,  # the federated tests run a small Ray simulation
+            FLOWER,  # the federated tests run simulations and a SuperLink with SuperNodes on loopback
+            "cryptography>=42",  # the TLS test makes its own CA, certificates and SuperNode keys
         ],
         # The documentation site (scripts/docs.sh).
         "docs": DOCS,
