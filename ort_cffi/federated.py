@@ -4,7 +4,7 @@ ort_cffi, the server aggregates their models with one of Flower's strategies and
 global model through ort_cffi.
 
 The simulation runs the way Flower 1.42 supports: ``flwr run`` against a local SuperLink started in
-simulation mode (:mod:`ort_cffi.flower.deploy`), on a free loopback port, in a Flower home folder of its
+simulation mode (`ort_cffi.flower.deploy`), on a free loopback port, in a Flower home folder of its
 own; the command shows the server's progress lines from the run's log stream.
 
 With no arguments it runs the embedded default (the digits MLP of ``ort-cffi-train``, 10 IID clients,
@@ -185,7 +185,7 @@ def require_flower() -> None:
 
 def simulate(out: Any = Path("runs") / "federated", **options: Any) -> Dict[str, Any]:
     """Run a simulated federation and return its history (the ``history.json`` document): see
-    :func:`ort_cffi.flower.simulation.simulate` (``clients``, ``rounds``, ``strategy``, ``resume``, ...,
+    `ort_cffi.flower.simulation.simulate` (``clients``, ``rounds``, ``strategy``, ``resume``, ...,
     ``report`` for the progress lines). Needs the ``federated`` extra (ImportError naming it)."""
     require_flower()
     from .flower.simulation import simulate as run

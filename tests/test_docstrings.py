@@ -14,7 +14,7 @@ from typing import Any, Iterator, Tuple
 
 import pytest
 
-MODULES = ("ort_cffi", "ort_cffi.capi", "ort_cffi.artifacts", "ort_cffi.runtime")
+MODULES = ("ort_cffi", "ort_cffi.capi", "ort_cffi.artifacts", "ort_cffi.flower", "ort_cffi.runtime")
 
 
 def public_names(module: Any) -> "list[str]":

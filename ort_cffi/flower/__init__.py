@@ -1,19 +1,19 @@
-"""Federated learning with `Flower <https://flower.ai>`_ over ort_cffi, on Flower's Message API.
+"""Federated learning with [Flower](https://flower.ai) over ort_cffi, on Flower's Message API.
 
-- Client side (:mod:`.client`): :func:`make_client_app` gives a ``ClientApp`` whose ``@app.train()`` and
-  ``@app.evaluate()`` functions run an ``OrtTrainingSession`` on the client's data (:class:`LocalLearner`).
-- Server side (:mod:`.server`): :func:`make_server_app` gives a ``ServerApp`` whose ``main`` drives one of
-  Flower's strategies (:mod:`.strategies`: ``--strategy fedavg|fedprox|fedmedian|trimmedavg|krum|fedadam``,
-  optional DP wrapper), screens every update before it is aggregated (:mod:`.updates`), evaluates the
-  global model through ort_cffi (:class:`GlobalModel`), and commits the checkpoint and ``history.json``
-  after every round so that a killed server resumes (:mod:`.store`).
-- The model travels as an ``ArrayRecord`` of one float32 array per parameter (:class:`ParameterLayout`).
-- :mod:`.simulation`: simulated federations the way Flower supports them (``flwr run`` on a local
-  SuperLink in simulation mode): :func:`simulate`, :class:`LocalSimulation`.
-- :mod:`.data`: IID or Dirichlet (non-IID) shares of a dataset. :mod:`.deploy`: SuperLink, SuperNodes and
+- Client side (`client`): `make_client_app` gives a ``ClientApp`` whose ``@app.train()`` and
+  ``@app.evaluate()`` functions run an ``OrtTrainingSession`` on the client's data (`LocalLearner`).
+- Server side (`server`): `make_server_app` gives a ``ServerApp`` whose ``main`` drives one of
+  Flower's strategies (`strategies`: ``--strategy fedavg|fedprox|fedmedian|trimmedavg|krum|fedadam``,
+  optional DP wrapper), screens every update before it is aggregated (`updates`), evaluates the
+  global model through ort_cffi (`GlobalModel`), and commits the checkpoint and ``history.json``
+  after every round so that a killed server resumes (`store`).
+- The model travels as an ``ArrayRecord`` of one float32 array per parameter (`ParameterLayout`).
+- `simulation`: simulated federations the way Flower supports them (``flwr run`` on a local
+  SuperLink in simulation mode): `simulate`, `LocalSimulation`.
+- `data`: IID or Dirichlet (non-IID) shares of a dataset. `deploy`: SuperLink, SuperNodes and
   ``flwr run`` as processes, with TLS and SuperNode authentication.
 
-:data:`clientapp` and :data:`serverapp` are what ``flwr run`` loads (``ort_cffi.flower:clientapp``,
+`clientapp` and `serverapp` are what ``flwr run`` loads (``ort_cffi.flower:clientapp``,
 ``ort_cffi.flower:serverapp``); both read the run config. This package needs Flower:
 ``pip install 'ort_cffi[federated]'``. ``import ort_cffi`` does not import it.
 """

@@ -1,7 +1,7 @@
 """The client side: a Flower ``ClientApp`` whose ``@app.train()`` and ``@app.evaluate()`` functions run
 an ort_cffi ``OrtTrainingSession`` on the client's local data.
 
-A train message carries the global model (an ``ArrayRecord``, :class:`~ort_cffi.flower.model.ParameterLayout`)
+A train message carries the global model (an ``ArrayRecord``, `ort_cffi.flower.model.ParameterLayout`)
 and a ``ConfigRecord`` (``local-epochs``, ``batch-size``, ``lr``, ``seed``, ``server-round``, and FedProx's
 ``proximal-mu``); the reply carries the trained model, a ``MetricRecord`` (``num-examples``, the weight
 Flower's strategies use, ``train-loss``, ``train-accuracy``) and a ``ConfigRecord`` ``client`` naming the
@@ -64,7 +64,7 @@ _datasets: Dict[Tuple[Any, ...], Any] = {}
 def shared_session(artifacts: PathLike, threads: int = 1, seed: int = 0) -> Tuple[OrtTrainingSession, ParameterLayout]:
     """This process's training session over ``artifacts`` and its parameter layout: created on first use
     (the runtime is loaded then, once), reused by every client this process serves, in every round. A
-    simulation's actor serves one client at a time; :func:`close_shared_sessions` releases them."""
+    simulation's actor serves one client at a time; `close_shared_sessions` releases them."""
     folder = Path(artifacts)
     key = (str(folder.resolve()), int(threads))
     with _cache_lock:
@@ -138,11 +138,11 @@ def local_data(settings: ClientSettings, session: OrtTrainingSession, partition_
 class LocalLearner:
     """One client's training and evaluation: an ort_cffi training session and the client's local data.
 
-    :meth:`fit` and :meth:`evaluate` work on the session's flat parameter buffer (no Flower types);
-    :meth:`train_reply` and :meth:`evaluate_reply` are the same on a message's ``RecordDict``.
+    `fit` and `evaluate` work on the session's flat parameter buffer (no Flower types);
+    `train_reply` and `evaluate_reply` are the same on a message's ``RecordDict``.
 
     ``fit`` starts from the parameters it is given (``copyBufferToParameters``, checked first: a closed
-    session or a model of another shape fails with a :class:`FederatedError` that says so), runs
+    session or a model of another shape fails with a `FederatedError` that says so), runs
     ``epochs`` local epochs at learning rate ``lr`` in an order that depends only on the seed, round,
     epoch and client, and returns the new buffer and its metrics. With ``proximal_mu`` > 0 (FedProx) each
     optimizer step is followed by a pull toward the global model, ``w -= lr * mu * (w - w_global)``: the
@@ -153,7 +153,7 @@ class LocalLearner:
     another ``batch_size`` and a client with fewer examples than one batch, and both calls leave out the
     last partial batch (the counts they return are the examples used).
 
-    The session is shared and reused from round to round (:func:`shared_session`), so AdamW's moments
+    The session is shared and reused from round to round (`shared_session`), so AdamW's moments
     carry over from one ``fit`` to the next; only the parameters are replaced by the global model's.
     """
 
@@ -356,8 +356,8 @@ def client_side_clipping(msg: Message, context: Context, call_next: ClientAppCal
 
 
 def make_client_app(settings: Optional[ClientSettings] = None) -> ClientApp:
-    """A ``ClientApp`` whose ``train`` and ``evaluate`` functions run :class:`LocalLearner` on the
-    client's data (see :func:`learner_for`), with client-side DP clipping when the server asks for it."""
+    """A ``ClientApp`` whose ``train`` and ``evaluate`` functions run `LocalLearner` on the
+    client's data (see `learner_for`), with client-side DP clipping when the server asks for it."""
     base = settings or ClientSettings()
     app = ClientApp(mods=[client_side_clipping])
 

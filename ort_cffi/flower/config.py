@@ -11,7 +11,7 @@ _Settings = TypeVar("_Settings", bound="RunConfigurable")
 
 class RunConfigurable:
     """A dataclass mixin: ``RUN_CONFIG`` maps a field to its run-config key, and
-    :meth:`with_run_config` applies a run config to a copy, converting each value to the field's type."""
+    `with_run_config` applies a run config to a copy, converting each value to the field's type."""
 
     RUN_CONFIG: ClassVar[Dict[str, str]] = {}
 

@@ -6,10 +6,10 @@ SuperLink started with ``--simulation``; the deployment tests run a SuperLink an
 with TLS and SuperNode authentication. Every process here:
 
 - runs in a Flower home folder of its own (``FLWR_HOME``): apps install there, never in ``~/.flwr``;
-- listens on a port chosen free (:func:`free_port`), on 127.0.0.1 unless told otherwise;
+- listens on a port chosen free (`free_port`), on 127.0.0.1 unless told otherwise;
 - writes its output to a log file, whose end an error quotes;
 - dies with the process that started it (Linux: ``PR_SET_PDEATHSIG``), and is stopped with SIGTERM, then
-  SIGKILL, by :meth:`FlowerProcess.stop`. Flower's own children (SuperExec, the simulation, the
+  SIGKILL, by `FlowerProcess.stop`. Flower's own children (SuperExec, the simulation, the
   ClientApps) watch their parent's pid and stop when it goes.
 """
 from __future__ import annotations
@@ -140,7 +140,7 @@ class TLSFiles:
 class SuperLink(FlowerProcess):
     """``flower-superlink`` on ``host:port`` (Fleet, Control and Runtime APIs share the port in Flower 1.42):
     insecure, or with ``tls``; with ``supernode_auth``, only SuperNodes whose public key was registered
-    (:func:`register_supernode`) may connect. ``simulation=True`` runs apps on the simulation engine
+    (`register_supernode`) may connect. ``simulation=True`` runs apps on the simulation engine
     instead. Apps' dependencies are never installed at run time (ort_cffi is already installed)."""
 
     def __init__(self, *, home: Path, log: Path, port: Optional[int] = None, host: str = HOST, simulation: bool = False,
@@ -276,7 +276,7 @@ def flwr(args: Sequence[str], *, home: Path, timeout: float = 300.0,
 
 def register_supernode(public_key: Path, *, connection: str, home: Path) -> int:
     """``flwr supernode register``: allow the SuperNode of ``public_key`` (OpenSSH format) to connect to an
-    authenticating SuperLink; returns its node id. Raises :class:`DeploymentError` with Flower's output."""
+    authenticating SuperLink; returns its node id. Raises `DeploymentError` with Flower's output."""
     result = flwr(["supernode", "register", str(public_key), connection, "--format", "json"], home=home)
     try:
         answer = json.loads(result.stdout[result.stdout.index("{"):])

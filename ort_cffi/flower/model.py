@@ -1,6 +1,6 @@
 """The model as it travels and as the server holds it: the trainable parameters as a Flower
-``ArrayRecord`` of one float32 array per parameter (:class:`ParameterLayout`), and the server's
-own session over the artifacts (:class:`GlobalModel`), which evaluates, checkpoints and exports the
+``ArrayRecord`` of one float32 array per parameter (`ParameterLayout`), and the server's
+own session over the artifacts (`GlobalModel`), which evaluates, checkpoints and exports the
 global model through ort_cffi.
 
 Why one array per parameter rather than the session's one flat buffer: Flower's strategies and tools
@@ -42,9 +42,9 @@ class FederatedError(OrtException):
 class ParameterLayout:
     """The trainable parameters in the order of the session's parameter buffer: their names and shapes.
 
-    :meth:`of_session` reads them from the training model (its parameter inputs, in buffer order, each
+    `of_session` reads them from the training model (its parameter inputs, in buffer order, each
     with a gradient buffer) and checks them against the buffer. A model whose layout cannot be read that
-    way travels as one flat array named ``"parameters"`` (:attr:`per_parameter` is then False)."""
+    way travels as one flat array named ``"parameters"`` (`per_parameter` is then False)."""
 
     names: Tuple[str, ...]
     shapes: Tuple[Tuple[int, ...], ...]
@@ -68,7 +68,7 @@ class ParameterLayout:
     def of_session(cls, session: OrtTrainingSession, training_model: PathLike) -> "ParameterLayout":
         """The layout of ``session``'s trainable parameters. The training model is opened as an ordinary
         ``OrtSession`` (closed again before this returns) for its input names and shapes; the result is
-        checked against ``copyParametersToBuffer``, value for value, and falls back to :meth:`flat`
+        checked against ``copyParametersToBuffer``, value for value, and falls back to `flat`
         when the two disagree (artifacts made some other way)."""
         size = session.getParametersSize(True)
         try:
@@ -134,8 +134,8 @@ class ParameterLayout:
         return None
 
     def to_buffer(self, record: ArrayRecord, what: str = "the model") -> np.ndarray:
-        """The flat float32 buffer of ``record``, checked first (:meth:`problem`): a record of another
-        model raises :class:`FederatedError` starting with ``what``."""
+        """The flat float32 buffer of ``record``, checked first (`problem`): a record of another
+        model raises `FederatedError` starting with ``what``."""
         reason = self.problem(record)
         if reason is not None:
             raise FederatedError(f"{what} does not fit the training artifacts: {reason}")
@@ -149,7 +149,7 @@ def _names(names: Sequence[str], shown: int = 4) -> str:
 
 def normalize_record(record: ArrayRecord, layout: ParameterLayout) -> ArrayRecord:
     """A strategy's aggregate as the layout's float32 arrays (FedAdam's arithmetic, say, gives float64),
-    refused with :class:`FederatedError` when it is not finite or not of the model's shapes."""
+    refused with `FederatedError` when it is not finite or not of the model's shapes."""
     arrays: Dict[str, Array] = {}
     for name, shape in zip(layout.names, layout.shapes):
         if name not in record:
@@ -169,7 +169,7 @@ class GlobalModel:
     the aggregated parameters, evaluates them on the validation split, saves them as a checkpoint and
     exports an inference model. ``checkpoint`` (default: the artifacts' own) is where its parameters start,
     e.g. the global checkpoint of the run being resumed. ``export_outputs`` (default: the eval model's
-    outputs after the loss) are the inference model's outputs. Owns its session: :meth:`close` it."""
+    outputs after the loss) are the inference model's outputs. Owns its session: `close` it."""
 
     def __init__(self, artifacts: PathLike = _train.DEFAULT_ARTIFACTS, data: Optional[PathLike] = None,
                  threads: int = 1, batch_size: int = 128, *, checkpoint: Optional[PathLike] = None,
@@ -218,11 +218,11 @@ class GlobalModel:
         return self.session.copyParametersToBuffer(True)
 
     def record(self) -> ArrayRecord:
-        """The loaded parameters as an ``ArrayRecord`` (:class:`ParameterLayout`)."""
+        """The loaded parameters as an ``ArrayRecord`` (`ParameterLayout`)."""
         return self.layout.to_record(self.parameters())
 
     def load(self, record: ArrayRecord) -> None:
-        """Load an aggregated ``ArrayRecord`` (checked against the layout: :class:`FederatedError`)."""
+        """Load an aggregated ``ArrayRecord`` (checked against the layout: `FederatedError`)."""
         self.session.copyBufferToParameters(self.layout.to_buffer(record, "the aggregated model"), True)
 
     def evaluate(self, record: Optional[ArrayRecord] = None) -> Tuple[float, Optional[float]]:

@@ -3,9 +3,9 @@ and evaluates every global model through ort_cffi.
 
 The round loop is this module's own rather than ``Strategy.start`` because a federation that a team can
 run needs what ``start`` does not do: it screens every reply before the strategy sees it
-(:mod:`~ort_cffi.flower.updates`), goes on when clients are lost (the round aggregates what came back when
+(`ort_cffi.flower.updates`), goes on when clients are lost (the round aggregates what came back when
 at least ``min-fit-clients`` did), sends a learning rate that follows a schedule, commits the global model
-and the history after every round (:mod:`~ort_cffi.flower.store`) and resumes from them. The strategy's
+and the history after every round (`ort_cffi.flower.store`) and resumes from them. The strategy's
 own calls (``configure_train``, ``aggregate_train``, ``configure_evaluate``, ``aggregate_evaluate``) do
 the sampling and the arithmetic.
 
@@ -154,10 +154,10 @@ class ServerSettings(RunConfigurable):
 
 
 class FederatedServer:
-    """One federated run on a Flower ``Grid``: :meth:`run` opens the global model, checks what could fail
+    """One federated run on a Flower ``Grid``: `run` opens the global model, checks what could fail
     at the end, resumes or starts the history, then trains ``settings.rounds`` rounds. ``report`` gets the
-    progress lines (default: Flower's logger, marked :data:`LOG_MARK`). After :meth:`run`,
-    :attr:`history` is the run's history document."""
+    progress lines (default: Flower's logger, marked `LOG_MARK`). After `run`,
+    `history` is the run's history document."""
 
     def __init__(self, settings: ServerSettings, report: Optional[Report] = None) -> None:
         self.settings = settings
@@ -167,7 +167,7 @@ class FederatedServer:
         self._names: Dict[int, str] = {}
 
     def run(self, grid: Grid) -> Dict[str, Any]:
-        """Run (or resume) the federation; return the history document. Raises :class:`FederatedError` when
+        """Run (or resume) the federation; return the history document. Raises `FederatedError` when
         too few clients connect or reply, ``UsageError`` for settings or artifacts that cannot work; the
         history then records the error, and the global checkpoint stays at the last completed round."""
         s = self.settings
@@ -352,13 +352,13 @@ def _metric(metrics: Optional[MetricRecord], key: str) -> Optional[float]:
 
 
 def server_settings(context: Context, base: Optional[ServerSettings] = None) -> ServerSettings:
-    """The settings a run's ``context`` asks for: ``base`` (default: :class:`ServerSettings`) overridden by
+    """The settings a run's ``context`` asks for: ``base`` (default: `ServerSettings`) overridden by
     the run config. A relative ``out`` is taken from the server process's working folder."""
     return (base or ServerSettings()).with_run_config(context.run_config)
 
 
 def make_server_app(settings: Optional[ServerSettings] = None, report: Optional[Report] = None) -> ServerApp:
-    """A ``ServerApp`` whose ``main`` runs :class:`FederatedServer` with ``settings`` overridden by the run
+    """A ``ServerApp`` whose ``main`` runs `FederatedServer` with ``settings`` overridden by the run
     config (``report``: where the progress lines go, default Flower's logger)."""
     app = ServerApp()
 

@@ -4,7 +4,7 @@ settings, and ``flwr run --stream``. The server's progress lines are picked out 
 and the run's result is the ``history.json`` the server wrote.
 
 Everything that would fail at the end is checked first, in this process, before Flower starts
-(:func:`preflight`).
+(`preflight`).
 """
 from __future__ import annotations
 
@@ -78,9 +78,9 @@ def train_samples(path: Path) -> Optional[int]:
 
 
 class LocalSimulation:
-    """A SuperLink in simulation mode that runs simulated federations one after another (:meth:`run`).
+    """A SuperLink in simulation mode that runs simulated federations one after another (`run`).
     It starts on the first run (or ``with``) in a temporary Flower home, on a free loopback port, and is
-    stopped, its home removed, by :meth:`close`. ``env`` adds to the environment of Flower's processes (say,
+    stopped, its home removed, by `close`. ``env`` adds to the environment of Flower's processes (say,
     ``PYTHONPATH`` for a ClientApp of your own); its log goes to ``log_dir`` (default: in the home)."""
 
     def __init__(self, *, env: Optional[Mapping[str, str]] = None, log_dir: Optional[Path] = None) -> None:
@@ -101,11 +101,11 @@ class LocalSimulation:
     def run(self, out: Any, *, cpus: Optional[int] = None, verbose: bool = False,
             report: Optional[Callable[[str], None]] = None, client_app: str = CLIENT_APP, **settings: Any) -> Dict[str, Any]:
         """Run one simulated federation and return its history document. ``settings`` are
-        :class:`ServerSettings` fields; ``cpus`` is how many clients train at once (default: all cores, at
+        `ServerSettings` fields; ``cpus`` is how many clients train at once (default: all cores, at
         most the clients); ``report`` gets the server's progress lines; ``verbose`` prints all of Flower's
         output; ``client_app`` names the ``ClientApp`` the clients run. Flower's log of the run goes to
         ``out/logs/run.log``. Raises ``UsageError``/``StrategyError`` (before anything starts) or
-        :class:`FederatedError` (the run failed; its history says where; ``resume=True`` continues it)."""
+        `FederatedError` (the run failed; its history says where; ``resume=True`` continues it)."""
         out_dir = Path(out).resolve()
         for key in ("artifacts", "data"):  # Flower's processes run in other folders
             if settings.get(key) is not None:
@@ -179,8 +179,8 @@ def _read(path: Path) -> Optional[Dict[str, Any]]:
 def simulate(out: Any = Path("runs") / "federated", *, cpus: Optional[int] = None, verbose: bool = False,
              report: Optional[Callable[[str], None]] = None, client_app: str = CLIENT_APP,
              env: Optional[Mapping[str, str]] = None, **settings: Any) -> Dict[str, Any]:
-    """One simulated federation on a SuperLink of its own (:class:`LocalSimulation`), whose log goes to
-    ``out/logs``; returns the history document. See :meth:`LocalSimulation.run` for the arguments."""
+    """One simulated federation on a SuperLink of its own (`LocalSimulation`), whose log goes to
+    ``out/logs``; returns the history document. See `LocalSimulation.run` for the arguments."""
     simulation = LocalSimulation(env=env, log_dir=Path(out).resolve() / "logs")
     try:
         return simulation.run(out, cpus=cpus, verbose=verbose, report=report, client_app=client_app, **settings)

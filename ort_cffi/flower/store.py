@@ -79,8 +79,8 @@ class RunStore:
     def resume_point(self, config: Mapping[str, Any]) -> Optional[Tuple[int, List[Dict[str, Any]], Dict[str, np.ndarray], Dict[str, Any]]]:
         """What a resumed server continues from: the checkpoint's round, the history's records up to it,
         the strategy's state after it, and the saved history document; None when there is nothing to
-        resume (no checkpoint yet). Raises :class:`FederatedError` when the saved run's settings differ
-        from ``config`` in a key of :data:`RESUME_KEYS`, or its files are inconsistent."""
+        resume (no checkpoint yet). Raises `FederatedError` when the saved run's settings differ
+        from ``config`` in a key of `RESUME_KEYS`, or its files are inconsistent."""
         done = self.checkpoint_round()
         doc = self.read_history()
         if done is None or doc is None:

@@ -81,7 +81,7 @@ class StrategySettings:
 
 def check_strategy(settings: StrategySettings, *, sampled: int) -> None:
     """Refuse, with the reason, a strategy that cannot aggregate ``sampled`` replies a round (the fewest
-    the server accepts); called before the first round. Raises :class:`StrategyError`."""
+    the server accepts); called before the first round. Raises `StrategyError`."""
     name = settings.name
     if name not in STRATEGIES:
         raise StrategyError(f"unknown strategy {name!r}: choose one of {', '.join(STRATEGIES)}")
@@ -117,7 +117,7 @@ def build_strategy(settings: StrategySettings, *, min_fit_clients: int, expected
     """Flower's strategy for ``settings`` (wrapped for DP when asked): it samples
     ``fraction_fit`` of the connected nodes (at least ``min_fit_clients``) and needs only
     ``min_fit_clients`` of them connected, so that a federation that lost a client goes on.
-    ``expected_clients`` sets the DP noise's number of sampled clients. Raises :class:`StrategyError`."""
+    ``expected_clients`` sets the DP noise's number of sampled clients. Raises `StrategyError`."""
     check_strategy(settings, sampled=min_fit_clients)
     common = dict(fraction_train=fraction_fit, fraction_evaluate=fraction_evaluate,
                   min_train_nodes=min_fit_clients, min_evaluate_nodes=1 if fraction_evaluate > 0 else 0,
@@ -168,7 +168,7 @@ def strategy_state(strategy: Strategy) -> Dict[str, np.ndarray]:
 
 
 def restore_strategy_state(strategy: Strategy, state: Dict[str, np.ndarray]) -> None:
-    """Give a freshly built strategy the state :func:`strategy_state` saved (a resumed server)."""
+    """Give a freshly built strategy the state `strategy_state` saved (a resumed server)."""
     inner = _inner(strategy)
     if isinstance(inner, FedAdam):
         for moment in ("m_t", "v_t"):
