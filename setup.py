@@ -2,7 +2,33 @@
 from setuptools import setup
 
 TRAINING_RUNTIME = "1.19.2"  # the last training build on PyPI; the table layout ort_cffi declares
-FLOWER = "flwr[simulation]>=1.42,<1.43; python_version >= '3.11'"
+# Where pip can install that build: it was published for CPython 3.8-3.12 (CUDA: 3.8-3.11), Linux
+# x86_64 only. Elsewhere the extras install nothing and `ort-cffi-runtime install` fetches the
+# runtime's native libraries (the nearest CPython's build) into ort_cffi's cache instead.
+CPU_WHEEL = f"onnxruntime-training-cpu=={TRAINING_RUNTIME}; python_version < '3.13' and platform_machine == 'x86_64'"
+CUDA_WHEEL = f"onnxruntime-training=={TRAINING_RUNTIME}; python_version < '3.12' and platform_machine == 'x86_64'"
+# Flower's Message API (flwr.app, flwr.clientapp, flwr.serverapp.strategy) and the Fleet API over HTTP:
+# 1.42 is the floor, with no ceiling (ort_cffi uses no deprecated Flower API).
+FLOWER = "flwr[simulation]>=1.42; python_version >= '3.11'"
+
+TEST_CORE = [
+    CPU_WHEEL,  # the real runtime and its Python oracle
+    # building small test models: onnx 1.17+ writes IR versions 1.19 refuses by default, and 1.17 has
+    # no CPython 3.13 build; the tests set the IR version they need on 3.13
+    "onnx>=1.14,<1.17; python_version < '3.13'",  # also the artifact generator's child
+    "onnx>=1.18,<1.19; python_version >= '3.13'",
+    "pytest>=7",
+    "hypothesis>=6",  # property tests of tensor round trips
+    "mypy>=1.5",  # the package is typed; CI checks it
+    "cffi>=1.16",  # the tests compile ONNX Runtime's custom-op hook as an oracle for the static finder
+]
+
+DOCS = [
+    "mkdocs>=1.6,<2",  # the site generator
+    "mkdocs-material>=9.5",  # its theme
+    "mkdocstrings[python]>=0.26",  # the API reference, generated from docstrings and signatures
+    "ruff>=0.4",  # mkdocstrings formats the reference's signatures with it
+]
 
 setup(
     name="ort_cffi",
@@ -12,44 +38,51 @@ setup(
     python_requires=">=3.9",
     # The C declarations live as text in the top-level include/ folder and ship inside the
     # package as ort_cffi/include/*.h.
-    packages=["ort_cffi", "ort_cffi.include"],
+    packages=["ort_cffi", "ort_cffi.flower", "ort_cffi.include"],
     package_dir={"ort_cffi.include": "include"},
     package_data={"ort_cffi": ["py.typed", "data/*", "data/*/*"], "ort_cffi.include": ["*.h"]},
-    # The one compiled piece: the custom-op hook that is handed the runtime's OrtApiBase*.
-    cffi_modules=["ort_cffi/_hook_build.py:ffibuilder"],
-    setup_requires=["cffi>=1.16"],
     install_requires=[
-        "cffi>=1.16",  # the binding itself: ABI-mode declarations and calls, plus the hook build
-        "numpy>=1.22",  # tensors in and out
-        "platformdirs>=3",  # where the measured runtime offset is cached
+        "cffi>=1.16",  # the binding itself: ABI-mode declarations and calls (no compiler needed)
+        "numpy>=1.22",  # tensors in and out; the loader reads relocation tables as arrays
+        "pyelftools>=0.29",  # the loader finds OrtApiBase in the runtime's ELF file statically
+        "platformdirs>=3",  # where the private runtime images and fetched runtimes are kept
         "filelock>=3.12",  # that cache may be written by two processes at once
     ],
     extras_require={
-        # The runtime: the bare package works with an explicit library (ORT_CFFI_LIBRARY).
-        "cpu": [f"onnxruntime-training-cpu=={TRAINING_RUNTIME}"],
-        "cuda": [f"onnxruntime-training=={TRAINING_RUNTIME}"],
+        # The runtime, where pip can install it (see above); the bare package works with a runtime
+        # fetched by `ort-cffi-runtime install` or an explicit library (ORT_CFFI_LIBRARY).
+        "cpu": [CPU_WHEEL],
+        "cuda": [CUDA_WHEEL],
         # The command-line trainer's progress bar and plots.
         "demo": ["tqdm>=4.60", "matplotlib>=3.5"],
-        # ort-cffi-federated and ort_cffi.flower: Flower's client/server apps and its Ray simulation
-        # engine. Pinned below 1.43: run_simulation and NumPyClient are deprecated in 1.42.
+        # ort-cffi-federated and ort_cffi.flower: Flower's client/server apps, SuperLink/SuperNode and its
+        # Ray simulation engine (flwr[simulation]); the plot.
         "federated": [FLOWER, "matplotlib>=3.5"],
-        "test": [
-            f"onnxruntime-training-cpu=={TRAINING_RUNTIME}",  # the real runtime and its Python oracle
-            "onnx>=1.14,<1.17",  # building small test models (newer onnx writes IR versions 1.19 refuses)
-            "pytest>=7",
-            "hypothesis>=6",  # property tests of tensor round trips
-            "mypy>=1.5",  # the package is typed; CI checks it
+        # What the loader, raw-layer, facade and Java-port tests need, on every supported CPython
+        # (scripts/test.sh runs them on 3.10-3.13; on 3.13 the runtime is fetched, see above).
+        "test-core": TEST_CORE,
+        "test": TEST_CORE + [
             "tqdm>=4.60",
             "matplotlib>=3.5",
-            FLOWER,  # the federated tests run a small Ray simulation
+            "sybil>=9",  # runs every Python example of the README and the documentation
+            FLOWER,  # the federated tests run simulations and a SuperLink with SuperNodes on loopback
+            "cryptography>=42",  # the TLS test makes its own CA, certificates and SuperNode keys
         ],
-        # Regenerating the committed artifacts (scripts/make_artifacts.py) only; a CPU build.
-        "artifacts": ["torch==2.13.0", "onnx>=1.14,<1.17", "scikit-learn>=1.2"],
+        # The documentation site (scripts/docs.sh).
+        "docs": DOCS,
+        # ort_cffi.artifacts / ort-cffi-artifacts (and scripts/make_artifacts.py): ONNX Runtime's generator,
+        # run in a child process, needs its Python training layer (wheels for Python 3.8-3.12; on 3.13+ name
+        # another interpreter with --python) and onnx. No torch: the child bypasses the package init that
+        # imports it. onnx from 1.14 (tested: 1.16, 1.23): what a newer onnx writes is brought down to IR
+        # version 10 and opset 21, which 1.19 accepts (with 1.23 the artifacts matched 1.16's byte for byte).
+        "artifacts": [CPU_WHEEL, "onnx>=1.14,<1.24"],
     },
     entry_points={
         "console_scripts": [
             "ort-cffi-train=ort_cffi.train:main",
             "ort-cffi-federated=ort_cffi.federated:main",
+            "ort-cffi-runtime=ort_cffi.runtime:main",
+            "ort-cffi-artifacts=ort_cffi.artifacts_cli:main",
         ]
     },
 )

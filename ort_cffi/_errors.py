@@ -30,28 +30,42 @@ class OrtErrorCode(enum.IntEnum):
     ORT_EP_FAIL = 11
 
     def getValue(self) -> int:
+        """The C API's number of this code (-1 for ORT_JAVA_UNKNOWN)."""
         return int(self)
 
     @classmethod
     def mapNativeCode(cls, code: int) -> "OrtErrorCode":
+        """The code with the C API's number ``code``; ORT_JAVA_UNKNOWN for a number that is no code."""
         try:
             return cls(code)
         except ValueError:
             return cls.ORT_JAVA_UNKNOWN
+
+    @classmethod
+    def mapFromInt(cls, value: int) -> "OrtErrorCode":
+        """Java's name for ``mapNativeCode``: the code numbered ``value``, ORT_JAVA_UNKNOWN for any other number."""
+        return cls.mapNativeCode(value)
 
 
 _WRAPPED_CODE = re.compile(r"\[ONNXRuntimeError\] : (\d+) : ")
 
 
 class OrtException(Exception):
-    """An error from ONNX Runtime or from ort_cffi's checks; ``getCode()`` gives its OrtErrorCode."""
+    """An error from ONNX Runtime or from ort_cffi's checks; ``getCode()`` gives its OrtErrorCode.
 
-    def __init__(self, message: str, code: OrtErrorCode = OrtErrorCode.ORT_JAVA_UNKNOWN) -> None:
+    ``OrtException(message[, code])``; Java's order, ``OrtException(code, message)`` with an
+    ``OrtErrorCode`` or its number, is accepted too."""
+
+    def __init__(self, message: Any, code: Any = OrtErrorCode.ORT_JAVA_UNKNOWN) -> None:
+        if isinstance(code, str) and not isinstance(message, str):  # Java's OrtException(code, message)
+            message, code = code, OrtErrorCode.mapNativeCode(int(message))
         super().__init__(message)
         self.code = OrtErrorCode(code)
         self.message = message
 
     def getCode(self) -> OrtErrorCode:
+        """The ``OrtErrorCode`` (Java: ``getCode()``). Where ONNX Runtime reports a failure as
+        ORT_RUNTIME_EXCEPTION with the real code inside its message, this is the real code."""
         return self.code
 
     def __reduce__(self) -> "tuple[Any, ...]":
@@ -60,6 +74,7 @@ class OrtException(Exception):
         return (_rebuild, (type(self), self.message, int(self.code)))
 
     def getMessage(self) -> str:
+        """The message (Java: ``getMessage()``), also ``str(exception)``."""
         return self.message
 
     @classmethod
@@ -128,6 +143,6 @@ class UnsupportedRuntimeError(RuntimeLoadError):
     """The runtime's version has a table layout ort_cffi does not declare; it is refused."""
 
 
-class StaleProbeError(UnsupportedRuntimeError):
-    """The cached probe of the wheel does not check out (an address outside the image, another
-    version): the loader measures once more before giving up."""
+class StaleCacheError(UnsupportedRuntimeError):
+    """What the image cache recorded about a runtime file does not check out (an address outside
+    the image, another version): the loader examines the file once more before giving up."""

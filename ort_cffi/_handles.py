@@ -58,9 +58,12 @@ class NativeHandle:
 
     @property
     def closed(self) -> bool:
+        """True once ``close()`` has been called (Python's spelling of ``isClosed()``)."""
         return self._closed
 
     def isClosed(self) -> bool:
+        """True once ``close()`` has been called; every other call then raises ``OrtClosedException``
+        (Java: ``isClosed()``)."""
         return self._closed
 
     def _handle(self) -> Any:

@@ -1,22 +1,27 @@
 """Layer 1: find a training-enabled ONNX Runtime and hand back the address of its ``OrtApiBase``.
 
-Two sources, tried in this order:
+Sources, tried in this order:
 
-1. **An explicit shared library** (``load_runtime(path)`` or the ``ORT_CFFI_LIBRARY`` variable): a
-   real ``libonnxruntime.so`` built with the training API. ``dlopen`` + ``OrtGetApiBase``.
-2. **The installed training wheel** (``onnxruntime-training-cpu`` or ``onnxruntime-training``). Its
-   C API is linked into ``onnxruntime_pybind11_state*.so`` but not exported, and the image that
-   ``import onnxruntime`` loads cannot create an ``OrtEnv`` (runtime-notes §1–2). So:
+1. **An explicit file** (``load_runtime(path)`` or ``$ORT_CFFI_LIBRARY``): a real
+   ``libonnxruntime.so`` built with the training API (``dlopen`` + its exported ``OrtGetApiBase``),
+   or a training wheel's ``onnxruntime_pybind11_state*.so`` (read as in 2).
+2. **A runtime fetched by ``ort-cffi-runtime install``**, when ``$ORT_CFFI_RUNTIME`` names one.
+3. **The installed training wheel** (``onnxruntime-training-cpu`` or ``onnxruntime-training``).
+4. **The runtime store**: the most recently fetched runtime (``ort-cffi-runtime install``).
 
-   - a short child process imports ``onnxruntime``, hands our hook library (``ort_cffi._hook``) to
-     the runtime's custom-op hook, receives the ``OrtApiBase*`` and reports its offset from the
-     exported ``PyInit_onnxruntime_pybind11_state``. That offset depends only on the file, so it
-     is cached, keyed by the file's identity, and remeasured when stale or unreadable;
-   - the user's process loads a *private copy* of the file (a different inode, so the dynamic
-     loader does not hand back an image that ``import onnxruntime`` may load; ``PyInit`` never
-     runs there), finds ``PyInit_…`` with ``dlsym`` and adds the offset. Before anything is called
-     through that address, the address and the two function pointers it holds are checked to lie
-     inside the private image. ``onnxruntime`` and ``torch`` are never imported in the user's process.
+A wheel's C API is linked into its Python extension but not exported, and the image that
+``import onnxruntime`` loads cannot create an ``OrtEnv`` (runtime-notes §1–2). So the loader maps a
+*private copy* of the file (another inode: the dynamic loader never hands back an image that
+``import onnxruntime`` may load; ``PyInit`` never runs there) and finds ``OrtApiBase`` in it
+statically (``_elf.find_api_base``: no child process, no ``import onnxruntime``, no compiled code).
+The copy is made once per file and interpreter and kept in the image cache with what was found:
+
+- its sha256 is looked up in the survey of published wheels (``data/runtimes.json``); a known file
+  whose static answer differs from the survey's is refused;
+- CPython imports the running interpreter no longer exports are renamed to their successors in the
+  copy (``_elf.CPYTHON_SUCCESSORS``), so that e.g. the cp312 runtime loads in CPython 3.13;
+- before anything is called through the address, it and the two function pointers it holds are
+  checked to lie inside the mapped image.
 
 The version checks that need the declared tables are made one layer up, in ``capi.py``.
 """
@@ -27,29 +32,38 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from importlib import metadata
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional, Tuple
 
 from cffi import FFI
 
-from ._errors import RuntimeLoadError, RuntimeNotFoundError, StaleProbeError
+from ._errors import RuntimeLoadError, RuntimeNotFoundError, StaleCacheError
 from ._ffi import ffi
+from ._store import (
+    CACHE_ENV,
+    SELECT_ENV,
+    StoredRuntime,
+    cache_dir,
+    known_extension,
+    selected_runtime,
+    store_dir,
+    stored_runtimes,
+)
 
 LIBRARY_ENV = "ORT_CFFI_LIBRARY"
-CACHE_ENV = "ORT_CFFI_CACHE_DIR"
 TRAINING_WHEELS = ("onnxruntime-training-cpu", "onnxruntime-training")
-PYINIT = "PyInit_onnxruntime_pybind11_state"
+EXTENSION_GLOB = "onnxruntime_pybind11_state*.so"
 INSTALL_HINT = (
-    "install the training runtime with `pip install 'ort_cffi[cpu]'` (onnxruntime-training-cpu==1.19.2; "
-    "`[cuda]` for onnxruntime-training), or point ORT_CFFI_LIBRARY at a libonnxruntime.so built with "
+    "on CPython 3.8-3.12, `pip install 'ort_cffi[cpu]'` (onnxruntime-training-cpu==1.19.2; `[cuda]` for "
+    "onnxruntime-training); on any interpreter, `ort-cffi-runtime install` (add --cuda for the CUDA build) fetches "
+    "the runtime into ort_cffi's cache; or point ORT_CFFI_LIBRARY at a libonnxruntime.so built with "
     "--enable_training_apis"
 )
-_PROBE_FORMAT = 1  # bump when the cached probe's content changes
+_IMAGE_FORMAT = 2  # bump when what the image cache records changes
 
 _dl = FFI()
 _dl.cdef(
@@ -61,6 +75,7 @@ _dl.cdef(
 )
 _RTLD_NOW = 2
 _RTLD_LOCAL = 0
+_RTLD_DEFAULT: Any = _dl.NULL  # dlsym's "every global symbol of the process"
 
 
 def _open_libdl() -> Any:
@@ -93,35 +108,56 @@ def _dlsym(handle: Any, name: str) -> int:
     return int(_dl.cast("uintptr_t", address))
 
 
+def interpreter_exports(name: str) -> bool:
+    """Whether the running interpreter (the process's global symbols) provides ``name``."""
+    return _dlsym(_RTLD_DEFAULT, name) != 0
+
+
+def interpreter_name() -> str:
+    return f"CPython {sys.version.split()[0]}" if sys.implementation.name == "cpython" else sys.version.split()[0]
+
+
 @dataclasses.dataclass(frozen=True)
 class LoadedImage:
     """A runtime image mapped into this process, and where its ``OrtApiBase`` lies."""
 
     api_base_address: int
-    library: str  # the file the runtime came from (the wheel's extension, or the explicit library)
-    image: str  # the file actually dlopened (a private copy for the wheel)
-    kind: str  # "wheel" or "library"
-    expected_version: Optional[str]  # the wheel's version from its metadata; None for a library
+    library: str  # the file the runtime came from (a wheel's extension, a fetched one, or a library)
+    image: str  # the file actually dlopened (a private copy, except for a real library)
+    kind: str  # "wheel" (installed), "fetched" (ort-cffi-runtime), "extension" (explicit) or "library"
+    expected_version: Optional[str]  # the version its wheel or manifest claims; None when unknown
     handle: object = dataclasses.field(repr=False, compare=False)  # the dlopen handle, kept alive
+    renamed: Tuple[str, ...] = ()  # CPython imports renamed in the private copy ("old->new")
+    known_as: Optional[str] = None  # the published wheel the file is known from (the survey), if any
 
 
-# --- explicit library -------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class RuntimeFile:
+    """A wheel extension to load through a private image: where it is and what it claims to be."""
+
+    path: Path
+    kind: str  # "wheel", "fetched" or "extension"
+    version: Optional[str]
+    description: str  # for messages: "the onnxruntime-training-cpu 1.19.2 wheel", ...
 
 
-def load_library(path: "str | os.PathLike[str]") -> LoadedImage:
-    """dlopen a real ONNX Runtime shared library and call its exported ``OrtGetApiBase``."""
+# --- explicit library ---------------------------------------------------------------------------
+
+
+def load_library(path: "str | os.PathLike[str]", *, refresh: bool = False) -> LoadedImage:
+    """Load an explicit file: a real ONNX Runtime shared library (``OrtGetApiBase`` exported), or a
+    training wheel's extension (read statically, through a private image)."""
     path = os.fspath(path)
     if os.sep in path or os.path.exists(path):
         if not os.path.exists(path):
             raise RuntimeNotFoundError(f"ONNX Runtime library {path!r} does not exist; {INSTALL_HINT}")
         path = os.path.abspath(path)  # dlopen would search the library path for a name without a slash
+        if os.path.basename(path).startswith("onnxruntime_pybind11_state"):
+            return load_extension(RuntimeFile(Path(path), "extension", None, f"the runtime extension {path}"), refresh=refresh)
     handle = _dlopen(path)  # a bare soname ("libonnxruntime.so.1.19.2") is searched where dlopen looks
     get_api_base = _dlsym(handle, "OrtGetApiBase")
     if not get_api_base:
-        hint = ""
-        if "pybind11_state" in os.path.basename(path):
-            hint = " (that is the Python wheel's extension: unset ORT_CFFI_LIBRARY and ort_cffi finds the wheel itself)"
-        raise RuntimeLoadError(f"{path} exports no OrtGetApiBase: it is not an ONNX Runtime shared library{hint}")
+        raise RuntimeLoadError(f"{path} exports no OrtGetApiBase: it is not an ONNX Runtime shared library")
     api_base = ffi.cast("const OrtApiBase*(*)(void)", get_api_base)()
     return LoadedImage(
         api_base_address=int(ffi.cast("uintptr_t", api_base)),
@@ -133,18 +169,11 @@ def load_library(path: "str | os.PathLike[str]") -> LoadedImage:
     )
 
 
-# --- the training wheel ------------------------------------------------------------------------
+# --- where a training runtime file is -----------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class WheelRuntime:
-    distribution: str  # onnxruntime-training-cpu or onnxruntime-training
-    version: str
-    extension: Path  # onnxruntime/capi/onnxruntime_pybind11_state*.so
-
-
-def find_training_wheel() -> "tuple[Optional[WheelRuntime], list[str]]":
-    """The installed training wheel (without importing it), and what was tried on the way."""
+def find_training_wheel() -> "tuple[Optional[RuntimeFile], list[str]]":
+    """The installed training wheel's extension (without importing it), and what was tried on the way."""
     tried: list[str] = []
     spec = find_spec("onnxruntime")  # a top-level find_spec imports nothing
     if spec is None or not spec.submodule_search_locations:
@@ -156,11 +185,11 @@ def find_training_wheel() -> "tuple[Optional[WheelRuntime], list[str]]":
             dist = metadata.distribution(name)
         except metadata.PackageNotFoundError:
             continue
-        extensions = sorted((package_dir / "capi").glob("onnxruntime_pybind11_state*.so"))
+        extensions = sorted((package_dir / "capi").glob(EXTENSION_GLOB))
         if not extensions:
-            tried.append(f"the {name} wheel: no onnxruntime_pybind11_state*.so in {package_dir / 'capi'}")
+            tried.append(f"the {name} wheel: no {EXTENSION_GLOB} in {package_dir / 'capi'}")
             continue
-        return WheelRuntime(name, dist.version, extensions[0]), tried
+        return RuntimeFile(extensions[0], "wheel", dist.version, f"the installed {name} {dist.version} wheel"), tried
     others = []
     for name in ("onnxruntime", "onnxruntime-gpu"):
         try:
@@ -172,107 +201,98 @@ def find_training_wheel() -> "tuple[Optional[WheelRuntime], list[str]]":
     return None, tried
 
 
-def cache_dir() -> Path:
-    override = os.environ.get(CACHE_ENV)
-    if override:
-        return Path(override)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("ort_cffi", appauthor=False))
+def _fetched(runtime: StoredRuntime) -> RuntimeFile:
+    return RuntimeFile(
+        runtime.extension_path, "fetched", runtime.version, f"the fetched runtime {runtime.name} ({runtime.folder})"
+    )
 
 
-def _identity(wheel: WheelRuntime) -> dict:
-    st = wheel.extension.stat()
+def find_fetched() -> "tuple[Optional[RuntimeFile], list[str]]":
+    """The runtime from the store that the loader would use, and what was tried."""
+    runtimes = stored_runtimes()
+    chosen = selected_runtime(runtimes)
+    if chosen is not None:
+        return _fetched(chosen), []
+    if os.environ.get(SELECT_ENV):
+        names = ", ".join(r.name for r in runtimes) or "none"
+        return None, [f"${SELECT_ENV}={os.environ[SELECT_ENV]!r}: no such runtime in {store_dir()} (installed: {names})"]
+    return None, [f"runtimes fetched by `ort-cffi-runtime install`: none in {store_dir()}"]
+
+
+# --- the private image --------------------------------------------------------------------------
+
+
+def _identity(source: RuntimeFile) -> dict:
+    st = source.path.stat()
     return {
-        "format": _PROBE_FORMAT,
-        "file": str(wheel.extension.resolve()),
+        "format": _IMAGE_FORMAT,
+        "file": str(source.path.resolve()),
         "size": st.st_size,
         "mtime_ns": st.st_mtime_ns,
         "inode": st.st_ino,
         "device": st.st_dev,
-        "version": wheel.version,
+        "version": source.version,
+        # the renames depend on what the interpreter exports: one private copy per interpreter version
+        "interpreter": f"{sys.implementation.name}-{sys.version_info[0]}.{sys.version_info[1]}",
     }
 
 
 def _entry_dir(identity: dict) -> Path:
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
-    return cache_dir() / f"runtime-{key}"
-
-
-_PROBE_SCRIPT = r"""
-import ctypes, json, sys
-import ort_cffi._hook as hook  # loaded (and held) before the runtime dlopens it by path
-import onnxruntime
-from onnxruntime.capi import onnxruntime_pybind11_state as extension
-options = onnxruntime.SessionOptions()
-options.register_custom_ops_library(hook.__file__)
-api_base = int(hook.ffi.cast("uintptr_t", hook.lib.ort_cffi_received_api_base()))
-if not api_base:
-    sys.exit("the custom-op hook did not receive an OrtApiBase")
-image = ctypes.CDLL(extension.__file__)  # the image already loaded by the import
-pyinit = ctypes.cast(getattr(image, sys.argv[1]), ctypes.c_void_p).value
-version = ctypes.cast(ctypes.cast(api_base + ctypes.sizeof(ctypes.c_void_p),
-                                  ctypes.POINTER(ctypes.CFUNCTYPE(ctypes.c_char_p)))[0], ctypes.CFUNCTYPE(ctypes.c_char_p))()
-print(json.dumps({"offset": api_base - pyinit, "file": extension.__file__, "version": version.decode()}))
-"""
-
-
-def measure_offset(wheel: WheelRuntime) -> dict:
-    """Run the probe in a child process: the offset of ``OrtApiBase`` from ``PyInit_…``."""
-    env = dict(os.environ)
-    env.pop(LIBRARY_ENV, None)
-    package_parent = str(Path(__file__).resolve().parent.parent)  # the child imports this very ort_cffi
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _PROBE_SCRIPT, PYINIT],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise RuntimeLoadError(f"measuring where the C API lies in {wheel.extension} failed: {error}") from error
-    if proc.returncode != 0:
-        raise RuntimeLoadError(
-            f"measuring where the C API lies in {wheel.extension} failed (exit {proc.returncode}): "
-            f"{proc.stderr.strip()[-2000:]}"
-        )
-    try:
-        result = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError) as error:
-        raise RuntimeLoadError(f"the probe of {wheel.extension} printed no result: {proc.stdout[-500:]!r}") from error
-    if Path(result["file"]).resolve() != wheel.extension.resolve():
-        raise RuntimeLoadError(
-            f"the probe imported onnxruntime from {result['file']}, not {wheel.extension}: "
-            "two onnxruntime installations are on the path"
-        )
-    return {"offset": int(result["offset"]), "probed_version": result["version"]}
+    return cache_dir() / f"image-{key}"
 
 
 def _read_entry(entry: Path, identity: dict) -> Optional[dict]:
-    """The cached probe if it is readable, complete and for this very file; else None."""
+    """The cached record if it is readable, complete and for this very file; else None."""
     try:
-        cached = json.loads((entry / "probe.json").read_text())
-        image = entry / wheel_image_name(identity)
-        if cached.get("identity") != identity or image.stat().st_size != identity["size"]:
+        record = json.loads((entry / "image.json").read_text())
+        image = entry / Path(identity["file"]).name
+        if record.get("identity") != identity or image.stat().st_size != identity["size"]:
             return None
-        int(cached["offset"])
-        return dict(cached)
+        int(record["location"]["api_base"]), int(record["location"]["anchor_address"]), str(record["location"]["anchor"])
+        return dict(record)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def wheel_image_name(identity: dict) -> str:
-    return Path(identity["file"]).name
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
-def _write_entry(entry: Path, wheel: WheelRuntime, identity: dict, probe: dict) -> None:
-    """Copy the extension privately (with links to its sibling libraries) and store the probe."""
+def examine(source: RuntimeFile) -> dict:
+    """Everything the loader needs to know about a runtime file before mapping it: its sha256, the
+    survey's row for it, where its ``OrtApiBase`` lies, and the renames this interpreter needs.
+    Raises ``RuntimeLoadError`` for a file that cannot be used here, saying why."""
+    from . import _elf
+
+    sha256 = _sha256(source.path)
+    known = known_extension(sha256)
+    location = _elf.find_api_base(source.path, source.version)
+    if known is not None:
+        surveyed = {key: known[key] for key in ("api_base", "get_api", "get_version_string", "anchor", "anchor_address")}
+        found = {key: getattr(location, key) for key in surveyed}
+        if found != surveyed:
+            raise RuntimeLoadError(
+                f"{source.path} is the runtime of {known['wheel']} (sha256 {sha256[:16]}…), but the OrtApiBase found in it "
+                f"({found}) differs from the survey's ({surveyed}): refusing to use it"
+            )
+    renames = _elf.plan_renames(source.path, interpreter_exports, interpreter_name())
+    return {"sha256": sha256, "known": known, "location": location.as_record(), "renames": [dataclasses.asdict(r) for r in renames]}
+
+
+def _write_entry(entry: Path, source: RuntimeFile, identity: dict, record: dict) -> None:
+    """Copy the file privately (with its renames applied and links to its sibling libraries) and
+    store what was found in it."""
+    from ._elf import Rename, apply_renames
+
     entry.mkdir(parents=True, exist_ok=True)
-    source_dir = wheel.extension.resolve().parent
-    for sibling in source_dir.glob("*.so*"):  # provider libraries are found beside the runtime
-        if sibling.name == wheel.extension.name:
+    source_dir = source.path.resolve().parent
+    for sibling in source_dir.glob("*.so*"):  # provider libraries are found beside the runtime ($ORIGIN)
+        if sibling.name == source.path.name:
             continue
         link = entry / sibling.name
         if not link.is_symlink() or os.readlink(link) != str(sibling):
@@ -280,61 +300,59 @@ def _write_entry(entry: Path, wheel: WheelRuntime, identity: dict, probe: dict) 
             tmp_link.unlink(missing_ok=True)
             tmp_link.symlink_to(sibling)
             os.replace(tmp_link, link)
-    image = entry / wheel.extension.name
-    if not image.is_file() or image.stat().st_size != identity["size"]:
-        with tempfile.NamedTemporaryFile(dir=entry, prefix=".image.", delete=False) as tmp:
-            with open(wheel.extension, "rb") as src:
-                shutil.copyfileobj(src, tmp, 1 << 20)
-        os.replace(tmp.name, image)
-    record = {"identity": identity, **probe}
-    with tempfile.NamedTemporaryFile("w", dir=entry, prefix=".probe.", delete=False) as probe_file:
-        json.dump(record, probe_file)
-    os.replace(probe_file.name, entry / "probe.json")
+    data = bytearray(source.path.read_bytes())
+    apply_renames(data, [Rename(**r) for r in record["renames"]])
+    with tempfile.NamedTemporaryFile(dir=entry, prefix=".image.", delete=False) as tmp:
+        tmp.write(data)
+    os.chmod(tmp.name, 0o755)
+    os.replace(tmp.name, entry / source.path.name)
+    with tempfile.NamedTemporaryFile("w", dir=entry, prefix=".record.", delete=False) as record_file:
+        json.dump({"identity": identity, **record}, record_file)
+    os.replace(record_file.name, entry / "image.json")
 
 
-def prepare_wheel_image(wheel: WheelRuntime, *, refresh: bool = False) -> "tuple[Path, dict]":
-    """The private image of the wheel's extension and its probe, measured now or taken from the cache."""
-    identity = _identity(wheel)
+def prepare_image(source: RuntimeFile, *, refresh: bool = False) -> "tuple[Path, dict]":
+    """The private image of a runtime file and its record, examined now or taken from the cache."""
+    identity = _identity(source)
     entry = _entry_dir(identity)
-    cached = None if refresh else _read_entry(entry, identity)
-    if cached is not None:
-        return entry / wheel.extension.name, cached
-    from filelock import FileLock
-
-    from filelock import Timeout
+    record = None if refresh else _read_entry(entry, identity)
+    if record is not None:
+        return entry / source.path.name, record
+    from filelock import FileLock, Timeout
 
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(entry) + ".lock", timeout=600):
-            cached = None if refresh else _read_entry(entry, identity)  # another process may have just written it
-            if cached is None:
-                probe = measure_offset(wheel)
-                _write_entry(entry, wheel, identity, probe)
+            record = None if refresh else _read_entry(entry, identity)  # another process may have just written it
+            if record is None:
+                _write_entry(entry, source, identity, examine(source))
                 _prune_stale_entries(entry)
-                cached = _read_entry(entry, identity)
-                if cached is None:
-                    raise RuntimeLoadError(f"the runtime cache at {entry} could not be written or read back")
+                record = _read_entry(entry, identity)
+                if record is None:
+                    raise RuntimeLoadError(f"the image cache at {entry} could not be written or read back")
     except (OSError, Timeout) as error:
         raise RuntimeLoadError(
-            f"the runtime cache at {entry.parent} is not usable ({error}); set {CACHE_ENV} to a writable folder"
+            f"the image cache at {entry.parent} is not usable ({error}); set {CACHE_ENV} to a writable folder"
         ) from error
-    return entry / wheel.extension.name, cached
+    return entry / source.path.name, record
 
 
 def _prune_stale_entries(keep: Path) -> None:
-    """Remove cached images whose runtime file no longer exists as it was (a reinstalled or deleted
-    wheel): each holds a copy of a large library. Entries of other live installations stay."""
-    for entry in keep.parent.glob("runtime-*"):
+    """Remove cached images whose runtime file no longer exists as it was (a reinstalled, removed or
+    deleted runtime): each holds a copy of a large library. Entries of other live files stay."""
+    for entry in keep.parent.glob("image-*"):
         if entry == keep or not entry.is_dir():
             continue
         try:
-            identity = json.loads((entry / "probe.json").read_text())["identity"]
+            identity = json.loads((entry / "image.json").read_text())["identity"]
             source = Path(identity["file"])
             if source.is_file() and source.stat().st_size == identity["size"] and source.stat().st_mtime_ns == identity["mtime_ns"]:
                 continue
         except (OSError, ValueError, KeyError, TypeError):
             pass  # unreadable: stale too
         shutil.rmtree(entry, ignore_errors=True)
+    for old in keep.parent.glob("runtime-*"):  # the probe cache of ort_cffi 0.1 (format 1)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _image_ranges(image: str) -> "list[tuple[int, int, str]]":
@@ -360,47 +378,69 @@ def check_inside_image(image: str, api_base_address: int) -> None:
 
     pointer_size = ffi.sizeof("void*")
     if not inside(api_base_address, "r") or not inside(api_base_address + 2 * pointer_size - 1, "r"):
-        raise StaleProbeError(
-            f"the measured OrtApiBase address 0x{api_base_address:x} is not inside {image}: refusing to call through it"
+        raise StaleCacheError(
+            f"the OrtApiBase address 0x{api_base_address:x} is not inside {image}: refusing to call through it"
         )
     slots = ffi.cast("void**", api_base_address)
     for index, name in enumerate(("GetApi", "GetVersionString")):
         target = int(ffi.cast("uintptr_t", slots[index]))
         if not inside(target, "x"):
-            raise StaleProbeError(
+            raise StaleCacheError(
                 f"OrtApiBase.{name} (0x{target:x}) does not point into the code of {image}: refusing to call it"
             )
 
 
-def load_wheel(wheel: WheelRuntime, *, refresh: bool = False) -> LoadedImage:
-    image, probe = prepare_wheel_image(wheel, refresh=refresh)
+def load_extension(source: RuntimeFile, *, refresh: bool = False) -> LoadedImage:
+    """Map the private image of a wheel extension and locate its ``OrtApiBase``."""
+    image, record = prepare_image(source, refresh=refresh)
+    location = record["location"]
     handle = _dlopen(str(image))
-    pyinit = _dlsym(handle, PYINIT)
-    if not pyinit:
-        raise RuntimeLoadError(f"{image} has no {PYINIT}: not the onnxruntime wheel's extension")
-    api_base_address = pyinit + int(probe["offset"])
+    anchor = _dlsym(handle, location["anchor"])
+    if not anchor:
+        raise StaleCacheError(f"{image} has no {location['anchor']}: not the file the cache describes")
+    api_base_address = anchor - int(location["anchor_address"]) + int(location["api_base"])
     check_inside_image(str(image), api_base_address)
+    known = record.get("known")
     return LoadedImage(
         api_base_address=api_base_address,
-        library=str(wheel.extension.resolve()),
+        library=str(source.path.resolve()),
         image=str(image),
-        kind="wheel",
-        expected_version=wheel.version,
+        kind=source.kind,
+        expected_version=source.version,
         handle=handle,
+        renamed=tuple(f"{r['old']}->{r['new']}" for r in record["renames"]),
+        known_as=known["wheel"] if known else None,
     )
 
 
-def find_and_load(library: "str | os.PathLike[str] | None" = None) -> LoadedImage:
-    """Load the runtime: ``library`` if given, else ``$ORT_CFFI_LIBRARY``, else the training wheel."""
+def find_runtime_file() -> "tuple[Optional[RuntimeFile], List[str]]":
+    """The runtime file the default search settles on (2-4 above), and every place it tried."""
+    tried: List[str] = []
+    if os.environ.get(SELECT_ENV):  # an explicit choice among fetched runtimes beats the installed wheel
+        return find_fetched()
+    wheel, wheel_tried = find_training_wheel()
+    if wheel is not None:
+        return wheel, []
+    tried += wheel_tried
+    fetched, fetched_tried = find_fetched()
+    if fetched is not None:
+        return fetched, []
+    return None, tried + fetched_tried
+
+
+def find_and_load(library: "str | os.PathLike[str] | None" = None, *, refresh: bool = False) -> LoadedImage:
+    """Load the runtime: ``library`` if given, else ``$ORT_CFFI_LIBRARY``, else the default search."""
     if library is not None:
-        return load_library(library)
+        return load_library(library, refresh=refresh)
     from_env = os.environ.get(LIBRARY_ENV)
     if from_env:
-        return load_library(from_env)
-    wheel, tried = find_training_wheel()
-    if wheel is None:
+        return load_library(from_env, refresh=refresh)
+    source, tried = find_runtime_file()
+    if source is None:
         tried.insert(0, f"${LIBRARY_ENV}: not set")
         raise RuntimeNotFoundError(
-            "no training-enabled ONNX Runtime found. Tried:\n  - " + "\n  - ".join(tried) + f"\nTo fix: {INSTALL_HINT}."
+            f"no training-enabled ONNX Runtime found for {interpreter_name()}. Tried:\n  - "
+            + "\n  - ".join(tried)
+            + f"\nTo fix: {INSTALL_HINT}."
         )
-    return load_wheel(wheel)
+    return load_extension(source, refresh=refresh)

@@ -21,12 +21,12 @@ from typing import Any, Optional
 from ._errors import (
     OrtException,
     RuntimeLoadError,
-    StaleProbeError,
+    StaleCacheError,
     TrainingApiUnavailableError,
     UnsupportedRuntimeError,
 )
 from ._ffi import API_VERSION, ffi
-from ._loader import LIBRARY_ENV, LoadedImage, find_and_load, find_training_wheel, load_wheel
+from ._loader import LoadedImage, find_and_load
 
 __all__ = ["ffi", "get_runtime", "load_runtime", "Runtime", "check_status", "API_VERSION"]
 
@@ -47,18 +47,22 @@ def _version_tuple(version: str) -> "tuple[int, ...]":
 class Runtime:
     """The loaded runtime: ``api`` (``const OrtApi*``), ``training_api`` (``const OrtTrainingApi*``),
     ``api_base``, ``version`` (e.g. "1.19.2"), ``library`` (the file it came from), ``image`` (the
-    file mapped: a private copy for the wheel) and ``kind`` ("wheel" or "library")."""
+    file mapped: a private copy for a wheel's extension), ``kind`` ("wheel", "fetched", "extension" or
+    "library"), ``renamed`` (CPython imports renamed in the private copy) and ``known_as`` (the published
+    wheel the file is known from)."""
 
     def __init__(self, loaded: LoadedImage) -> None:
         self._loaded = loaded  # keeps the dlopen handle referenced
         self.library = loaded.library
         self.image = loaded.image
         self.kind = loaded.kind
+        self.renamed = loaded.renamed
+        self.known_as = loaded.known_as
         self.api_base: Any = ffi.cast("const OrtApiBase*", loaded.api_base_address)
         self.version = ffi.string(self.api_base.GetVersionString()).decode()
         if loaded.expected_version is not None and self.version != loaded.expected_version:
-            raise StaleProbeError(
-                f"the runtime image {loaded.image} reports version {self.version!r} but the installed wheel is "
+            raise StaleCacheError(
+                f"the runtime image {loaded.image} reports version {self.version!r} but its source claims "
                 f"{loaded.expected_version!r}: refusing to use it"
             )
         if _version_tuple(self.version)[:2] not in KNOWN_LAYOUTS:
@@ -92,15 +96,11 @@ _runtime_lock = threading.Lock()
 def _load(library: "str | os.PathLike[str] | None") -> Runtime:
     try:
         return Runtime(find_and_load(library))
-    except StaleProbeError:
-        if library is not None or os.environ.get(LIBRARY_ENV):
-            raise
-    # The wheel's cached probe did not check out (an offset outside the image, another version):
-    # measure once more, then trust only what the checks accept.
-    wheel, _ = find_training_wheel()
-    if wheel is None:
-        raise RuntimeLoadError("the training wheel disappeared while it was being loaded")
-    return Runtime(load_wheel(wheel, refresh=True))
+    except StaleCacheError:
+        pass
+    # What the image cache recorded did not check out (an address outside the image, another
+    # version): examine the file once more, then trust only what the checks accept.
+    return Runtime(find_and_load(library, refresh=True))
 
 
 def get_runtime() -> Runtime:

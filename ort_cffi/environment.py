@@ -34,7 +34,12 @@ class OrtEnvironment:
     @classmethod
     def getEnvironment(cls, loggingLevel: Any = None, name: Optional[str] = None) -> "OrtEnvironment":
         """The environment. As in Java, the first call creates it, with ``loggingLevel`` (an
-        ``OrtLoggingLevel``; default WARNING) and ``name``; later calls return it as it is."""
+        ``OrtLoggingLevel``; default WARNING) and ``name``; later calls return it as it is.
+
+        Java's four forms: ``getEnvironment()``, ``getEnvironment(name)``, ``getEnvironment(level)``,
+        ``getEnvironment(level, name)`` (a str alone is the name)."""
+        if isinstance(loggingLevel, str) and name is None:  # Java's getEnvironment(String name)
+            loggingLevel, name = None, loggingLevel
         if cls._instance is None:
             with cls._instance_lock:
                 if cls._instance is None:
@@ -46,6 +51,7 @@ class OrtEnvironment:
         return get_runtime().training_api is not None
 
     def getVersion(self) -> str:
+        """The loaded runtime's version, ``"1.19.2"`` (Java: ``getVersion()``, ``OrtApiBase::GetVersionString``)."""
         return str(get_runtime().version)
 
     def createTrainingSession(

@@ -5,16 +5,35 @@ import enum
 from typing import Any
 
 from ._errors import OrtException
+from ._files import fspath, native_path
 from ._handles import NativeHandle
 from .capi import check_status, ffi, get_runtime
 
 
 class OrtLoggingLevel(enum.IntEnum):
+    """The runtime's log severity levels (Java's ``OrtLoggingLevel``), with the C API's values."""
+
     ORT_LOGGING_LEVEL_VERBOSE = 0
     ORT_LOGGING_LEVEL_INFO = 1
     ORT_LOGGING_LEVEL_WARNING = 2
     ORT_LOGGING_LEVEL_ERROR = 3
     ORT_LOGGING_LEVEL_FATAL = 4
+
+    def getValue(self) -> int:
+        """The C API's value of this level (Java's ``getValue()``)."""
+        return int(self)
+
+    @classmethod
+    def mapFromInt(cls, logLevel: int) -> "OrtLoggingLevel":
+        """The level with the C API's value ``logLevel`` (Java's ``mapFromInt``). Raises
+        ``OrtException`` (also a ``ValueError``) for a value that is no level, where Java logs a
+        warning and answers VERBOSE."""
+        try:
+            return cls(logLevel)
+        except ValueError:
+            raise OrtException.invalid_argument(
+                f"{logLevel!r} is not a logging level (0 VERBOSE ... 4 FATAL)"
+            ) from None
 
 
 class OptLevel(enum.IntEnum):
@@ -25,10 +44,20 @@ class OptLevel(enum.IntEnum):
     EXTENDED_OPT = 2
     ALL_OPT = 99
 
+    def getID(self) -> int:
+        """The C API's ``GraphOptimizationLevel`` value (Java's ``getID()``)."""
+        return int(self)
+
 
 class ExecutionMode(enum.IntEnum):
+    """Sequential or parallel execution of independent operators (Java's ``SessionOptions.ExecutionMode``)."""
+
     SEQUENTIAL = 0
     PARALLEL = 1
+
+    def getID(self) -> int:
+        """The C API's ``ExecutionMode`` value (Java's ``getID()``)."""
+        return int(self)
 
 
 _OptLevel = OptLevel
@@ -120,6 +149,40 @@ class SessionOptions(NativeHandle):
         api = self._rt.api
         call = api.EnableCpuMemArena if enabled else api.DisableCpuMemArena
         self._call(call, context="EnableCpuMemArena" if enabled else "DisableCpuMemArena")
+
+    def setOptimizedModelFilePath(self, outputPath: Any) -> None:
+        """``SetOptimizedModelFilePath``: a session created with these options writes its optimized
+        graph to ``outputPath`` (a str or path; the runtime writes it, not crash-safe)."""
+        path = fspath(outputPath, "optimized model path")
+        self._call(self._rt.api.SetOptimizedModelFilePath, native_path(path), context=f"SetOptimizedModelFilePath({path!r})")
+
+    def enableProfiling(self, filePath: Any) -> None:
+        """``EnableProfiling``: sessions created with these options profile every run and write a
+        Chrome-trace JSON file named ``<filePath>_<date>.json`` when they close."""
+        prefix = fspath(filePath, "profile file prefix")
+        self._call(self._rt.api.EnableProfiling, native_path(prefix), context=f"EnableProfiling({prefix!r})")
+
+    def disableProfiling(self) -> None:
+        """``DisableProfiling``: undo ``enableProfiling``."""
+        self._call(self._rt.api.DisableProfiling, context="DisableProfiling")
+
+    def setSymbolicDimensionValue(self, dimensionName: str, dimensionValue: int) -> None:
+        """``AddFreeDimensionOverrideByName``: fix the symbolic dimension ``dimensionName`` (a
+        ``dim_param`` of the model, e.g. the batch) to ``dimensionValue``; inputs of another size are then refused."""
+        if not isinstance(dimensionName, str) or not dimensionName or "\0" in dimensionName:
+            raise OrtException.invalid_argument(f"the dimension name must be a non-empty str, not {dimensionName!r}")
+        value = _check_int(dimensionValue, f"the value of dimension {dimensionName!r}", 0, 2**63 - 1)
+        self._call(
+            self._rt.api.AddFreeDimensionOverrideByName, dimensionName.encode(), value,
+            context=f"AddFreeDimensionOverrideByName({dimensionName!r})",
+        )
+
+    def setDeterministicCompute(self, value: bool) -> None:
+        """``SetDeterministicCompute``: ask for deterministic kernels where the execution provider has
+        them (GPU kernels; the CPU provider is deterministic already)."""
+        if not isinstance(value, bool):
+            raise OrtException.invalid_argument(f"setDeterministicCompute takes a bool, not {type(value).__name__}")
+        self._call(self._rt.api.SetDeterministicCompute, value, context="SetDeterministicCompute")
 
     def addCUDA(self, deviceNum: int = 0) -> None:
         """Run on the CUDA GPU ``deviceNum`` (``SessionOptionsAppendExecutionProvider_CUDA``).

@@ -24,13 +24,13 @@ NOTE_SHARED; c has its own, in the runtime image ``import onnxruntime`` loads):
 on the tiny MLP (784-16-10, batch 4: overhead-bound) and a 784-500-10 MLP (batch 64: compute-bound).
 Every block starts from the checkpoint's parameters, restored outside the timed region (see
 NOTE_RESET). Each variant reports its median time per step; the paired ratios (same round) against
-c and d report their median and p25-p75. Also measured: import + runtime load in child processes (cold:
-empty ``ORT_CFFI_CACHE_DIR``; warm: the same folder again), the extra resident memory of a tensor
-over a 256 MiB array (child process), the speed-up of two sessions trained in two threads over
-the same two one after the other, and the tensor figures: the time to create and close one tensor
-(over a numpy array, the zero-copy path; from a Python scalar) and to read one back (``getValue``,
-``getInfo``). ``--tensors`` measures only those. Results go to stdout (a table, target PASS/FAIL
-lines) and JSON.
+c and d report their median and p25-p75. Also measured (scripts/bench_startup.py, in child processes):
+import + runtime load (cold and warm image cache), fresh processes to their first training step
+against ONNX Runtime's own Python layer (time and peak memory), the extra resident memory of a tensor
+over a 256 MiB array; the speed-up of two sessions trained in two threads over the same two one
+after the other; and the tensor figures: the time to create and close one tensor (over a numpy
+array, the zero-copy path; from a Python scalar) and to read one back (``getValue``, ``getInfo``),
+which ``--tensors`` measures alone. Results go to stdout (a table, target PASS/FAIL lines) and JSON.
 
 ``import onnxruntime`` happens only after ort_cffi has loaded its private runtime image; no object of
 one image ever reaches the other. ``torch`` is blocked from being imported (the bench needs none).
@@ -55,6 +55,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
+
+from bench_startup import measure_first_step, measure_import, measure_rss, print_startup
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -125,79 +127,6 @@ def summary(values: List[float]) -> Dict[str, float]:
         "max": ordered[-1],
         "n": len(ordered),
     }
-
-
-# --- child processes: import + load, resident memory ------------------------------------------------
-
-_CHILD_IMPORT = r"""
-import json, sys, time
-t0 = time.perf_counter()
-from ort_cffi.capi import get_runtime
-rt = get_runtime()
-t1 = time.perf_counter()
-print(json.dumps({"import_load_s": t1 - t0, "version": rt.version, "kind": rt.kind,
-                  "onnxruntime_imported": "onnxruntime" in sys.modules, "torch_imported": "torch" in sys.modules}))
-"""
-
-_CHILD_RSS = r"""
-import json, os, time
-import numpy as np
-from ort_cffi import OnnxTensor, OrtEnvironment
-env = OrtEnvironment.getEnvironment()
-page = os.sysconf("SC_PAGE_SIZE")
-def rss():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * page
-OnnxTensor.createTensor(env, np.zeros(4, np.float32)).close()  # one-time set-up (memory info), not counted
-big = np.ones(64 * 2**20, np.float32)  # 256 MiB, every page touched: resident before the tensor
-before = rss()
-t0 = time.perf_counter()
-tensor = OnnxTensor.createTensor(env, big)
-t1 = time.perf_counter()
-after = rss()
-info = tensor.getInfo()
-after_info = rss()
-tensor.close()
-print(json.dumps({"array_bytes": big.nbytes, "rss_before": before, "rss_after_create": after,
-                  "rss_after_getinfo": after_info, "create_s": t1 - t0, "shape": list(info.shape)}))
-"""
-
-
-def _run_child(code: str, env: Optional[Dict[str, str]] = None) -> Tuple[dict, float]:
-    """Run ``python -c code``; (its last stdout line as JSON, wall seconds)."""
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"child process failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1]), wall
-
-
-def measure_import(warm_runs: int) -> dict:
-    """Import + runtime load in fresh interpreters: cold (empty cache folder), then warm (same folder)."""
-    _, python_wall = _run_child("print('{}')")  # interpreter start-up alone, for reference
-    with tempfile.TemporaryDirectory(prefix="ort_cffi_bench_cache_") as cache:
-        env = dict(os.environ, ORT_CFFI_CACHE_DIR=cache)
-        cold, cold_wall = _run_child(_CHILD_IMPORT, env)
-        warm = []
-        for _ in range(warm_runs):
-            result, wall = _run_child(_CHILD_IMPORT, env)
-            warm.append({**result, "child_wall_s": wall})
-    return {
-        "python_startup_wall_s": python_wall,
-        "cold": {**cold, "child_wall_s": cold_wall},
-        "warm_runs": warm,
-        "warm_import_load_s": statistics.median(w["import_load_s"] for w in warm),
-        "warm_child_wall_s": statistics.median(w["child_wall_s"] for w in warm),
-    }
-
-
-def measure_rss() -> dict:
-    result, wall = _run_child(_CHILD_RSS)
-    result["extra_rss_bytes"] = result["rss_after_create"] - result["rss_before"]
-    result["extra_rss_mib"] = result["extra_rss_bytes"] / MIB
-    result["child_wall_s"] = wall
-    return result
 
 
 # --- tensors: create + close, read back ------------------------------------------------------------
@@ -804,7 +733,8 @@ def targets(results: dict) -> List[dict]:
     add("tiny (a)/(d) paired median", ratio("tiny", "a/d"), "<=", 1.25)
     add("big (a)/(d) paired median", ratio("big", "a/d"), "<=", 1.02)
     imp = results.get("import")
-    add("warm import + load (in child)", imp["warm_import_load_s"] if imp else None, "<", 0.5, "s")
+    add("cold import + load (in child)", imp["cold"]["import_load_s"] if imp else None, "<", 0.5, "s")
+    add("warm import + load (in child)", imp["warm_import_load_s"] if imp else None, "<", 0.3, "s")
     rss = results.get("tensor_rss")
     add("tensor over 256 MiB: extra RSS", rss["extra_rss_mib"] if rss else None, "<", 16.0, "MiB")
     thr = results.get("threads")
@@ -820,21 +750,9 @@ def print_report(results: dict) -> None:
     meta = results["meta"]
     print(f"\nort_cffi bench  ({meta['runtime_version']}, Python {meta['python']}, {meta['cpus']} CPUs, "
           f"load avg {meta['loadavg_start']} -> {meta['loadavg_end']}, {meta['total_s']:.0f} s)")
-    imp = results.get("import")
-    if imp:
-        cold, warm = imp["cold"], imp["warm_runs"]
-        print("\nimport ort_cffi + load the runtime, fresh interpreter (python start-up alone: "
-              f"{imp['python_startup_wall_s'] * 1e3:.0f} ms wall)")
-        print(f"  cold cache: {cold['import_load_s']:.3f} s in the child, {cold['child_wall_s']:.3f} s child wall")
-        print(f"  warm cache: {imp['warm_import_load_s']:.3f} s in the child, {imp['warm_child_wall_s']:.3f} s child wall "
-              f"(median of {len(warm)}; onnxruntime imported: {warm[0]['onnxruntime_imported']}, "
-              f"torch imported: {warm[0]['torch_imported']})")
+    print_startup(results)
     if results.get("tensors"):
         print_tensors(results["tensors"])
-    rss = results.get("tensor_rss")
-    if rss:
-        print(f"\ntensor over a 256 MiB array: +{rss['extra_rss_mib']:.3f} MiB RSS ({rss['extra_rss_bytes'] // 1024} KiB), "
-              f"created in {rss['create_s'] * 1e6:.0f} us")
     for model, res in results["steps"].items():
         folder, batch = MODELS[model]
         print(f"\n{model} model ({'784-16-10' if model == 'tiny' else '784-500-10'}, batch {batch}): "
@@ -894,6 +812,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--big-steps", type=int, help="steps per block, big model (default 20; 10 with --quick)")
     parser.add_argument("--thread-steps", type=int, help="steps per session in the threads test (default 200; 40 with --quick)")
     parser.add_argument("--quick", action="store_true", help="a fast smoke run (about 20 s)")
+    parser.add_argument("--torch-python", help="an interpreter with torch and the training wheel, for the first-step "
+                        "reference (default: .cache/bench-torch, created on first use)")
+    parser.add_argument("--no-first-step", action="store_true", help="skip the first-step comparison (it needs torch)")
     parser.add_argument("--tensors", action="store_true", help="measure only the tensor figures (about 20 s)")
     parser.add_argument("--json", default=str(ROOT / "runs" / "bench.json"), help="where to write the results (default runs/bench.json)")
     args = parser.parse_args(argv)
@@ -917,14 +838,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     results: dict = {"steps": {}, "notes": [NOTE_RESET, NOTE_SHARED]}
     torch_installed = importlib.util.find_spec("torch") is not None
-    if torch_installed:
-        results["notes"].append(
-            "torch is installed: the cold-cache load includes a probe child whose `import onnxruntime` imports torch"
-        )
 
     # 1. Child processes first, before this process loads anything.
     print("measuring import + load (child processes)...", flush=True)
     results["import"] = measure_import(warm_runs)
+    if not args.no_first_step:
+        print("measuring fresh processes to their first training step, ort_cffi and ONNX Runtime's Python layer...", flush=True)
+        results["first_step"] = measure_first_step(1 if quick else 5, args.torch_python)
     print("measuring the RSS of a tensor over 256 MiB (child process)...", flush=True)
     results["tensor_rss"] = measure_rss()
 

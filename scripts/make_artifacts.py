@@ -1,12 +1,21 @@
 """Generate the training artifacts ort_cffi ships and tests with (run once; the outputs are committed).
 
-    pip install -e ".[artifacts]"      # torch==2.13.0 (CPU), onnx<1.17, scikit-learn
+    pip install -e ".[artifacts]" scikit-learn     # onnxruntime-training-cpu, onnx; no torch
     python scripts/make_artifacts.py
 
 Each model is a small MLP written directly with onnx.helper (deterministic weights from a numpy seed),
-turned into ONNX Runtime training artifacts by ``onnxruntime.training.artifacts.generate_artifacts``
-(cross-entropy loss, AdamW): ``checkpoint``, ``training_model.onnx``, ``eval_model.onnx``,
-``optimizer_model.onnx`` and, where asked, ``nominal_checkpoint``.
+turned into ONNX Runtime training artifacts by ``ort_cffi.artifacts.generate_artifacts`` (ONNX Runtime's
+own generator, run without torch; cross-entropy loss, AdamW): ``checkpoint``, ``training_model.onnx``,
+``eval_model.onnx``, ``optimizer_model.onnx`` and, where asked, ``nominal_checkpoint``. The dataset comes
+from scikit-learn.
+
+Compared with the committed files, which this script made when it still called
+``onnxruntime.training.artifacts.generate_artifacts`` itself (with torch installed): ``ort_cffi/data/digits``
+and every checkpoint come out byte for byte the same. The models of ``tests/artifacts`` differ only in the
+numbers of the names the generator adds (``onnx::loss::8`` committed, ``onnx::loss::2`` regenerated): the old
+script made all five sets in one process, and ONNX Runtime numbers those names with a counter it never
+resets, while ort_cffi runs each generation in a fresh process, as a single call would. The tests name the
+committed losses, so those files stay as they are.
 
 - ``ort_cffi/data/digits/``: the command-line trainer's embedded default, 64-64-10 on scikit-learn's
   bundled 8x8 digits, with the data itself as ``digits.npz`` (so training needs neither torch nor
@@ -67,26 +76,26 @@ def mlp(sizes: "list[int]", seed: int, dropout: float = 0.0) -> onnx.ModelProto:
 
 
 def generate(model: onnx.ModelProto, out_dir: Path, *, nominal: bool = False, extra_outputs: "list[str] | None" = None) -> None:
-    from onnxruntime.training import artifacts
+    sys.path.insert(0, str(ROOT))
+    from ort_cffi.artifacts import MANIFEST, generate_artifacts
 
     if out_dir.exists():
         shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True)
-    params = [init.name for init in model.graph.initializer if init.name.startswith("fc")]
-    artifacts.generate_artifacts(
+    generate_artifacts(
         model,
-        requires_grad=params,
-        loss=artifacts.LossType.CrossEntropyLoss,
-        optimizer=artifacts.OptimType.AdamW,
-        artifact_directory=str(out_dir),
-        additional_output_names=extra_outputs,
+        requires_grad="fc*",  # the layers' weights and biases (not a dropout's ratio)
+        loss="cross-entropy",
+        optimizer="adamw",
+        artifact_directory=out_dir,
+        additional_output_names=extra_outputs or [],  # [] is ONNX Runtime's default: the loss only
         nominal_checkpoint=nominal,
     )
+    (out_dir / MANIFEST).unlink()  # the shipped folders hold the artifacts only
     print(f"{out_dir.relative_to(ROOT)}: {sorted(p.name for p in out_dir.iterdir())}")
 
 
 def digits_dataset(out: Path) -> None:
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # pip install scikit-learn
 
     digits = load_digits()
     x = (digits.data / 16.0).astype(np.float32)

@@ -19,13 +19,25 @@ DIGITS = ROOT / "ort_cffi" / "data" / "digits"
 JAVA_DATA_ENV = "ORT_CFFI_JAVA_TESTDATA"
 
 
+REQUIRE_JAVA_DATA_ENV = "ORT_CFFI_REQUIRE_JAVA_TESTDATA"
+
+
 @pytest.fixture(scope="session")
 def java_data() -> Path:
-    """ONNX Runtime's own Java test data (never copied into this repository), from $ORT_CFFI_JAVA_TESTDATA."""
+    """ONNX Runtime's own Java test data (never copied into this repository), from $ORT_CFFI_JAVA_TESTDATA.
+
+    A clean clone has none: the tests that need it skip, saying why, unless
+    $ORT_CFFI_REQUIRE_JAVA_TESTDATA is set (CI sets both), which makes a missing folder a failure."""
     location = os.environ.get(JAVA_DATA_ENV)
-    if not location or not (Path(location) / "checkpoint.ckpt").is_file():
-        pytest.fail(f"set {JAVA_DATA_ENV} to the folder of ../shared/testdata/ort-java-training (now {location!r})")
-    return Path(location)
+    if location and (Path(location) / "checkpoint.ckpt").is_file():
+        return Path(location)
+    reason = (
+        f"ONNX Runtime's Java test data is not available: set {JAVA_DATA_ENV} to the ort-java-training folder "
+        f"(../shared/testdata/ort-java-training beside a checkout; now {location!r})"
+    )
+    if os.environ.get(REQUIRE_JAVA_DATA_ENV):
+        pytest.fail(f"{reason}; {REQUIRE_JAVA_DATA_ENV} is set, so this is a failure, not a skip")
+    pytest.skip(reason)
 
 
 @pytest.fixture

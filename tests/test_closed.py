@@ -109,7 +109,10 @@ SESSION_OPTIONS_CALLS = {
     "addCUDA": lambda o: o.addCUDA(0),
     "addConfigEntry": lambda o: o.addConfigEntry("session.intra_op.allow_spinning", "0"),
     "getConfigEntries": lambda o: o.getConfigEntries(),
+    "disableProfiling": lambda o: o.disableProfiling(),
+    "enableProfiling": lambda o: o.enableProfiling(TMP / "closed-profile"),
     "setCPUArenaAllocator": lambda o: o.setCPUArenaAllocator(False),
+    "setDeterministicCompute": lambda o: o.setDeterministicCompute(True),
     "setExecutionMode": lambda o: o.setExecutionMode(SessionOptions.ExecutionMode.SEQUENTIAL),
     "setInterOpNumThreads": lambda o: o.setInterOpNumThreads(1),
     "setIntraOpNumThreads": lambda o: o.setIntraOpNumThreads(1),
@@ -117,8 +120,10 @@ SESSION_OPTIONS_CALLS = {
     "setLoggerId": lambda o: o.setLoggerId("x"),
     "setMemoryPatternOptimization": lambda o: o.setMemoryPatternOptimization(False),
     "setOptimizationLevel": lambda o: o.setOptimizationLevel(SessionOptions.OptLevel.NO_OPT),
+    "setOptimizedModelFilePath": lambda o: o.setOptimizedModelFilePath(TMP / "closed-optimized.onnx"),
     "setSessionLogLevel": lambda o: o.setSessionLogLevel(3),
     "setSessionLogVerbosityLevel": lambda o: o.setSessionLogVerbosityLevel(0),
+    "setSymbolicDimensionValue": lambda o: o.setSymbolicDimensionValue("batch", 2),
 }
 RUN_OPTIONS_CALLS = {
     "addRunConfigEntry": lambda o: o.addRunConfigEntry("k", "v"),

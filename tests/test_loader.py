@@ -1,6 +1,6 @@
-"""The loader: the training wheel through a private image and a cached offset, an explicit library,
-and one test per error a user can meet. Loading happens in child processes: a process loads one
-runtime, once."""
+"""The loader: the training wheel through a private image found statically and cached, an explicit
+library or extension, and one test per error a user can meet. Loading happens in child processes: a
+process loads one runtime, once."""
 from __future__ import annotations
 
 import json
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_child
+from ort_cffi._loader import find_runtime_file
 
 INFERENCE_LIBS = ROOT / ".cache"
 
@@ -24,15 +25,21 @@ def inference_library(version: str) -> Path:
 
 
 LOAD_AND_REPORT = """
-import json, sys, time
+import json, subprocess, sys, time
+
+def no_child(*args, **kwargs):
+    raise AssertionError("the loader started a child process")
+
+subprocess.Popen = no_child  # loading must run nothing: no probe child, no compiler
 start = time.perf_counter()
 from ort_cffi.capi import ffi, get_runtime
 rt = get_runtime()
 elapsed = time.perf_counter() - start
 status = rt.training_api.SetSeed(42)
 print(json.dumps({
-    "version": rt.version, "kind": rt.kind, "library": rt.library, "image": rt.image,
-    "onnxruntime_imported": "onnxruntime" in sys.modules, "torch_imported": "torch" in sys.modules,
+    "version": rt.version, "kind": rt.kind, "library": rt.library, "image": rt.image, "known_as": rt.known_as,
+    "renamed": list(rt.renamed), "onnxruntime_imported": "onnxruntime" in sys.modules,
+    "torch_imported": "torch" in sys.modules, "elftools_imported": "elftools" in sys.modules,
     "set_seed_null": status == ffi.NULL, "seconds": elapsed,
 }))
 """
@@ -42,68 +49,112 @@ def load_in_child(env: dict) -> dict:
     return json.loads(run_child(LOAD_AND_REPORT, env=env).stdout.strip().splitlines()[-1])
 
 
-def test_wheel_loads_without_importing_onnxruntime_or_torch(tmp_path):
+def default_source():
+    """The runtime file the default search finds here: the installed wheel (CPython 3.8-3.12), or
+    the runtime scripts/test.sh fetched with ort-cffi-runtime (3.13 and later)."""
+    source, tried = find_runtime_file()
+    assert source is not None, tried
+    return source
+
+
+def test_wheel_loads_without_importing_onnxruntime_or_torch_or_running_a_child(tmp_path):
     env = {"ORT_CFFI_CACHE_DIR": str(tmp_path / "cache"), "ORT_CFFI_LIBRARY": ""}
     cold = load_in_child(env)
     warm = load_in_child(env)
     print(f"import + load: cold cache {cold['seconds']:.3f} s, warm cache {warm['seconds']:.3f} s")
     for report in (cold, warm):
         assert report["version"] == "1.19.2"
-        assert report["kind"] == "wheel"
+        assert report["kind"] == default_source().kind
         assert report["library"].endswith(".so") and "onnxruntime_pybind11_state" in report["library"]
         assert report["image"] != report["library"]  # a private copy, never the file `import onnxruntime` maps
+        assert report["known_as"].startswith("onnxruntime_training_cpu-1.19.2-cp")  # found in the survey by sha256
         assert not report["onnxruntime_imported"]
         assert not report["torch_imported"]
         assert report["set_seed_null"]
+    assert cold["elftools_imported"] and not warm["elftools_imported"]  # a warm cache reads no ELF file
 
 
 def warm_cache(tmp_path) -> "tuple[dict, Path, dict]":
-    """Load once into a fresh cache: the child's environment, the probe file and its record."""
+    """Load once into a fresh cache: the child's environment, the record file and its content."""
     cache = tmp_path / "cache"
     env = {"ORT_CFFI_CACHE_DIR": str(cache), "ORT_CFFI_LIBRARY": ""}
     load_in_child(env)
     (entry,) = [p for p in cache.iterdir() if p.is_dir()]
-    probe = entry / "probe.json"
-    return env, probe, json.loads(probe.read_text())
+    record = entry / "image.json"
+    return env, record, json.loads(record.read_text())
 
 
-def test_offset_is_cached_per_runtime_file_and_remeasured_when_stale(tmp_path):
-    env, probe, record = warm_cache(tmp_path)
-    assert record["identity"]["version"] == "1.19.2" and isinstance(record["offset"], int)
+def test_what_was_found_is_cached_per_runtime_file_and_examined_again_when_stale(tmp_path):
+    env, record_file, record = warm_cache(tmp_path)
+    assert record["identity"]["version"] == "1.19.2" and isinstance(record["location"]["api_base"], int)
+    assert record["known"]["extension_sha256"] == record["sha256"]
 
-    mtime = probe.stat().st_mtime_ns
+    mtime = record_file.stat().st_mtime_ns
     load_in_child(env)
-    assert probe.stat().st_mtime_ns == mtime, "a warm cache must not be measured again"
+    assert record_file.stat().st_mtime_ns == mtime, "a warm cache must not be examined again"
 
-    probe.write_text("{ not json")  # unreadable: measured again
+    record_file.write_text("{ not json")  # unreadable: examined again
     assert load_in_child(env)["version"] == "1.19.2"
-    assert json.loads(probe.read_text())["offset"] == record["offset"]
+    assert json.loads(record_file.read_text())["location"] == record["location"]
 
     stale = dict(record, identity=dict(record["identity"], mtime_ns=1))  # another file's identity: stale
-    probe.write_text(json.dumps(stale))
+    record_file.write_text(json.dumps(stale))
     assert load_in_child(env)["version"] == "1.19.2"
-    assert json.loads(probe.read_text())["identity"] == record["identity"]
+    assert json.loads(record_file.read_text())["identity"] == record["identity"]
 
 
-def test_a_wrong_cached_offset_is_refused_then_remeasured(tmp_path):
-    """An offset that points outside the image is never called through; the loader measures again."""
-    env, probe, record = warm_cache(tmp_path)
-    probe.write_text(json.dumps(dict(record, offset=1 << 40)))
+def test_a_wrong_cached_address_is_refused_then_examined_again(tmp_path):
+    """An address that points outside the image is never called through; the loader examines the file again."""
+    env, record_file, record = warm_cache(tmp_path)
+    tampered = dict(record, location=dict(record["location"], api_base=1 << 40))
+    record_file.write_text(json.dumps(tampered))
     out = run_child(
         """
-        from ort_cffi._loader import find_training_wheel, load_wheel
+        from ort_cffi._loader import find_runtime_file, load_extension
         from ort_cffi._errors import UnsupportedRuntimeError
-        wheel, _ = find_training_wheel()
+        source, _ = find_runtime_file()
         try:
-            load_wheel(wheel)
+            load_extension(source)
         except UnsupportedRuntimeError as e:
             print("refused:", e)
         """,
         env=env,
     ).stdout
     assert "refused:" in out and "refusing to call through it" in out
-    probe.write_text(json.dumps(dict(record, offset=1 << 40)))
-    assert load_in_child(env)["version"] == "1.19.2"  # get_runtime() measures again instead of failing
+    record_file.write_text(json.dumps(tampered))
+    assert load_in_child(env)["version"] == "1.19.2"  # get_runtime() examines the file again instead of failing
+    assert json.loads(record_file.read_text())["location"] == record["location"]
+
+
+def test_a_known_file_whose_static_answer_differs_from_the_survey_is_refused(tmp_path):
+    """The survey (ort_cffi/data/runtimes.json) is the reference for published files: a disagreement
+    means the finder or the file is not what was surveyed, and nothing is called through it. The
+    table is altered in the child (the runtime file stays real)."""
+    proc = run_child(
+        """
+        from ort_cffi import _store
+        from ort_cffi.capi import get_runtime
+        from ort_cffi import RuntimeLoadError
+        survey = _store.known_runtimes()
+        for row in survey["files"]:
+            row["api_base"] += 8
+        try:
+            get_runtime()
+        except RuntimeLoadError as e:
+            print("error:", e)
+        """,
+        env={"ORT_CFFI_CACHE_DIR": str(tmp_path / "cache"), "ORT_CFFI_LIBRARY": ""},
+    )
+    print(proc.stdout)
+    assert "is the runtime of onnxruntime_training_cpu-1.19.2-cp" in proc.stdout
+    assert "differs from the survey's" in proc.stdout and "refusing to use it" in proc.stdout
+
+
+def test_an_explicit_wheel_extension_loads_through_a_private_image(tmp_path):
+    """ORT_CFFI_LIBRARY may name a training wheel's extension file as well as a real library."""
+    report = load_in_child({"ORT_CFFI_CACHE_DIR": str(tmp_path / "cache"), "ORT_CFFI_LIBRARY": str(default_source().path)})
+    assert report["kind"] == "extension" and report["version"] == "1.19.2" and report["set_seed_null"]
+    assert report["image"] != report["library"]
 
 
 def test_explicit_library_without_training_api():
@@ -145,25 +196,26 @@ def test_explicit_library_with_unknown_table_layout():
 def test_wheel_whose_version_does_not_match_its_image_is_refused(tmp_path):
     proc = run_child(
         """
-        from ort_cffi._loader import find_training_wheel, load_wheel, WheelRuntime
-        from ort_cffi.capi import Runtime
-        from ort_cffi import UnsupportedRuntimeError
-        wheel, _ = find_training_wheel()
-        claimed = WheelRuntime(wheel.distribution, "1.18.0", wheel.extension)
+        import dataclasses
+        from ort_cffi._loader import find_runtime_file, load_extension
+        from ort_cffi import RuntimeLoadError
+        source, _ = find_runtime_file()
+        claimed = dataclasses.replace(source, version="1.18.0")
         try:
-            Runtime(load_wheel(claimed))
-        except UnsupportedRuntimeError as e:
+            load_extension(claimed)
+        except RuntimeLoadError as e:
             print("error:", e)
         """,
         env={"ORT_CFFI_CACHE_DIR": str(tmp_path / "cache"), "ORT_CFFI_LIBRARY": ""},
     )
     print(proc.stdout)
-    assert "reports version '1.19.2' but the installed wheel is '1.18.0'" in proc.stdout
+    assert "no OrtApiBase found in" in proc.stdout and "returning the version string '1.18.0'" in proc.stdout
 
 
 def test_no_runtime_found_lists_what_was_tried(tmp_path):
     """A Python with ort_cffi and its dependencies but no onnxruntime package at all."""
     import cffi
+    import elftools
     import filelock
     import numpy
     import platformdirs
@@ -171,7 +223,7 @@ def test_no_runtime_found_lists_what_was_tried(tmp_path):
 
     site = tmp_path / "site"
     site.mkdir()
-    for module in (cffi, numpy, platformdirs, filelock, pycparser):
+    for module in (cffi, numpy, platformdirs, filelock, pycparser, elftools):
         (site / Path(module.__file__).parent.name).symlink_to(Path(module.__file__).parent)
     import _cffi_backend
 
@@ -195,7 +247,8 @@ except RuntimeNotFoundError as e:
     proc = subprocess.run(
         [sys.executable, "-S", "-c", code],
         capture_output=True, text=True, timeout=120,
-        env={"PYTHONPATH": str(site), "PATH": os.environ.get("PATH", ""), "ORT_CFFI_CACHE_DIR": str(tmp_path / "c")},
+        env={"PYTHONPATH": str(site), "PATH": os.environ.get("PATH", ""), "ORT_CFFI_CACHE_DIR": str(tmp_path / "c"),
+             "ORT_CFFI_RUNTIME_DIR": str(tmp_path / "store")},
     )
     print(proc.stdout, proc.stderr)
     assert proc.returncode == 0
@@ -203,12 +256,13 @@ except RuntimeNotFoundError as e:
     assert "$ORT_CFFI_LIBRARY: not set" in proc.stdout
     assert "no `onnxruntime` package on sys.path" in proc.stdout
     assert "pip install 'ort_cffi[cpu]'" in proc.stdout
+    assert "`ort-cffi-runtime install`" in proc.stdout  # where pip cannot install the wheel
+    assert "runtimes fetched by `ort-cffi-runtime install`: none in" in proc.stdout
     assert "is ImportError: True" in proc.stdout
 
 
 def test_explicit_library_that_does_not_exist_or_is_not_onnxruntime(tmp_path):
-    import ort_cffi._hook
-
+    not_onnxruntime = inference_library("1.19.2").parent / "libonnxruntime_providers_shared.so"
     proc = run_child(
         """
         import sys
@@ -220,7 +274,7 @@ def test_explicit_library_that_does_not_exist_or_is_not_onnxruntime(tmp_path):
             except RuntimeLoadError as e:
                 print("error:", e)
         """
-        % (str(tmp_path / "missing.so"), ort_cffi._hook.__file__),
+        % (str(tmp_path / "missing.so"), str(not_onnxruntime)),
         env={"ORT_CFFI_LIBRARY": ""},
     )
     print(proc.stdout)
@@ -247,6 +301,7 @@ def test_one_runtime_per_process():
     assert "already loaded in this process" in proc.stdout
 
 
+@pytest.mark.needs_onnxruntime_python
 def test_onnxruntime_still_works_beside_the_private_image():
     """The user may import onnxruntime (before or after): the two images coexist."""
     run_child(

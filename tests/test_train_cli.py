@@ -16,6 +16,7 @@ import pytest
 from conftest import DIGITS, ROOT, fixed_batch_artifacts
 from ort_cffi import OrtCheckpointState, OrtEnvironment
 from ort_cffi import train as cli
+from ort_cffi import train_loop
 
 ACCURACY_LINE = re.compile(r"^inference model accuracy on validation: (\d\.\d{4})$", re.M)
 
@@ -32,7 +33,7 @@ def without_timing(epochs: "list[dict]") -> "list[dict]":
 
 def test_reduced_run_writes_everything(tmp_path: Path, small_data: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "run"
-    code, stdout, stderr = run(capsys, "--data", small_data, "--out", out, "--epochs", 3, "--batch-size", 16)
+    code, stdout, stderr = run(capsys, "--data", small_data, "--out", out, "--epochs", 3, "--batch-size", 16, "--progress")
     assert code == 0, stderr
     assert "epoch 1/3" in stderr  # the progress bar is on stderr, the epoch lines on stdout
     assert len(re.findall(r"^epoch \d/3  train loss [\d.]+  val loss [\d.]+  val acc [\d.]+  lr ", stdout, re.M)) == 3
@@ -84,7 +85,7 @@ def test_resume_after_interruption_continues_exactly(
     straight = json.loads((tmp_path / "straight" / "metrics.json").read_text())
 
     # Ctrl-C during the third epoch's validation: the last checkpoint is the second epoch's.
-    evaluate, calls = cli.evaluate, []
+    evaluate, calls = train_loop.evaluate, []
 
     def interrupted(*args: object, **kwargs: object) -> object:
         calls.append(1)
@@ -92,13 +93,13 @@ def test_resume_after_interruption_continues_exactly(
             raise KeyboardInterrupt
         return evaluate(*args, **kwargs)
 
-    monkeypatch.setattr(cli, "evaluate", interrupted)
+    monkeypatch.setattr(train_loop, "evaluate", interrupted)
     out = tmp_path / "resumed"
     code, _, stderr = run(capsys, *common, "--out", out)
     assert code == 130 and "--resume" in stderr
     with OrtCheckpointState.loadCheckpoint(out / "last_checkpoint") as state:
         assert (state.getIntProperty("epoch"), state.getIntProperty("step")) == (2, 2 * 13)
-    monkeypatch.setattr(cli, "evaluate", evaluate)
+    monkeypatch.setattr(train_loop, "evaluate", evaluate)
 
     code, stdout, stderr = run(capsys, *common, "--out", out, "--resume")
     assert code == 0, stderr

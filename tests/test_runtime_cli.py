@@ -1,0 +1,129 @@
+"""``ort-cffi-runtime``: fetching the training build where pip cannot install it, and the loader
+finding it. Each test works in its own runtime store and image cache (temporary folders)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_child
+from ort_cffi._store import known_runtimes
+from ort_cffi.runtime import RuntimeInstallError, choose_wheel, machine
+
+SURVEY_WHEELS = ROOT / ".cache" / "survey"
+
+
+def cli(args: "list[str]", env: dict, check: bool = True) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ, **env)
+    proc = subprocess.run([sys.executable, "-m", "ort_cffi.runtime", *args], capture_output=True, text=True,
+                          env=full_env, cwd=str(ROOT), timeout=900)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"ort-cffi-runtime {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def store(tmp_path) -> dict:
+    return {"ORT_CFFI_RUNTIME_DIR": str(tmp_path / "store"), "ORT_CFFI_CACHE_DIR": str(tmp_path / "cache"),
+            "ORT_CFFI_LIBRARY": "", "ORT_CFFI_RUNTIME": ""}
+
+
+def nearest_row() -> dict:
+    return choose_wheel("cpu", sys.version_info[:2], machine())
+
+
+def test_the_nearest_published_build_is_chosen():
+    def tag(flavour: str, version: "tuple[int, int]") -> str:
+        return choose_wheel(flavour, version, "x86_64")["python_tag"]
+
+    assert tag("cpu", (3, 13)) == "cp312" and tag("cpu", (3, 14)) == "cp312"  # newer: the newest build
+    assert tag("cpu", (3, 10)) == "cp310" and tag("cpu", (3, 12)) == "cp312"  # published: its own
+    assert tag("cpu", (3, 7)) == "cp38"  # older than any: the oldest
+    assert tag("cuda", (3, 12)) == "cp311" and tag("cuda", (3, 13)) == "cp311"  # CUDA stops at 3.11
+    with pytest.raises(RuntimeInstallError, match="published no onnxruntime-training-cpu 1.19.2 wheel for Linux aarch64"):
+        choose_wheel("cpu", (3, 11), "aarch64")
+
+
+def test_install_list_path_load_and_remove_a_fetched_runtime(store):
+    row = nearest_row()
+    wheel = SURVEY_WHEELS / row["wheel"]
+    assert wheel.is_file(), f"{wheel} is missing: scripts/test.sh fetches it"
+    name = f"cpu-1.19.2-{row['python_tag']}-x86_64"
+
+    out = cli(["install", "--wheel", str(wheel)], store).stdout
+    print(out)
+    assert f"installed {name} in {Path(store['ORT_CFFI_RUNTIME_DIR']) / name}" in out
+    assert "ONNX Runtime 1.19.2 loads here, training API present" in out
+    folder = Path(store["ORT_CFFI_RUNTIME_DIR"]) / name
+    manifest = json.loads((folder / "runtime.json").read_text())
+    assert manifest["wheel_sha256"] == row["wheel_sha256"]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["runtime.json", "libonnxruntime_providers_shared.so", Path(row["extension"]).name]
+    )  # the native libraries only: none of the wheel's Python code
+
+    assert "already installed" in cli(["install", "--wheel", str(wheel)], store).stdout
+    listed = cli(["list"], store).stdout
+    assert f" * {name}" in listed and row["wheel"] in listed
+
+    chosen = dict(store, ORT_CFFI_RUNTIME="cpu")  # the fetched runtime even where a wheel is installed
+    assert cli(["path"], chosen).stdout.strip() == str(folder / Path(row["extension"]).name)
+    report = run_child(
+        """
+        import json
+        import numpy as np
+        from ort_cffi import OrtEnvironment
+        from ort_cffi.capi import get_runtime
+        env = OrtEnvironment.getEnvironment()
+        art = "tests/artifacts/tiny/"
+        with env.createTrainingSession(art + "checkpoint", art + "training_model.onnx", art + "eval_model.onnx",
+                                       art + "optimizer_model.onnx") as session:
+            rng = np.random.default_rng(0)
+            batch = {"input": rng.standard_normal((4, 784)).astype(np.float32), "labels": np.array([1, 2, 3, 4])}
+            with session.trainStep(batch) as result:
+                loss = float(result.get(0).getValue())
+        rt = get_runtime()
+        print(json.dumps({"kind": rt.kind, "library": rt.library, "loss": loss}))
+        """,
+        env=chosen,
+    ).stdout
+    loaded = json.loads(report.strip().splitlines()[-1])
+    assert loaded["kind"] == "fetched" and loaded["library"].startswith(str(folder)) and loaded["loss"] > 0
+
+    missing = run_child(
+        """
+        from ort_cffi.capi import get_runtime
+        from ort_cffi import RuntimeNotFoundError
+        try:
+            get_runtime()
+        except RuntimeNotFoundError as e:
+            print("error:", e)
+        """,
+        env=dict(store, ORT_CFFI_RUNTIME="cuda"),
+    ).stdout
+    assert "$ORT_CFFI_RUNTIME='cuda': no such runtime" in missing and f"(installed: {name})" in missing
+
+    assert cli(["remove", "nothing-of-the-kind"], store, check=False).returncode == 1
+    assert f"removed {name}" in cli(["remove", name], store).stdout
+    assert not folder.exists()
+    assert "(empty" in cli(["list"], store).stdout
+
+
+def test_a_wheel_ort_cffi_has_not_surveyed_is_refused(store):
+    (reference, *_) = known_runtimes()["reference"]
+    proc = cli(["install", "--wheel", str(SURVEY_WHEELS / reference["wheel"])], store, check=False)
+    assert proc.returncode == 2
+    assert "is not one of the published 1.19.2 Linux training wheels ort_cffi knows" in proc.stderr
+
+
+def test_install_fetches_the_nearest_build_with_pip(store):
+    """The real thing: pip downloads the wheel from PyPI (checking its hash), the store keeps the
+    native libraries, the runtime loads in this interpreter."""
+    row = nearest_row()
+    out = cli(["install"], store).stdout
+    print(out)
+    assert f"fetching {row['wheel']}" in out
+    assert "ONNX Runtime 1.19.2 loads here, training API present" in out
