@@ -69,9 +69,11 @@ class NodeInfo:
         self._info = info
 
     def getName(self) -> str:
+        """The input's or output's name."""
         return self._name
 
     def getInfo(self) -> TensorInfo:
+        """Its element type and shape (a ``TensorInfo``)."""
         return self._info
 
     def __getattr__(self, attribute: str) -> Any:
@@ -158,6 +160,7 @@ class Result:
         return value
 
     def size(self) -> int:
+        """How many outputs this Result holds (also ``len(result)``)."""
         return len(self._values)
 
     def __len__(self) -> int:
@@ -171,10 +174,12 @@ class Result:
         return list(self._names)
 
     def values(self) -> List[OnnxValue]:
+        """The values, in order (raises ``OrtClosedException`` once closed)."""
         self._check_open()
         return list(self._values)
 
     def items(self) -> List[Tuple[str, OnnxValue]]:
+        """(name, value) pairs, in order (raises ``OrtClosedException`` once closed)."""
         self._check_open()
         return list(zip(self._names, self._values))
 
@@ -196,6 +201,7 @@ class Result:
 
     @property
     def closed(self) -> bool:
+        """Whether ``close()`` was called."""
         return self._closed
 
     def __enter__(self) -> "Result":
@@ -282,17 +288,21 @@ class OrtSession(NativeHandle):
         return specs
 
     def getInputNames(self) -> "NameSet":
+        """The model's input names, in its order (an ordered, read-only set)."""
         self._handle()
         return self._input_names
 
     def getOutputNames(self) -> "NameSet":
+        """The model's output names, in its order (an ordered, read-only set)."""
         self._handle()
         return self._output_names
 
     def getNumInputs(self) -> int:
+        """How many inputs the model has."""
         return len(self.getInputNames())
 
     def getNumOutputs(self) -> int:
+        """How many outputs the model has."""
         return len(self.getOutputNames())
 
     def _infos(self, getter: Any, names: Iterable[str]) -> Dict[str, NodeInfo]:

@@ -446,18 +446,22 @@ class OrtTrainingSession(NativeHandle):
     # --- names ---------------------------------------------------------------------------------
 
     def getTrainInputNames(self) -> NameSet:
+        """The training model's input names, in its order (an ordered, read-only set)."""
         self._handle()
         return NameSet(self._train.input_names)
 
     def getTrainOutputNames(self) -> NameSet:
+        """The training model's output names, in its order (the loss first)."""
         self._handle()
         return NameSet(self._train.output_names)
 
     def getEvalInputNames(self) -> NameSet:
+        """The eval model's input names, in its order (empty without an eval model)."""
         self._handle()
         return NameSet(self._eval.input_names if self._eval else ())
 
     def getEvalOutputNames(self) -> NameSet:
+        """The eval model's output names, in its order (empty without an eval model)."""
         self._handle()
         return NameSet(self._eval.output_names if self._eval else ())
 
@@ -774,14 +778,17 @@ class OrtTrainingSession(NativeHandle):
         self._state.addProperty(propertyName, propertyValue, _via_session=True)
 
     def getIntProperty(self, *args: Any) -> int:
+        """``getIntProperty([allocator,] name)`` on this session's checkpoint state."""
         self._handle()
         return self._state.getIntProperty(*args, _via_session=True)
 
     def getFloatProperty(self, *args: Any) -> float:
+        """``getFloatProperty([allocator,] name)`` on this session's checkpoint state."""
         self._handle()
         return self._state.getFloatProperty(*args, _via_session=True)
 
     def getStringProperty(self, *args: Any) -> str:
+        """``getStringProperty([allocator,] name)`` on this session's checkpoint state."""
         self._handle()
         return self._state.getStringProperty(*args, _via_session=True)
 
