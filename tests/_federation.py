@@ -140,7 +140,10 @@ def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.
 
 HOSTILE_APP = '''\
 """A ClientApp that wraps ort_cffi's: honest, except the clients whose partition-id is in ATTACKS, which
-send a broken or hostile update (or raise) instead of their trained model, from round FROM_ROUND on."""
+send a broken or hostile update (or raise, or take SLOW_SECONDS longer) instead of their trained model,
+from round FROM_ROUND on."""
+import time
+
 import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message
 from flwr.clientapp import ClientApp
@@ -148,7 +151,7 @@ from flwr.clientapp import ClientApp
 from ort_cffi.flower import ClientSettings, learner_for
 from ort_cffi.flower.client import client_side_clipping
 
-ATTACKS, FROM_ROUND = {attacks!r}, {from_round}
+ATTACKS, FROM_ROUND, SLOW_SECONDS = {attacks!r}, {from_round}, 60
 app_settings = ClientSettings()
 clientapp = ClientApp(mods=[client_side_clipping])  # as ort_cffi's own: DP clipping when the server asks
 
@@ -179,6 +182,9 @@ def train(msg: Message, context: Context) -> Message:
     hostile = attack is not None and int(msg.content["config"]["server-round"]) >= FROM_ROUND
     if hostile and attack == "raise":
         raise RuntimeError("this client broke on purpose")
+    if hostile and attack == "slow":  # an honest update, late: holds the round open for the server's killer
+        time.sleep(SLOW_SECONDS)
+        attack = None
     reply = learner_for(app_settings, context).train_reply(msg.content)
     if hostile:
         reply["arrays"] = corrupt(reply["arrays"], attack)
@@ -193,7 +199,7 @@ def evaluate(msg: Message, context: Context) -> Message:
 
 def write_hostile_app(folder: Path, module: str, attacks: Dict[int, str], from_round: int = 1) -> str:
     """``folder/module.py``: a ClientApp whose clients ``attacks`` (partition-id -> nan, inf, size, dtype,
-    scaled, random or raise) misbehave from round ``from_round``; returns its ``--client-app`` spec
+    scaled, random, raise or slow) misbehave from round ``from_round``; returns its ``--client-app`` spec
     (``folder`` must be on the Flower processes' PYTHONPATH)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{module}.py").write_text(HOSTILE_APP.format(attacks=dict(attacks), from_round=from_round))
