@@ -18,12 +18,16 @@ from ._errors import (
 from .environment import OrtEnvironment
 from .options import OrtLoggingLevel, RunOptions, SessionOptions
 from .session import NodeInfo, OrtSession, Result
-from .tensor import OnnxTensor, OnnxTensorType, OnnxValue, OnnxValueType, TensorInfo
+from .fp16 import Fp16Conversions
+from .tensor import OnnxTensor, OnnxValue
+from .tensor_info import OnnxJavaType, OnnxTensorType, OnnxValueType, TensorInfo
 from .training import OrtAllocator, OrtCheckpointState, OrtTrainingSession
 
 __version__ = "0.1.0"
 __all__ = [
+    "Fp16Conversions",
     "NodeInfo",
+    "OnnxJavaType",
     "OnnxTensor",
     "OnnxTensorType",
     "OnnxValue",

@@ -222,15 +222,18 @@ class RunOptions(NativeHandle):
         self._call(self._rt.api.RunOptionsSetRunLogSeverityLevel, int(level), context="RunOptionsSetRunLogSeverityLevel")
 
     def getLogLevel(self) -> OrtLoggingLevel:
+        """The run's log severity level (``RunOptionsGetRunLogSeverityLevel``)."""
         out = ffi.new("int*")
         self._call(self._rt.api.RunOptionsGetRunLogSeverityLevel, out, context="RunOptionsGetRunLogSeverityLevel")
         return OrtLoggingLevel(out[0])
 
     def setLogVerbosityLevel(self, level: int) -> None:
+        """Set the run's log verbosity level, a non-negative int (``RunOptionsSetRunLogVerbosityLevel``)."""
         n = _check_int(level, "log verbosity level", 0)
         self._call(self._rt.api.RunOptionsSetRunLogVerbosityLevel, n, context="RunOptionsSetRunLogVerbosityLevel")
 
     def getLogVerbosityLevel(self) -> int:
+        """The run's log verbosity level (``RunOptionsGetRunLogVerbosityLevel``)."""
         out = ffi.new("int*")
         self._call(self._rt.api.RunOptionsGetRunLogVerbosityLevel, out, context="RunOptionsGetRunLogVerbosityLevel")
         return int(out[0])
@@ -240,6 +243,7 @@ class RunOptions(NativeHandle):
         self._call(self._rt.api.RunOptionsSetRunTag, runTag.encode(), context="RunOptionsSetRunTag")
 
     def getRunTag(self) -> str:
+        """The run's tag, a copy (``RunOptionsGetRunTag``)."""
         out = ffi.new("const char**")
         ptr = self._use()  # the tag belongs to the options: copied before they can be released
         try:

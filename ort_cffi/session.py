@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import operator
-from typing import AbstractSet, Any, Dict, Generic, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union
+from typing import AbstractSet, Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
-from ._errors import OrtException
+from ._errors import OrtClosedException, OrtException
 from ._handles import NativeHandle, close_values, pin_all, process, read_names, unpin_all
 from .capi import check_status, ffi, get_runtime
 from .options import RunOptions, SessionOptions
 from .options import RunOptions as _RunOptions, SessionOptions as _SessionOptions
 from ._files import PathOrBytes, native_path, read_model
-from .tensor import (
-    OnnxTensor,
-    OnnxValue,
-    TensorInfo,
-    TypeInfo,
-    adopt_outputs,
-    check_outputs,
-    refuse_zero_sized,
-    tensor_for_input,
-)
+from ._optional import Optional_
+from ._inputs import ANY_INPUT, checked_input
+from ._signature import InputSpec, check_symbolic, model_inputs
+from .tensor import OnnxTensor, OnnxValue, TensorInfo, TypeInfo, adopt_outputs, check_outputs
 
-T = TypeVar("T")
 
 
 class NameSet(AbstractSet[str]):
@@ -76,9 +69,11 @@ class NodeInfo:
         self._info = info
 
     def getName(self) -> str:
+        """The input's or output's name."""
         return self._name
 
     def getInfo(self) -> TensorInfo:
+        """Its element type and shape (a ``TensorInfo``)."""
         return self._info
 
     def __getattr__(self, attribute: str) -> Any:
@@ -88,35 +83,6 @@ class NodeInfo:
 
     def __repr__(self) -> str:
         return f"NodeInfo({self._name!r}, {self._info!r})"
-
-
-class Optional_(Generic[T]):
-    """Java's ``Optional``: what ``Result.get(name)`` returns."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: Optional[T]) -> None:
-        self._value = value
-
-    def isPresent(self) -> bool:
-        return self._value is not None
-
-    def isEmpty(self) -> bool:
-        return self._value is None
-
-    def get(self) -> T:
-        if self._value is None:
-            raise KeyError("no value present")
-        return self._value
-
-    def orElse(self, other: Any) -> Any:
-        return self._value if self._value is not None else other
-
-    def __bool__(self) -> bool:
-        return self._value is not None
-
-    def __repr__(self) -> str:
-        return f"Optional[{self._value!r}]" if self._value is not None else "Optional.empty"
 
 
 class Entry(NamedTuple):
@@ -162,7 +128,7 @@ class Result:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise OrtException.invalid_argument("this Result is closed")
+            raise OrtClosedException("Result")
 
     def get(self, key: Union[int, str]) -> Any:
         """``get(int)`` → the value at that position; ``get(str)`` → an Optional of the named value."""
@@ -194,6 +160,7 @@ class Result:
         return value
 
     def size(self) -> int:
+        """How many outputs this Result holds (also ``len(result)``)."""
         return len(self._values)
 
     def __len__(self) -> int:
@@ -207,10 +174,12 @@ class Result:
         return list(self._names)
 
     def values(self) -> List[OnnxValue]:
+        """The values, in order (raises ``OrtClosedException`` once closed)."""
         self._check_open()
         return list(self._values)
 
     def items(self) -> List[Tuple[str, OnnxValue]]:
+        """(name, value) pairs, in order (raises ``OrtClosedException`` once closed)."""
         self._check_open()
         return list(zip(self._names, self._values))
 
@@ -232,6 +201,7 @@ class Result:
 
     @property
     def closed(self) -> bool:
+        """Whether ``close()`` was called."""
         return self._closed
 
     def __enter__(self) -> "Result":
@@ -286,19 +256,53 @@ class OrtSession(NativeHandle):
             raise
         self._input_pos = {n: i for i, n in enumerate(self._input_names)}
         self._output_pos = {n: i for i, n in enumerate(self._output_names)}
+        try:
+            self._input_specs = self._read_input_specs(path, data)
+        except BaseException:
+            self.close()
+            raise
+        self._symbolic = any(spec.symbolic() for spec in self._input_specs)
+
+    def _read_input_specs(self, path: Optional[str], data: Optional[bytes]) -> List[InputSpec]:
+        """Each input's signature, checked before every run: ``SessionGetInputTypeInfo``, except that
+        it gives rank 0 both for a scalar and for an input declared without a shape (any rank): the
+        model's own graph input tells them apart (``_signature.model_inputs``), and where it cannot
+        be read, rank 0 is taken as any rank. A non-tensor input is left to the runtime."""
+        declared = model_inputs(path, data, self._input_names)
+        specs = []
+        for i, name in enumerate(self._input_names):
+            out = ffi.new("OrtTypeInfo**")
+            check_status(self._rt.api.SessionGetInputTypeInfo(self._ptr, i, out), f"type of input {name!r}")
+            with TypeInfo(out[0]) as type_info:
+                try:
+                    info = type_info.toTensorInfo(repr(name))
+                except OrtException:
+                    specs.append(ANY_INPUT)
+                    continue
+            dims: Optional[Tuple[Tuple[int, str], ...]] = tuple(
+                (d if d >= 0 else -1, n) for d, n in zip(info.shape, info.getDimensionNames())
+            )
+            if not dims:
+                dims = declared[name].dims if name in declared else None
+            specs.append(InputSpec.of(info.onnxType, dims))
+        return specs
 
     def getInputNames(self) -> "NameSet":
+        """The model's input names, in its order (an ordered, read-only set)."""
         self._handle()
         return self._input_names
 
     def getOutputNames(self) -> "NameSet":
+        """The model's output names, in its order (an ordered, read-only set)."""
         self._handle()
         return self._output_names
 
     def getNumInputs(self) -> int:
+        """How many inputs the model has."""
         return len(self.getInputNames())
 
     def getNumOutputs(self) -> int:
+        """How many outputs the model has."""
         return len(self.getOutputNames())
 
     def _infos(self, getter: Any, names: Iterable[str]) -> Dict[str, NodeInfo]:
@@ -356,12 +360,11 @@ class OrtSession(NativeHandle):
         tensors: List[OnnxTensor] = []
         made: List[OnnxTensor] = []
         try:
+            specs = self._input_specs
             for name, value in inputs.items():
-                tensor, made_here = tensor_for_input(name, value)
-                if made_here:
-                    made.append(tensor)
-                refuse_zero_sized(name, tensor)
-                tensors.append(tensor)
+                tensors.append(checked_input("the model's", name, value, specs[self._input_pos[name]], made))
+            if self._symbolic:  # e.g. one batch size for all inputs: a mismatch fails in a kernel, with a log line
+                check_symbolic("the model's", [(n, specs[self._input_pos[n]], t._dims or ()) for n, t in zip(inputs, tensors)])
             # ONNX Runtime's Run may be called from several threads at once: no lock, only pins,
             # so that a close() meanwhile waits for the last run.
             in_use: List[NativeHandle] = [self, *tensors] + ([runOptions] if runOptions is not None else [])

@@ -1,76 +1,54 @@
-"""Facade: ``OnnxValue``, ``OnnxTensor`` and ``TensorInfo`` (Java's ai.onnxruntime classes), numpy in and out.
+"""Facade: ``OnnxValue`` and ``OnnxTensor`` (Java's ai.onnxruntime classes), numpy in and out.
 
-The numpy boundary, in one place:
+The element types and their Java descriptions (``TensorInfo``, ``OnnxTensorType``, ``OnnxJavaType``)
+are in ``tensor_info.py``; turning Python data into arrays, and raw bits into values, in
+``_conversions.py``; string tensors in ``_strings.py``. Here, the tensor itself:
 
-- ``DTYPE_TO_ONNX`` maps numpy dtypes to ONNX element types (every numeric type the CPU runtime
-  handles, plus bool); anything else (strings, objects, complex) is refused with a clear error.
-- ``OnnxTensor.createTensor(env, array)`` does not copy a C-contiguous, aligned, native-order array:
-  the tensor is created over its memory (``CreateTensorWithDataAsOrtValue``) and keeps the array
-  alive. Any other array (Fortran order, strided views, byte-swapped) is copied once.
-- ``getValue()`` always returns a fresh array the caller owns (0-d for a scalar): nothing handed
-  out aliases memory that ``close()`` frees.
+- Memory. ``createTensor(env, array)`` does not copy a C-contiguous, aligned, native-order numeric
+  array: the tensor is created over its memory (``CreateTensorWithDataAsOrtValue``) and keeps the
+  array alive; any other array is copied once. So do ``createTensor(env, buffer, shape[, type])``
+  over numpy arrays and bytes-like objects. Python data (scalars, str, nested lists) is copied
+  into memory the tensor owns. String tensors live in the runtime (``CreateTensorAsOrtValue`` +
+  ``FillStringTensor``).
+- Java's buffer semantics: ``getBufferRef()`` gives the array a tensor made over a buffer reads
+  and writes (the caller's own memory, or the copy made of it: then ``ownsBuffer()`` is True);
+  tensors made from Python data, and those the runtime allocated, have none.
+- Reading. ``getValue()`` always returns a fresh array the caller owns (0-d for a scalar); the
+  ``get*Buffer()`` getters a fresh flat copy, or None where Java returns null (another type).
+  Nothing handed out aliases memory that ``close()`` frees.
 """
 from __future__ import annotations
 
-import enum
 import threading
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ._conversions import array_for, as_tensor_array, buffer_array, data_array, values_from_bits
 from ._errors import OrtException
 from ._handles import NativeHandle, process
+from ._optional import Optional_
+from ._signature import InputSpec
+from ._strings import decode_strings, encode_elements, fill_string_tensor, new_string_tensor, read_strings
 from .capi import check_status, ffi, get_runtime
+from .fp16 import bf16_to_float, mlas_fp16_to_float
+from .tensor_info import (
+    BITS_TYPES,
+    DTYPE_TO_ONNX,
+    NUMPY_DTYPES,
+    ONNX_TO_DTYPE,
+    STRING,
+    VALUE_DTYPES,
+    OnnxJavaType,
+    OnnxTensorType,
+    OnnxValueType,
+    TensorInfo,
+    byte_size,
+    storage_dtype,
+)
 
-
-class OnnxTensorType(enum.IntEnum):
-    """ONNX tensor element types (``ONNXTensorElementDataType``)."""
-
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED = 0
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT = 1
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 = 2
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8 = 3
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16 = 4
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16 = 5
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32 = 6
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 = 7
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING = 8
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL = 9
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 = 10
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE = 11
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32 = 12
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64 = 13
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_COMPLEX64 = 14
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_COMPLEX128 = 15
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16 = 16
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN = 17
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FNUZ = 18
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2 = 19
-    ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2FNUZ = 20
-
-    @classmethod
-    def mapFromInt(cls, value: int) -> "OnnxTensorType":
-        return _ONNX_TYPES.get(value, cls.ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED)
-
-
-_ONNX_TYPES = {int(t): t for t in OnnxTensorType}  # a dict lookup: the enum's own call is slow
 _T = OnnxTensorType
-DTYPE_TO_ONNX: Dict[np.dtype, OnnxTensorType] = {
-    np.dtype(np.float32): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
-    np.dtype(np.uint8): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
-    np.dtype(np.int8): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8,
-    np.dtype(np.uint16): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16,
-    np.dtype(np.int16): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16,
-    np.dtype(np.int32): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32,
-    np.dtype(np.int64): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64,
-    np.dtype(np.bool_): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL,
-    np.dtype(np.float16): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16,
-    np.dtype(np.float64): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE,
-    np.dtype(np.uint32): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32,
-    np.dtype(np.uint64): _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64,
-}
-ONNX_TO_DTYPE = {onnx_type: dtype for dtype, onnx_type in DTYPE_TO_ONNX.items()}
-_DTYPE_BY_CODE: Dict[int, np.dtype] = {int(onnx_type): dtype for onnx_type, dtype in ONNX_TO_DTYPE.items()}
+_DTYPE_BY_CODE: Dict[int, np.dtype] = {int(onnx_type): dtype for onnx_type, dtype in NUMPY_DTYPES.items()}
 _SCALAR_POINTER_POINTERS = {  # to read a one-element tensor directly (float16 has no C type)
     np.dtype(dtype): ffi.typeof(ctype)
     for dtype, ctype in (
@@ -79,55 +57,6 @@ _SCALAR_POINTER_POINTERS = {  # to read a one-element tensor directly (float16 h
         (np.uint8, "uint8_t**"), (np.uint16, "uint16_t**"), (np.uint32, "uint32_t**"), (np.uint64, "uint64_t**"),
     )
 }
-
-
-class OnnxValueType(enum.IntEnum):
-    """``ONNXType``: what kind of value an ``OnnxValue`` holds."""
-
-    ONNX_TYPE_UNKNOWN = 0
-    ONNX_TYPE_TENSOR = 1
-    ONNX_TYPE_SEQUENCE = 2
-    ONNX_TYPE_MAP = 3
-    ONNX_TYPE_OPAQUE = 4
-    ONNX_TYPE_SPARSETENSOR = 5
-    ONNX_TYPE_OPTIONAL = 6
-
-
-class TensorInfo:
-    """Element type and shape of a tensor (Java's ``TensorInfo``); ``-1`` marks a dimension unknown
-    in a model's signature."""
-
-    OnnxTensorType = OnnxTensorType
-
-    def __init__(self, onnx_type: int, shape: Sequence[int], dim_names: Sequence[str] = ()) -> None:
-        self.onnxType = _ONNX_TYPES.get(onnx_type, OnnxTensorType.ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED)
-        self.shape: Tuple[int, ...] = shape if type(shape) is tuple else tuple(int(d) for d in shape)
-        self.dimensionNames: Tuple[str, ...] = tuple(dim_names) if dim_names else ()
-
-    @property
-    def dtype(self) -> Optional[np.dtype]:
-        """The numpy dtype of the elements (None for a type numpy lacks)."""
-        return ONNX_TO_DTYPE.get(self.onnxType)
-
-    def getShape(self) -> Tuple[int, ...]:
-        return self.shape
-
-    def isScalar(self) -> bool:
-        return len(self.shape) == 0
-
-    def getNumElements(self) -> int:
-        if any(d < 0 for d in self.shape):
-            raise OrtException.invalid_argument(f"shape {list(self.shape)} has unknown dimensions")
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TensorInfo) and (self.onnxType, self.shape) == (other.onnxType, other.shape)
-
-    def __hash__(self) -> int:
-        return hash((self.onnxType, self.shape))
-
-    def __repr__(self) -> str:
-        return f"TensorInfo(onnxType={self.onnxType.name}, shape={list(self.shape)})"
 
 
 class _Scratch(threading.local):
@@ -168,15 +97,17 @@ _calls: Optional[_Calls] = None
 
 
 def calls() -> _Calls:
+    """The per-output C functions, looked up on first use (the runtime loads then)."""
     global _calls
     if _calls is None:
         _calls = _Calls(get_runtime().api)
     return _calls
 
 
-def read_tensor_info(info_ptr: Any) -> TensorInfo:
+def read_tensor_info(info_ptr: Any, with_names: bool = False) -> TensorInfo:
     """A ``TensorInfo`` from an ``OrtTensorTypeAndShapeInfo*`` (which the caller still owns). On the
-    hot path (every output read): per-thread out-parameters."""
+    hot path (every output read): per-thread out-parameters. ``with_names``: also the symbolic
+    dimension names (``GetSymbolicDimensions``; a model signature's)."""
     c, scratch = _calls or calls(), _scratch
     element_type, count = scratch.element_type, scratch.count
     status = c.GetTensorElementType(info_ptr, element_type)
@@ -187,11 +118,16 @@ def read_tensor_info(info_ptr: Any) -> TensorInfo:
         check_status(status, "GetDimensionsCount")
     rank = count[0]
     shape: Tuple[int, ...] = ()
+    names: Tuple[str, ...] = ()
     if rank:
         dims = scratch.dims if rank <= 16 else ffi.new("int64_t[]", rank)
         check_status(c.GetDimensions(info_ptr, dims, rank), "GetDimensions")
         shape = tuple(dims[0:rank])
-    return TensorInfo(element_type[0], shape)
+        if with_names:
+            symbolic = ffi.new("const char*[]", rank)
+            check_status(get_runtime().api.GetSymbolicDimensions(info_ptr, symbolic, rank), "GetSymbolicDimensions")
+            names = tuple(ffi.string(p).decode("utf-8", "replace") if p else "" for p in symbolic)
+    return TensorInfo(element_type[0], shape, names)
 
 
 class TensorTypeAndShapeInfo(NativeHandle):
@@ -203,6 +139,7 @@ class TensorTypeAndShapeInfo(NativeHandle):
         self._own(ptr, get_runtime().api.ReleaseTensorTypeAndShapeInfo)
 
     def toTensorInfo(self) -> TensorInfo:
+        """The element type and shape it describes."""
         return read_tensor_info(self._handle())
 
 
@@ -215,13 +152,13 @@ class TypeInfo(NativeHandle):
         self._own(ptr, get_runtime().api.ReleaseTypeInfo)
 
     def toTensorInfo(self, what: str) -> TensorInfo:
-        """The tensor type and shape (``CastTypeInfoToTensorInfo``: borrowed, owned by this TypeInfo)."""
+        """The tensor type, shape and dimension names (``CastTypeInfoToTensorInfo``: borrowed, owned by this TypeInfo)."""
         rt = get_runtime()
         tensor_info = ffi.new("const OrtTensorTypeAndShapeInfo**")
         check_status(rt.api.CastTypeInfoToTensorInfo(self._handle(), tensor_info), "CastTypeInfoToTensorInfo")
         if not tensor_info[0]:
             raise OrtException.invalid_argument(f"{what} is not a tensor")
-        return read_tensor_info(tensor_info[0])
+        return read_tensor_info(tensor_info[0], with_names=True)
 
 
 def _value_tensor_info(value_ptr: Any) -> TensorInfo:
@@ -238,34 +175,17 @@ def _value_tensor_info(value_ptr: Any) -> TensorInfo:
         c.ReleaseTensorTypeAndShapeInfo(info_ptr)
 
 
-def as_tensor_array(data: Any, what: str = "tensor data") -> np.ndarray:
-    """``data`` as an array the runtime can read in place: supported dtype, native order, C-contiguous, aligned.
-
-    A conforming array comes back as it is; any other is copied once."""
-    array = data if isinstance(data, np.ndarray) else np.asarray(data)
-    dtype = array.dtype
-    if dtype not in DTYPE_TO_ONNX:
-        native = dtype.newbyteorder("=") if dtype.byteorder not in ("=", "|") else dtype
-        if native not in DTYPE_TO_ONNX:
-            kinds = ", ".join(sorted(str(d) for d in DTYPE_TO_ONNX))
-            raise OrtException.invalid_argument(
-                f"{what} has dtype {dtype}, which ort_cffi cannot pass to ONNX Runtime (supported: {kinds})"
-            )
-        return np.array(array, dtype=native, order="C")
-    if not (array.flags.c_contiguous and array.flags.aligned):
-        return np.array(array, order="C")
-    return array
-
-
 class OnnxValue(NativeHandle):
     """A value the runtime reads or produced (``OrtValue``). Only tensors are produced by training models."""
 
     _kind = "OnnxValue"
 
     def getValue(self) -> Any:
+        """The value as Python data (see ``OnnxTensor.getValue``)."""
         raise NotImplementedError
 
     def getType(self) -> OnnxValueType:
+        """The kind of value (Java's ``getType``): ONNX_TYPE_TENSOR for a tensor."""
         self._handle()
         return OnnxValueType.ONNX_TYPE_TENSOR
 
@@ -286,52 +206,116 @@ def close_all(values: Union[Mapping[Any, Any], Iterable[Any]]) -> None:
             value.close()
 
 
+# What each typed getter accepts: element type → the dtype of the copy it returns.
+_FLOAT_BUFFER = dict.fromkeys((_T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16, _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16))
+_SHORT_BUFFER = {
+    _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16: np.dtype(np.int16), _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16: np.dtype(np.uint16),
+    _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: np.dtype(np.int16), _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: np.dtype(np.int16),
+}
+_INT_BUFFER = {_T.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: np.dtype(np.int32), _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32: np.dtype(np.uint32)}
+_LONG_BUFFER = {_T.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: np.dtype(np.int64), _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64: np.dtype(np.uint64)}
+_DOUBLE_BUFFER = {_T.ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: np.dtype(np.float64)}
+
+
 class OnnxTensor(OnnxValue):
-    """A tensor: over a numpy array's memory (``createTensor``), or allocated by the runtime (outputs)."""
+    """A tensor: over numpy memory (``createTensor``), or allocated by the runtime (outputs, strings)."""
 
     _kind = "OnnxTensor"
-    _array: Optional[np.ndarray] = None
+    _array: Optional[np.ndarray] = None  # the memory the tensor is over (None: the runtime's)
+    _plain = True  # ``_array`` holds the values themselves (not the raw bits of a type numpy lacks)
     _info: Optional[TensorInfo] = None
     _empty: Optional[bool] = None  # has a zero-sized dimension (None: not known yet)
     _writable = True  # the runtime may write into its memory (decided once, at creation)
     _buffer: Any = None
+    _ref: Optional[np.ndarray] = None  # what getBufferRef() hands out
+    _owns = False  # the memory is a copy ort_cffi made of the caller's buffer (Java's ownsBuffer)
+    _checked: Optional[InputSpec] = None  # the input signature this tensor last passed (see checked_input)
+    _dims: Optional[Tuple[int, ...]] = None  # its shape, once checked
 
     @classmethod
-    def createTensor(cls, env: Any, data: Any, shape: Optional[Sequence[int]] = None) -> "OnnxTensor":
-        """A tensor over ``data`` (numpy array, scalar or nested sequence), optionally reshaped.
+    def createTensor(cls, env: Any, data: Any, shape: Optional[Sequence[int]] = None, type: Any = None) -> "OnnxTensor":
+        """A tensor of ``data`` (Java's ``createTensor`` overloads; ``env`` is the ``OrtEnvironment``).
 
-        ``env`` is the ``OrtEnvironment`` (Java's first argument); a C-contiguous array is not copied
-        and is kept alive by the tensor (``CreateTensorWithDataAsOrtValue``)."""
-        array = as_tensor_array(data)
-        if shape is not None:
-            shape = tuple(int(d) for d in shape)
-            count = int(np.prod(shape, dtype=np.int64))
-            if count != array.size or any(d < 0 for d in shape):
-                raise OrtException.invalid_argument(
-                    f"cannot view {array.size} elements of shape {list(array.shape)} as shape {list(shape)}"
-                )
-            array = array.reshape(shape)  # a view: the array is contiguous
-        return cls._over_array(array)
+        - ``createTensor(env, data)``: ``data`` is a Python scalar (``bool``, ``int`` → int64,
+          ``float`` → float64, ``str``), a numpy scalar or array of any supported dtype (str too),
+          a bytes-like object (raw bytes → int8), or nested lists/tuples of these.
+        - ``createTensor(env, buffer, shape)`` and ``createTensor(env, buffer, shape, type)``: the
+          elements of a numpy array or bytes-like ``buffer`` as a tensor of ``shape``; ``type`` (an
+          ``OnnxJavaType`` or ``OnnxTensorType``) reads raw memory as that element type (e.g.
+          ``OnnxJavaType.BFLOAT16`` over bytes). A flat list of str or numbers with a shape works too.
+
+        A C-contiguous, aligned, native-order array (or buffer) is not copied: the tensor reads and
+        writes its memory and keeps it alive (``getBufferRef()``); other memory is copied once
+        (``ownsBuffer()`` is then True). Python data is copied. Raises ``OrtException`` (also a
+        ``ValueError``) for data that cannot be a tensor (ragged, mixed, unsupported objects or
+        dtypes) and for a buffer whose size does not match the shape. The caller owns the tensor."""
+        if shape is None and type is None:
+            if isinstance(data, np.ndarray):  # a buffer: zero-copy when its layout allows
+                array, onnx_type = array_for(data)
+                if onnx_type == STRING:
+                    return cls._of_strings(array, array.shape)
+                tensor = cls._over_array(array, onnx_type)
+                tensor._ref, tensor._owns = array, array is not data and not np.may_share_memory(array, data)
+                return tensor
+            array, onnx_type = data_array(data)
+            if onnx_type == STRING:
+                return cls._of_strings(array, array.shape)
+            tensor = cls._over_array(array, onnx_type)
+            if _is_buffer(data):  # bytes-like: read in place, as Java's ByteBuffer
+                tensor._ref, tensor._owns = array, not _shares_buffer(array, data)
+            return tensor
+        if shape is None:
+            raise OrtException.invalid_argument("an element type needs a shape: createTensor(env, buffer, shape, type)")
+        array, onnx_type, dims, copied = buffer_array(data, shape, type)
+        if onnx_type == STRING:
+            return cls._of_strings(array, dims)
+        tensor = cls._over_array(array, onnx_type, dims)
+        if isinstance(data, np.ndarray) or _is_buffer(data):  # Java's Buffer overloads
+            tensor._ref, tensor._owns = array, copied
+        return tensor
 
     @classmethod
-    def _over_array(cls, array: np.ndarray) -> "OnnxTensor":
-        """A tensor over a conforming array (see ``as_tensor_array``) without copying it."""
+    def _over_array(cls, array: np.ndarray, onnx_type: Optional[OnnxTensorType] = None, dims: Optional[Sequence[int]] = None) -> "OnnxTensor":
+        """A tensor over a conforming array (see ``as_tensor_array``) without copying it. ``onnx_type``
+        and ``dims`` describe memory that holds raw bits (bfloat16, float8, packed int4)."""
         c = calls()
         tensor = cls.__new__(cls)
         buffer = ffi.from_buffer("char[]", array, require_writable=False)
-        ndim = array.ndim
+        if onnx_type is None:
+            onnx_type = DTYPE_TO_ONNX[array.dtype]
+        shape = array.shape if dims is None else tuple(dims)
+        ndim = len(shape)
         out = _scratch.value
         status = c.CreateTensorWithDataAsOrtValue(
             process.memory_info()._handle(), buffer, array.nbytes,
-            ffi.new("int64_t[]", array.shape) if ndim else ffi.NULL, ndim, DTYPE_TO_ONNX[array.dtype], out,
+            ffi.new("int64_t[]", shape) if ndim else ffi.NULL, ndim, onnx_type, out,
         )
         if status:
             check_status(status, "CreateTensorWithDataAsOrtValue")
         tensor._own(out[0], c.ReleaseValue)
         tensor._array = array  # the memory the tensor reads and writes: kept alive with it
         tensor._buffer = buffer
-        tensor._empty = array.size == 0
+        tensor._empty = 0 in shape
         tensor._writable = bool(array.flags.writeable)
+        if onnx_type in BITS_TYPES:
+            tensor._plain = False
+            tensor._info = TensorInfo(onnx_type, shape)
+        return tensor
+
+    @classmethod
+    def _of_strings(cls, elements: np.ndarray, shape: Sequence[int]) -> "OnnxTensor":
+        """A string tensor of ``shape`` holding ``elements`` (an object array of str/bytes): allocated
+        by the runtime (``CreateTensorAsOrtValue``), filled with ``FillStringTensor``."""
+        encoded = encode_elements(elements)  # before anything native: a bad element leaks nothing
+        shape = tuple(shape)
+        tensor = cls._adopt(new_string_tensor(shape))
+        try:
+            fill_string_tensor(tensor._ptr, encoded)
+        except BaseException:
+            tensor.close()
+            raise
+        tensor._info = TensorInfo(STRING, shape)
+        tensor._empty = 0 in shape
         return tensor
 
     @classmethod
@@ -345,6 +329,20 @@ class OnnxTensor(OnnxValue):
     def writable(self) -> bool:
         """False for a tensor over read-only memory (it cannot be a pinned output)."""
         return self._writable
+
+    def ownsBuffer(self) -> bool:
+        """True when the tensor's memory is a copy ort_cffi made of the buffer it was given (Java's
+        ``ownsBuffer``): a strided, misaligned or byte-swapped array, say. False for a tensor over
+        the caller's own memory, one made from Python data, and one the runtime allocated."""
+        self._handle()
+        return self._owns
+
+    def getBufferRef(self) -> "Optional_[np.ndarray]":
+        """The numpy array a tensor made over a buffer reads and writes (Java's ``getBufferRef``):
+        writing into it changes the tensor. Empty for tensors made from Python data and those the
+        runtime allocated."""
+        self._handle()
+        return Optional_(self._ref)
 
     def getInfo(self) -> TensorInfo:
         """Element type and shape (``GetTensorTypeAndShape``)."""
@@ -363,8 +361,11 @@ class OnnxTensor(OnnxValue):
         return self._info
 
     def getValue(self) -> np.ndarray:
-        """A copy of the data as a numpy array the caller owns (0-d for a scalar)."""
-        if self._array is not None:
+        """A copy of the values as a numpy array the caller owns, in the tensor's shape (0-d for a
+        scalar). numpy's dtypes where numpy has the type (float16 stays float16); bfloat16 and the
+        float8 types as float32 (exact), int4/uint4 as int8/uint8, strings as an object array of
+        ``str`` (UTF-8; raises for bytes that are not, see ``getStringTensor(raw=True)``)."""
+        if self._array is not None and self._plain:
             self._handle()
             return self._array.copy()  # numpy's memory, held by this object: no native read
         ptr = self._use()  # pinned: a close() from another thread waits until the read is done
@@ -374,7 +375,7 @@ class OnnxTensor(OnnxValue):
                 info = self._info = _value_tensor_info(ptr)
             dtype = _DTYPE_BY_CODE.get(info.onnxType)
             if dtype is None:
-                raise OrtException.invalid_argument(f"tensor element type {info.onnxType.name} has no numpy equivalent")
+                return self._special_value(ptr, info)
             shape = info.shape
             count = 1
             for dim in shape:
@@ -394,6 +395,92 @@ class OnnxTensor(OnnxValue):
         finally:
             self._unuse()
 
+    def _special_value(self, ptr: Any, info: TensorInfo) -> np.ndarray:
+        """getValue() of a string tensor or a type numpy lacks."""
+        count = info.getNumElements()
+        if info.onnxType == STRING:
+            return decode_strings(read_strings(ptr, count), info.shape)
+        if info.onnxType in BITS_TYPES:
+            return values_from_bits(info.onnxType, self._storage(ptr, info), count).reshape(info.shape)
+        raise OrtException.invalid_argument(f"ort_cffi cannot read a tensor of element type {info.onnxType.name}")
+
+    def _storage(self, ptr: Any, info: TensorInfo) -> np.ndarray:
+        """A flat copy of the tensor's memory, in its storage dtype (uint8 for packed int4)."""
+        storage = storage_dtype(info.onnxType)
+        if storage is None:
+            raise OrtException.invalid_argument(f"a {info.onnxType.name} tensor has no numeric memory to read")
+        nbytes = byte_size(info.onnxType, info.getNumElements())
+        if nbytes == 0:
+            return np.empty(0, storage)
+        data = _scratch.data
+        check_status((_calls or calls()).GetTensorMutableData(ptr, data), "GetTensorMutableData")
+        return np.frombuffer(ffi.buffer(data[0], nbytes), dtype=storage).copy()
+
+    def _read_as(self, accept: Any, convert: Any = None) -> Optional[np.ndarray]:
+        """A flat copy of the memory viewed as ``accept[element type]`` (None for other types), then
+        ``convert(copy, element type)`` if given."""
+        ptr = self._use()
+        try:
+            info = self._info
+            if info is None:
+                info = self._info = _value_tensor_info(ptr)
+            if info.onnxType not in accept:
+                return None
+            raw = self._storage(ptr, info)
+        finally:
+            self._unuse()
+        if convert is not None:
+            return convert(raw, info.onnxType)
+        return raw.view(accept[info.onnxType])
+
+    def getByteBuffer(self) -> Optional[np.ndarray]:
+        """A flat uint8 copy of the tensor's memory, in native byte order (Java's ``getByteBuffer``);
+        None for a string tensor, whose strings live outside it."""
+        return self._read_as(_ANY_NUMERIC, lambda raw, _: raw.view(np.uint8))
+
+    def getFloatBuffer(self) -> Optional[np.ndarray]:
+        """A flat float32 copy of a FLOAT tensor, or of a FLOAT16 or BFLOAT16 one converted up
+        (bit-exact to Java's ``Fp16Conversions``); None for other types (Java's ``getFloatBuffer``)."""
+        return self._read_as(_FLOAT_BUFFER, _to_float32)
+
+    def getDoubleBuffer(self) -> Optional[np.ndarray]:
+        """A flat float64 copy of a DOUBLE tensor; None for other types (Java's ``getDoubleBuffer``)."""
+        return self._read_as(_DOUBLE_BUFFER)
+
+    def getShortBuffer(self) -> Optional[np.ndarray]:
+        """A flat copy of a 16-bit tensor: int16 for INT16, uint16 for UINT16, the raw bits as int16
+        (Java's ``short``) for FLOAT16 and BFLOAT16; None for other types (Java's ``getShortBuffer``)."""
+        return self._read_as(_SHORT_BUFFER)
+
+    def getIntBuffer(self) -> Optional[np.ndarray]:
+        """A flat copy of an INT32 (int32) or UINT32 (uint32) tensor; None for other types."""
+        return self._read_as(_INT_BUFFER)
+
+    def getLongBuffer(self) -> Optional[np.ndarray]:
+        """A flat copy of an INT64 (int64) or UINT64 (uint64) tensor; None for other types."""
+        return self._read_as(_LONG_BUFFER)
+
+    def getStringTensor(self, raw: bool = False) -> np.ndarray:
+        """The strings of a string tensor, an object array in its shape: ``str`` (UTF-8 decoded), or
+        with ``raw=True`` the ``bytes`` the runtime holds. Raises ``OrtException`` for a tensor of
+        another element type (``GetStringTensorDataLength``/``GetStringTensorContent``)."""
+        ptr = self._use()
+        try:
+            info = self._info
+            if info is None:
+                info = self._info = _value_tensor_info(ptr)
+            if info.onnxType != STRING:
+                raise OrtException.invalid_argument(f"this tensor holds {info.onnxType.name}, not strings")
+            return decode_strings(read_strings(ptr, info.getNumElements()), info.shape, raw)
+        finally:
+            self._unuse()
+
+    def toString(self) -> str:
+        """Java's text: ``OnnxTensor(info=TensorInfo(...),closed=false)``."""
+        info = self._info if self._closed else self.getInfo()
+        closed = "true" if self._closed else "false"
+        return f"OnnxTensor(info={info.toString() if info is not None else 'unknown'},closed={closed})"
+
     def _has_zero_sized_dimension(self) -> bool:
         if self._empty is None:
             self._empty = 0 in self.getInfo().shape
@@ -403,6 +490,34 @@ class OnnxTensor(OnnxValue):
         if self._closed:
             return "<OnnxTensor closed>"
         return f"<OnnxTensor {self.getInfo()!r}>"
+
+
+_ANY_NUMERIC = {t: None for t in VALUE_DTYPES if t != STRING}
+
+
+def _to_float32(raw: np.ndarray, onnx_type: OnnxTensorType) -> np.ndarray:
+    if onnx_type == _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16:
+        return np.asarray(mlas_fp16_to_float(raw.view(np.uint16)), dtype=np.float32).reshape(-1)
+    if onnx_type == _T.ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16:
+        return np.asarray(bf16_to_float(raw.view(np.uint16)), dtype=np.float32).reshape(-1)
+    return raw.view(np.float32)
+
+
+def _is_buffer(obj: Any) -> bool:
+    """True for a bytes-like object that is not Python data (bytes, bytearray, memoryview, array.array, ...)."""
+    if isinstance(obj, (str, list, tuple, int, float, np.generic, np.ndarray)):
+        return False
+    try:
+        memoryview(obj).release()
+    except TypeError:
+        return False
+    return True
+
+
+def _shares_buffer(array: np.ndarray, buffer: Any) -> bool:
+    """Whether ``array`` lies in ``buffer``'s memory (False when the buffer had to be copied)."""
+    view = memoryview(buffer)
+    return view.c_contiguous and np.may_share_memory(array, np.frombuffer(view, dtype=np.uint8))
 
 
 def adopt_outputs(out_values: Any, count: int) -> "list[Optional[OnnxTensor]]":
@@ -422,24 +537,7 @@ def check_outputs(status: Any, values: "Sequence[Optional[OnnxTensor]]", context
         check_status(status, context)
 
 
-def refuse_zero_sized(name: str, tensor: OnnxTensor) -> None:
-    """ONNX Runtime 1.19 dies (SIGFPE) on zero-sized inputs in common operators (Gemm,
-    SoftmaxCrossEntropyLoss): refuse them before the native call."""
-    if tensor._has_zero_sized_dimension():
-        raise OrtException.invalid_argument(
-            f"input {name!r} has a zero-sized dimension (shape {list(tensor.getInfo().shape)}): "
-            "ONNX Runtime crashes on empty batches, so they are refused"
-        )
-
-
-def tensor_for_input(name: str, value: Any) -> Tuple[OnnxTensor, bool]:
-    """(tensor, made_here) for an input given as an ``OnnxTensor`` or a numpy array."""
-    if isinstance(value, OnnxTensor):
-        return value, False
-    if isinstance(value, OnnxValue):
-        raise OrtException.invalid_argument(f"input {name!r}: only tensors are supported, not {type(value).__name__}")
-    if not isinstance(value, (np.ndarray, np.generic)):
-        raise OrtException.invalid_argument(
-            f"input {name!r} must be an OnnxTensor or a numpy array, not {type(value).__name__}"
-        )
-    return OnnxTensor._over_array(as_tensor_array(value, f"input {name!r}")), True
+__all__ = [
+    "DTYPE_TO_ONNX", "ONNX_TO_DTYPE", "OnnxJavaType", "OnnxTensor", "OnnxTensorType", "OnnxValue", "OnnxValueType",
+    "TensorInfo", "as_tensor_array",
+]

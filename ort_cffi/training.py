@@ -31,6 +31,8 @@ from .capi import check_status, ffi, get_runtime
 from .options import RunOptions, SessionOptions
 from ._files import PathLike, PathOrBytes, atomic_write, existing_file, fspath, native_path, read_model
 from .session import NameSet, Result
+from ._inputs import ANY_INPUT, checked_input
+from ._signature import InputSpec, check_symbolic, model_inputs
 from .tensor import (
     DTYPE_TO_ONNX,
     OnnxTensor,
@@ -39,8 +41,6 @@ from .tensor import (
     adopt_outputs,
     as_tensor_array,
     check_outputs,
-    refuse_zero_sized,
-    tensor_for_input,
 )
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -276,11 +276,14 @@ class _Selection:
 class _ModelPlan:
     """What one model (training or eval) needs per step, computed once at construction."""
 
-    __slots__ = ("kind", "input_names", "output_names", "input_pos", "output_pos", "in_values", "out_values",
-                 "step", "everything", "cached")
+    __slots__ = ("kind", "what", "input_names", "output_names", "input_pos", "output_pos", "in_values", "out_values",
+                 "step", "everything", "cached", "specs", "pairs", "dims_by_position")
 
-    def __init__(self, kind: str, input_names: Tuple[str, ...], output_names: Tuple[str, ...], step: Any) -> None:
+    def __init__(
+        self, kind: str, input_names: Tuple[str, ...], output_names: Tuple[str, ...], step: Any, specs: Dict[str, InputSpec]
+    ) -> None:
         self.kind = kind
+        self.what = f"the {kind} model's"
         self.input_names = input_names
         self.output_names = output_names
         self.input_pos = {n: i for i, n in enumerate(input_names)}
@@ -290,6 +293,19 @@ class _ModelPlan:
         self.step = step  # the TrainStep or EvalStep function pointer, looked up once
         self.everything = _Selection(output_names, tuple(range(len(output_names))), (), everything=True)
         self.cached: Tuple[Any, Optional[_Selection]] = (None, None)  # (request names, selection): one read, one write
+        # Each input's signature, by position (checked before every step), and the pairs of
+        # (position, axis) that share a symbolic dimension such as the batch size: (a, axis a, b, axis b).
+        self.specs: List[InputSpec] = [specs.get(name, ANY_INPUT) for name in input_names]
+        first: Dict[str, Tuple[int, int]] = {}
+        pairs: List[Tuple[int, int, int, int]] = []
+        for position, spec in enumerate(self.specs):
+            for axis, dim_name in spec.symbolic():
+                if dim_name in first:
+                    pairs.append(first[dim_name] + (position, axis))
+                else:
+                    first[dim_name] = (position, axis)
+        self.pairs = tuple(pairs)
+        self.dims_by_position: List[Any] = [None] * len(input_names)  # the step's input shapes (under the lock)
 
 
 def _split_step_args(
@@ -407,15 +423,15 @@ class OrtTrainingSession(NativeHandle):
         self._optimizer_step = rt.training_api.OptimizerStep  # the per-step calls, looked up once
         self._lazy_reset_grad = rt.training_api.LazyResetGrad
         try:
-            self._train = self._plan("training", rt.training_api.TrainStep)
-            self._eval = self._plan("eval", rt.training_api.EvalStep) if self._has_eval else None
+            self._train = self._plan("training", rt.training_api.TrainStep, train)
+            self._eval = self._plan("eval", rt.training_api.EvalStep, evaluation) if self._has_eval else None
         except BaseException:
             self.close()
             raise
 
     # --- construction helpers ------------------------------------------------------------------
 
-    def _plan(self, kind: str, step: Any) -> _ModelPlan:
+    def _plan(self, kind: str, step: Any, model: Tuple[Optional[str], Optional[bytes]]) -> _ModelPlan:
         t = self._rt.training_api
         if kind == "training":
             inputs = read_names(self._ptr, t.TrainingSessionGetTrainingModelInputCount, t.TrainingSessionGetTrainingModelInputName)
@@ -423,23 +439,29 @@ class OrtTrainingSession(NativeHandle):
         else:
             inputs = read_names(self._ptr, t.TrainingSessionGetEvalModelInputCount, t.TrainingSessionGetEvalModelInputName)
             outputs = read_names(self._ptr, t.TrainingSessionGetEvalModelOutputCount, t.TrainingSessionGetEvalModelOutputName)
-        return _ModelPlan(kind, inputs, outputs, step)
+        # The training C API has no call for the models' input types: they are read from the ONNX
+        # model (its graph inputs only; see _signature.py), once.
+        return _ModelPlan(kind, inputs, outputs, step, model_inputs(model[0], model[1], inputs))
 
     # --- names ---------------------------------------------------------------------------------
 
     def getTrainInputNames(self) -> NameSet:
+        """The training model's input names, in its order (an ordered, read-only set)."""
         self._handle()
         return NameSet(self._train.input_names)
 
     def getTrainOutputNames(self) -> NameSet:
+        """The training model's output names, in its order (the loss first)."""
         self._handle()
         return NameSet(self._train.output_names)
 
     def getEvalInputNames(self) -> NameSet:
+        """The eval model's input names, in its order (empty without an eval model)."""
         self._handle()
         return NameSet(self._eval.input_names if self._eval else ())
 
     def getEvalOutputNames(self) -> NameSet:
+        """The eval model's output names, in its order (empty without an eval model)."""
         self._handle()
         return NameSet(self._eval.output_names if self._eval else ())
 
@@ -578,13 +600,18 @@ class OrtTrainingSession(NativeHandle):
         try:
             if self._closed:
                 raise OrtClosedException(self._kind)
+            specs, dims_by_position = plan.specs, plan.dims_by_position
             for name, value in inputs.items():
                 position = input_pos.get(name)
-                if position is None or type(value) is not OnnxTensor or value._empty is not False:
-                    value = self._input_tensor(plan, inputs, name, value, made)  # or raises
+                if position is None or type(value) is not OnnxTensor or value._checked is not specs[position]:
+                    value = self._input_tensor(plan, inputs, name, value, made)  # checked against the model, or raises
                     position = input_pos[name]
                 in_values[position] = value._ptr  # checked below: pin_all refuses a closed tensor
+                dims_by_position[position] = value._dims
                 in_use.append(value)
+            for a, axis_a, b, axis_b in plan.pairs:  # a shared symbolic dimension (the batch) has one size
+                if dims_by_position[a][axis_a] != dims_by_position[b][axis_b]:
+                    self._refuse_symbolic(plan, dims_by_position)
             if pinned_tensors:
                 in_use += pinned_tensors
             if run_options is not None:
@@ -633,17 +660,17 @@ class OrtTrainingSession(NativeHandle):
         return as_dict
 
     def _input_tensor(self, plan: _ModelPlan, inputs: Mapping[str, Any], name: str, value: Any, made: List[OnnxTensor]) -> OnnxTensor:
-        """The tensor for an input that is not a plain non-empty ``OnnxTensor`` of a known name: a tensor
-        made over an array (appended to ``made``), or an error."""
-        if name not in plan.input_pos:
+        """The tensor for an input not yet known to fit its signature: checked (element type, rank,
+        fixed dimensions, no zero-sized dimension), or made over an array (appended to ``made``) and
+        checked; raises naming the input otherwise."""
+        position = plan.input_pos.get(name)
+        if position is None:
             raise self._bad_inputs(plan, inputs)
-        if type(value) is not OnnxTensor:
-            value, made_here = tensor_for_input(name, value)
-            if made_here:
-                made.append(value)
-        if value._empty is not False:
-            refuse_zero_sized(name, value)
-        return value
+        return checked_input(plan.what, name, value, plan.specs[position], made)
+
+    @staticmethod
+    def _refuse_symbolic(plan: _ModelPlan, dims_by_position: List[Any]) -> None:
+        check_symbolic(plan.what, [(n, plan.specs[i], dims_by_position[i]) for i, n in enumerate(plan.input_names)])
 
     def lazyResetGrad(self) -> None:
         """``LazyResetGrad``: gradients are reset before the next ``trainStep`` accumulates into them."""
@@ -751,14 +778,17 @@ class OrtTrainingSession(NativeHandle):
         self._state.addProperty(propertyName, propertyValue, _via_session=True)
 
     def getIntProperty(self, *args: Any) -> int:
+        """``getIntProperty([allocator,] name)`` on this session's checkpoint state."""
         self._handle()
         return self._state.getIntProperty(*args, _via_session=True)
 
     def getFloatProperty(self, *args: Any) -> float:
+        """``getFloatProperty([allocator,] name)`` on this session's checkpoint state."""
         self._handle()
         return self._state.getFloatProperty(*args, _via_session=True)
 
     def getStringProperty(self, *args: Any) -> str:
+        """``getStringProperty([allocator,] name)`` on this session's checkpoint state."""
         self._handle()
         return self._state.getStringProperty(*args, _via_session=True)
 

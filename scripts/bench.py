@@ -27,8 +27,10 @@ NOTE_RESET). Each variant reports its median time per step; the paired ratios (s
 c and d report their median and p25-p75. Also measured (scripts/bench_startup.py, in child processes):
 import + runtime load (cold and warm image cache), fresh processes to their first training step
 against ONNX Runtime's own Python layer (time and peak memory), the extra resident memory of a tensor
-over a 256 MiB array; and the speed-up of two sessions trained in two threads over the same two one
-after the other. Results go to stdout (a table, target PASS/FAIL lines) and JSON.
+over a 256 MiB array; the speed-up of two sessions trained in two threads over the same two one
+after the other; and the tensor figures: the time to create and close one tensor (over a numpy
+array, the zero-copy path; from a Python scalar) and to read one back (``getValue``, ``getInfo``),
+which ``--tensors`` measures alone. Results go to stdout (a table, target PASS/FAIL lines) and JSON.
 
 ``import onnxruntime`` happens only after ort_cffi has loaded its private runtime image; no object of
 one image ever reaches the other. ``torch`` is blocked from being imported (the bench needs none).
@@ -125,6 +127,106 @@ def summary(values: List[float]) -> Dict[str, float]:
         "max": ordered[-1],
         "n": len(ordered),
     }
+
+
+# --- tensors: create + close, read back ------------------------------------------------------------
+
+TENSOR_CASES = (
+    # (label, what is timed per operation)
+    ("create+close float32 [4, 784] (over numpy)", "create"),
+    ("create+close float32 scalar (over numpy)", "create_scalar"),
+    ("create+close int64 [4] (over numpy)", "create_labels"),
+    ("create+close from a Python float", "create_python"),
+    ("getValue float32 [4, 784]", "get_value"),
+    ("getValue float32 scalar (runtime-allocated)", "get_value_output"),
+    ("getInfo float32 [4, 784]", "get_info"),
+)
+
+
+def measure_tensors(rounds: int, per_round: int) -> dict:
+    """Microseconds per tensor operation: the median over ``rounds`` rounds of ``per_round`` operations each,
+    the cases interleaved round by round (so that a busy moment of the machine hits them all alike)."""
+    from ort_cffi import OnnxTensor, OrtEnvironment
+
+    env = OrtEnvironment.getEnvironment()
+    batch = np.ones((4, 784), np.float32)
+    scalar = np.zeros((), np.float32)
+    labels = np.arange(4, dtype=np.int64)
+    held = OnnxTensor.createTensor(env, batch)
+    identity = _identity_session(env)  # for a runtime-allocated output to read
+    output = identity.run({"x": scalar})
+
+    def create(n: int) -> None:
+        for _ in range(n):
+            OnnxTensor.createTensor(env, batch).close()
+
+    def create_scalar(n: int) -> None:
+        for _ in range(n):
+            OnnxTensor.createTensor(env, scalar).close()
+
+    def create_labels(n: int) -> None:
+        for _ in range(n):
+            OnnxTensor.createTensor(env, labels).close()
+
+    def create_python(n: int) -> None:
+        for _ in range(n):
+            OnnxTensor.createTensor(env, 1.5).close()
+
+    def get_value(n: int) -> None:
+        for _ in range(n):
+            held.getValue()
+
+    value = output[0]
+
+    def get_value_output(n: int) -> None:
+        for _ in range(n):
+            value.getValue()
+
+    def get_info(n: int) -> None:
+        for _ in range(n):
+            held.getInfo()
+
+    functions = {
+        "create": create, "create_scalar": create_scalar, "create_labels": create_labels,
+        "create_python": create_python, "get_value": get_value, "get_value_output": get_value_output, "get_info": get_info,
+    }
+    samples: Dict[str, List[float]] = {key: [] for _, key in TENSOR_CASES}
+    try:
+        for fn in functions.values():
+            fn(per_round // 10 or 1)  # warm-up
+        for round_index in range(rounds):
+            order = [key for _, key in TENSOR_CASES]
+            if round_index % 2:
+                order.reverse()
+            for key in order:
+                t0 = time.perf_counter()
+                functions[key](per_round)
+                samples[key].append((time.perf_counter() - t0) / per_round * 1e6)
+    finally:
+        output.close()
+        identity.close()
+        held.close()
+    return {key: {"label": label, "us": summary(samples[key])} for label, key in TENSOR_CASES}
+
+
+def _identity_session(env: Any) -> Any:
+    """An inference session of one Identity node over a float32 tensor of any shape, built as bytes
+    with ``onnx`` (the test extra installs it)."""
+    import onnx  # type: ignore[import-untyped]
+    from onnx import helper
+
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, None)
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "identity", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return env.createSession(model.SerializeToString())
+
+
+def print_tensors(tensors: dict) -> None:
+    print("\ntensors: microseconds per operation (median, p25-p75)")
+    for entry in tensors.values():
+        s = entry["us"]
+        print(f"  {entry['label']:<46} {s['median']:>8.2f} {s['p25']:>8.2f}-{s['p75']:<8.2f}")
 
 
 # --- the C floor ------------------------------------------------------------------------------------
@@ -649,6 +751,8 @@ def print_report(results: dict) -> None:
     print(f"\nort_cffi bench  ({meta['runtime_version']}, Python {meta['python']}, {meta['cpus']} CPUs, "
           f"load avg {meta['loadavg_start']} -> {meta['loadavg_end']}, {meta['total_s']:.0f} s)")
     print_startup(results)
+    if results.get("tensors"):
+        print_tensors(results["tensors"])
     for model, res in results["steps"].items():
         folder, batch = MODELS[model]
         print(f"\n{model} model ({'784-16-10' if model == 'tiny' else '784-500-10'}, batch {batch}): "
@@ -711,6 +815,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--torch-python", help="an interpreter with torch and the training wheel, for the first-step "
                         "reference (default: .cache/bench-torch, created on first use)")
     parser.add_argument("--no-first-step", action="store_true", help="skip the first-step comparison (it needs torch)")
+    parser.add_argument("--tensors", action="store_true", help="measure only the tensor figures (about 20 s)")
     parser.add_argument("--json", default=str(ROOT / "runs" / "bench.json"), help="where to write the results (default runs/bench.json)")
     args = parser.parse_args(argv)
     quick = args.quick
@@ -723,6 +828,14 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     t_start = time.perf_counter()
     loadavg_start = os.getloadavg()
+    if args.tensors:
+        if "torch" not in sys.modules:
+            sys.modules["torch"] = None  # type: ignore[assignment]
+        tensors = measure_tensors(rounds=15, per_round=2000)
+        print_tensors(tensors)
+        print(f"\n({platform.python_version()}, {os.cpu_count()} CPUs, load avg {[round(x, 2) for x in loadavg_start]} -> "
+              f"{[round(x, 2) for x in os.getloadavg()]}, commit {_git_commit()})")
+        return 0
     results: dict = {"steps": {}, "notes": [NOTE_RESET, NOTE_SHARED]}
     torch_installed = importlib.util.find_spec("torch") is not None
 
@@ -762,7 +875,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         del bench
         gc.collect()
 
-    # 4. Two sessions in two threads.
+    # 4. Tensors: create + close, read back.
+    print("timing tensor creation and reads...", flush=True)
+    results["tensors"] = measure_tensors(rounds=8 if quick else 15, per_round=1000 if quick else 2000)
+
+    # 5. Two sessions in two threads.
     print("timing two sessions in two threads...", flush=True)
     results["threads"] = measure_threads(thread_steps, thread_reps, floor)
 

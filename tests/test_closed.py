@@ -95,6 +95,15 @@ TENSOR_CALLS = {
     "getInfo": lambda o: o.getInfo(),
     "getType": lambda o: o.getType(),
     "getValue": lambda o: o.getValue(),
+    "getBufferRef": lambda o: o.getBufferRef(),
+    "ownsBuffer": lambda o: o.ownsBuffer(),
+    "getByteBuffer": lambda o: o.getByteBuffer(),
+    "getFloatBuffer": lambda o: o.getFloatBuffer(),
+    "getDoubleBuffer": lambda o: o.getDoubleBuffer(),
+    "getShortBuffer": lambda o: o.getShortBuffer(),
+    "getIntBuffer": lambda o: o.getIntBuffer(),
+    "getLongBuffer": lambda o: o.getLongBuffer(),
+    "getStringTensor": lambda o: o.getStringTensor(),
 }
 SESSION_OPTIONS_CALLS = {
     "addCUDA": lambda o: o.addCUDA(0),
@@ -154,7 +163,7 @@ TABLES = {
     RunOptions: RUN_OPTIONS_CALLS,
     OrtSession: INFERENCE_CALLS,
 }
-NOT_INSTANCE_METHODS = {"close", "isClosed"}
+NOT_INSTANCE_METHODS = {"close", "isClosed", "toString"}  # toString answers, as repr does (Java prints closed=true)
 
 
 def _closed_failures(obj, calls: dict) -> list:
@@ -239,6 +248,14 @@ def closed_tensor_over_an_array() -> None:
     tensor = OnnxTensor.createTensor(env, np.ones((2, 3), np.float32))
     tensor.close()
     _assert_all_raise_closed(tensor, TENSOR_CALLS, "tensor over an array")
+    assert tensor.toString().endswith(",closed=true)")  # Java's toString answers on a closed tensor
+
+
+@case
+def closed_string_tensor() -> None:
+    tensor = OnnxTensor.createTensor(env, ["a", "b"])
+    tensor.close()
+    _assert_all_raise_closed(tensor, TENSOR_CALLS, "string tensor")
 
 
 @case

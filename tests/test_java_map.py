@@ -58,17 +58,15 @@ SECTIONS: Dict[str, type] = {
     "OrtException.OrtErrorCode": ort_cffi.OrtErrorCode,
 }
 
-# The Tensors section of the map is written on another branch (issue 17), against tensor classes
-# this branch does not have yet (OnnxJavaType, Fp16Conversions). Its sections are accepted in the
-# map but not checked. When the two halves of the map are merged, the lead moves these into
-# SECTIONS (heading -> getattr(ort_cffi, name)) and empties this dict.
-TENSOR_SECTIONS: Dict[str, str] = {
-    "OnnxTensor": "OnnxTensor",
-    "TensorInfo": "TensorInfo",
-    "TensorInfo.OnnxTensorType": "OnnxTensorType",
-    "OnnxJavaType": "OnnxJavaType",
-    "platform.Fp16Conversions": "Fp16Conversions",
-}
+# The Tensors half of the map (issue 17), merged: these sections are checked like the others.
+SECTIONS.update({
+    "OnnxTensor": ort_cffi.OnnxTensor,
+    "TensorInfo": ort_cffi.TensorInfo,
+    "TensorInfo.OnnxTensorType": ort_cffi.OnnxTensorType,
+    "OnnxJavaType": ort_cffi.OnnxJavaType,
+    "platform.Fp16Conversions": ort_cffi.Fp16Conversions,
+})
+TENSOR_SECTIONS: Dict[str, str] = {}  # sections accepted unchecked: none any more
 
 HEADING = re.compile(r"^(#{2,3}) (.*?)\s*$")
 CLASS_HEADING = re.compile(r"^`([^`]+)`$")
