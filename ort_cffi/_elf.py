@@ -22,6 +22,7 @@ which costs about a second on these files, and the first load must stay well und
 from __future__ import annotations
 
 import dataclasses
+import functools
 import mmap
 import re
 from pathlib import Path
@@ -42,6 +43,7 @@ SUCCESSOR_OF = {old: new for old, new, _, _ in CPYTHON_SUCCESSORS}
 _RELATIVE = {"EM_X86_64": 8, "EM_AARCH64": 1027}  # R_X86_64_RELATIVE, R_AARCH64_RELATIVE
 _MACHINE = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64"}
 _RELA_ENTRY = np.dtype([("offset", "<u8"), ("info", "<u8"), ("addend", "<i8")])
+_SYM_ENTRY = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"), ("size", "<u8")])
 _VERSION_PATTERN = re.compile(rb"\d+\.\d+\.\d+")  # what a version string looks like, when none is given
 _X86_ENDBR64 = b"\xf3\x0f\x1e\xfa"
 _ARM_BTI_C = 0xD503245F
@@ -140,26 +142,31 @@ class _Image:
         entries = np.concatenate(tables)
         return entries[(entries["info"] & 0xFFFFFFFF) == _RELATIVE[self.machine_tag]]
 
-    def dynsym(self) -> Any:
-        """The ``.dynsym`` section (a ``SymbolTableSection``), or None."""
-        from elftools.elf.sections import SymbolTableSection
-
-        section = self.elf.get_section_by_name(".dynsym")
-        return section if isinstance(section, SymbolTableSection) else None
-
     def dynstr_offset(self) -> int:
         section = self.elf.get_section_by_name(".dynstr")
         if section is None:
             raise RuntimeLoadError(f"{self.path} has no .dynstr section")
         return int(section["sh_offset"])
 
+    @functools.cached_property
+    def symbols(self) -> "list[Tuple[str, np.void]]":
+        """``.dynsym`` as (name, Elf64_Sym record) pairs, read in one piece (as the relocations are)."""
+        section = self.elf.get_section_by_name(".dynsym")
+        if section is None or section["sh_entsize"] != _SYM_ENTRY.itemsize:
+            return []
+        table = np.frombuffer(self.data, dtype=_SYM_ENTRY, count=section["sh_size"] // _SYM_ENTRY.itemsize,
+                              offset=section["sh_offset"]).copy()  # a copy: the mapping closes before it goes
+        strings = self.dynstr_offset()
+        names = []
+        for entry in table:
+            start = strings + int(entry["name"])
+            names.append(bytes(self.data[start : self.data.find(b"\0", start)]).decode(errors="replace"))
+        return list(zip(names, table))
+
     def exported(self, name: str) -> Optional[int]:
-        symbols = self.dynsym()
-        if symbols is None:
-            return None
-        for symbol in symbols.get_symbol_by_name(name) or ():
-            if symbol["st_shndx"] != "SHN_UNDEF" and symbol["st_value"]:
-                return int(symbol["st_value"])
+        for symbol_name, entry in self.symbols:
+            if symbol_name == name and entry["shndx"] != 0 and entry["value"]:  # 0: SHN_UNDEF
+                return int(entry["value"])
         return None
 
 
@@ -282,14 +289,14 @@ def cpython_imports(path: "str | Path") -> List[str]:
         image.close()
 
 
+_BINDINGS = {0: "STB_LOCAL", 1: "STB_GLOBAL", 2: "STB_WEAK"}
+
+
 def _undefined(image: _Image) -> Iterator[Tuple[str, int, str]]:
     """(name, st_name, binding) of each undefined symbol in ``.dynsym``."""
-    symbols = image.dynsym()
-    if symbols is None:
-        return
-    for symbol in symbols.iter_symbols():
-        if symbol["st_shndx"] == "SHN_UNDEF" and symbol.name:
-            yield symbol.name, symbol["st_name"], symbol["st_info"]["bind"]
+    for name, entry in image.symbols:
+        if entry["shndx"] == 0 and name:
+            yield name, int(entry["name"]), _BINDINGS.get(int(entry["info"]) >> 4, "STB_OTHER")
 
 
 def plan_renames(path: "str | Path", exported: "Any", interpreter: str) -> List[Rename]:
@@ -334,10 +341,7 @@ def _string_references(image: _Image) -> List[int]:
     from elftools.elf.dynamic import DynamicSection
     from elftools.elf.gnuversions import GNUVerDefSection, GNUVerNeedSection
 
-    references: List[int] = []
-    symbols = image.dynsym()
-    if symbols is not None:
-        references += [symbol["st_name"] for symbol in symbols.iter_symbols()]
+    references: List[int] = [int(entry["name"]) for _, entry in image.symbols]
     for section in image.elf.iter_sections():
         if isinstance(section, DynamicSection):
             for tag in section.iter_tags():

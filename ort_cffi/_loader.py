@@ -34,12 +34,11 @@ import os
 import shutil
 import sys
 import tempfile
-from importlib import metadata
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
-from cffi import FFI
+import ctypes
 
 from ._errors import RuntimeLoadError, RuntimeNotFoundError, StaleCacheError
 from ._ffi import ffi
@@ -65,26 +64,22 @@ INSTALL_HINT = (
 )
 _IMAGE_FORMAT = 2  # bump when what the image cache records changes
 
-_dl = FFI()
-_dl.cdef(
-    """
-    void* dlopen(const char* filename, int flags);
-    void* dlsym(void* handle, const char* symbol);
-    char* dlerror(void);
-    """
-)
+# The dynamic loader's own calls, through ctypes: three libc functions do not justify parsing C
+# declarations at every start (cffi's parser costs tens of milliseconds; see _ffi.py).
 _RTLD_NOW = 2
 _RTLD_LOCAL = 0
-_RTLD_DEFAULT: Any = _dl.NULL  # dlsym's "every global symbol of the process"
+_RTLD_DEFAULT = None  # dlsym's "every global symbol of the process" (a NULL handle)
 
 
 def _open_libdl() -> Any:
-    try:
-        libc = _dl.dlopen(None)  # glibc >= 2.34 has dlopen in libc itself
-        libc.dlopen  # noqa: B018 - raises AttributeError when absent
-        return libc
-    except (OSError, AttributeError):
-        return _dl.dlopen("libdl.so.2")
+    for name in (None, "libdl.so.2"):  # glibc >= 2.34 has dlopen in libc itself
+        library = ctypes.CDLL(name)
+        if hasattr(library, "dlopen"):
+            break
+    library.dlopen.argtypes, library.dlopen.restype = [ctypes.c_char_p, ctypes.c_int], ctypes.c_void_p
+    library.dlsym.argtypes, library.dlsym.restype = [ctypes.c_void_p, ctypes.c_char_p], ctypes.c_void_p
+    library.dlerror.argtypes, library.dlerror.restype = [], ctypes.c_char_p
+    return library
 
 
 _libdl = _open_libdl()
@@ -92,20 +87,21 @@ _libdl = _open_libdl()
 
 def _dlerror() -> str:
     err = _libdl.dlerror()
-    return _dl.string(err).decode(errors="replace") if err != _dl.NULL else "unknown error"
+    return err.decode(errors="replace") if err else "unknown error"
 
 
-def _dlopen(path: str) -> Any:
+def _dlopen(path: str) -> int:
+    """A dlopen handle (RTLD_NOW | RTLD_LOCAL), kept for as long as the image is used."""
     handle = _libdl.dlopen(path.encode(), _RTLD_NOW | _RTLD_LOCAL)
-    if handle == _dl.NULL:
+    if not handle:
         raise RuntimeLoadError(f"cannot load {path}: {_dlerror()}")
-    return handle
+    return int(handle)
 
 
-def _dlsym(handle: Any, name: str) -> int:
+def _dlsym(handle: Optional[int], name: str) -> int:
+    """The address of ``name`` in ``handle`` (None: every global symbol), or 0."""
     _libdl.dlerror()
-    address = _libdl.dlsym(handle, name.encode())
-    return int(_dl.cast("uintptr_t", address))
+    return int(_libdl.dlsym(handle, name.encode()) or 0)
 
 
 def interpreter_exports(name: str) -> bool:
@@ -181,15 +177,16 @@ def find_training_wheel() -> "tuple[Optional[RuntimeFile], list[str]]":
         return None, tried
     package_dir = Path(next(iter(spec.submodule_search_locations)))
     for name in TRAINING_WHEELS:
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
+        version = installed_version(package_dir.parent, name)
+        if version is None:
             continue
         extensions = sorted((package_dir / "capi").glob(EXTENSION_GLOB))
         if not extensions:
             tried.append(f"the {name} wheel: no {EXTENSION_GLOB} in {package_dir / 'capi'}")
             continue
-        return RuntimeFile(extensions[0], "wheel", dist.version, f"the installed {name} {dist.version} wheel"), tried
+        return RuntimeFile(extensions[0], "wheel", version, f"the installed {name} {version} wheel"), tried
+    from importlib import metadata
+
     others = []
     for name in ("onnxruntime", "onnxruntime-gpu"):
         try:
@@ -199,6 +196,21 @@ def find_training_wheel() -> "tuple[Optional[RuntimeFile], list[str]]":
     found = f" (found {', '.join(others)} at {package_dir}: an inference-only build)" if others else ""
     tried.append(f"the onnxruntime-training-cpu / onnxruntime-training wheel: not installed{found}")
     return None, tried
+
+
+def installed_version(site_dir: Path, name: str) -> Optional[str]:
+    """The version of distribution ``name`` installed in ``site_dir``: from its ``.dist-info`` folder's
+    name (``{name}-{version}.dist-info``, with ``-`` written ``_``, as wheels install it), else from
+    importlib.metadata, which is slower to import (tens of milliseconds) and finds other layouts."""
+    found = sorted(site_dir.glob(f"{name.replace('-', '_')}-*.dist-info"))
+    if len(found) == 1:
+        return found[0].name[len(name) + 1 : -len(".dist-info")]
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _fetched(runtime: StoredRuntime) -> RuntimeFile:
@@ -263,13 +275,14 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def examine(source: RuntimeFile) -> dict:
+def examine(source: RuntimeFile, content: Optional[bytes] = None) -> dict:
     """Everything the loader needs to know about a runtime file before mapping it: its sha256, the
     survey's row for it, where its ``OrtApiBase`` lies, and the renames this interpreter needs.
-    Raises ``RuntimeLoadError`` for a file that cannot be used here, saying why."""
+    ``content`` is the file's bytes when the caller has read them already. Raises
+    ``RuntimeLoadError`` for a file that cannot be used here, saying why."""
     from . import _elf
 
-    sha256 = _sha256(source.path)
+    sha256 = hashlib.sha256(content).hexdigest() if content is not None else _sha256(source.path)
     known = known_extension(sha256)
     location = _elf.find_api_base(source.path, source.version)
     if known is not None:
@@ -284,9 +297,9 @@ def examine(source: RuntimeFile) -> dict:
     return {"sha256": sha256, "known": known, "location": location.as_record(), "renames": [dataclasses.asdict(r) for r in renames]}
 
 
-def _write_entry(entry: Path, source: RuntimeFile, identity: dict, record: dict) -> None:
-    """Copy the file privately (with its renames applied and links to its sibling libraries) and
-    store what was found in it."""
+def _write_entry(entry: Path, source: RuntimeFile, identity: dict, record: dict, content: bytes) -> None:
+    """Copy the file (``content``) privately, with its renames applied and links to its sibling
+    libraries, and store what was found in it."""
     from ._elf import Rename, apply_renames
 
     entry.mkdir(parents=True, exist_ok=True)
@@ -300,7 +313,7 @@ def _write_entry(entry: Path, source: RuntimeFile, identity: dict, record: dict)
             tmp_link.unlink(missing_ok=True)
             tmp_link.symlink_to(sibling)
             os.replace(tmp_link, link)
-    data = bytearray(source.path.read_bytes())
+    data = bytearray(content)
     apply_renames(data, [Rename(**r) for r in record["renames"]])
     with tempfile.NamedTemporaryFile(dir=entry, prefix=".image.", delete=False) as tmp:
         tmp.write(data)
@@ -325,7 +338,8 @@ def prepare_image(source: RuntimeFile, *, refresh: bool = False) -> "tuple[Path,
         with FileLock(str(entry) + ".lock", timeout=600):
             record = None if refresh else _read_entry(entry, identity)  # another process may have just written it
             if record is None:
-                _write_entry(entry, source, identity, examine(source))
+                content = source.path.read_bytes()  # read once: hashed, examined, copied
+                _write_entry(entry, source, identity, examine(source, content), content)
                 _prune_stale_entries(entry)
                 record = _read_entry(entry, identity)
                 if record is None:

@@ -58,8 +58,8 @@ def test_tables_are_typed_function_pointers():
         kinds = {name: field.type.kind for name, field in ffi.typeof(table).fields}
         assert set(kinds.values()) == {"function"}, table
     train_step = dict(ffi.typeof("OrtTrainingApi").fields)["TrainStep"].type
-    assert train_step.result.cname == "OrtStatus *"
-    assert [a.cname for a in train_step.args][2:] == ["size_t", "OrtValue * *", "size_t", "OrtValue * *"]
+    assert train_step.result is ffi.typeof("OrtStatus*")
+    assert train_step.args[2:] == tuple(ffi.typeof(t) for t in ("size_t", "OrtValue**", "size_t", "OrtValue**"))
 
 
 def test_runtime_tables():
@@ -154,3 +154,24 @@ def test_a_whole_train_step_with_raw_calls(java_data):
     train.ReleaseCheckpointState(state[0])  # after its session, never before
     api.ReleaseSessionOptions(options[0])
     api.ReleaseEnv(env[0])
+
+
+def test_the_generated_declarations_are_the_headers():
+    """ort_cffi/_ffi_abi.py (cffi's out-of-line ABI mode, made by scripts/make_ffi.py) is exactly what
+    the headers in include/ give, and it is the one in use: a stale module would mean declarations
+    other than the headers' (the loader would then parse the headers instead, slowly)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from ort_cffi import _ffi, _ffi_abi
+
+    check = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_ffi.py"), "--check"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert _ffi_abi.HEADERS_SHA256 == _ffi.headers_digest(_ffi.header_texts())
+    assert _ffi.ffi is _ffi_abi.ffi
+    parsed = _ffi.parse_headers(_ffi.header_texts())  # the slow path agrees on every table's layout
+    for table in ("OrtApiBase", "OrtApi", "OrtTrainingApi"):
+        assert _ffi.ffi.sizeof(table) == parsed.sizeof(table)
+        for field, _ in parsed.typeof(table).fields:
+            assert _ffi.ffi.offsetof(table, field) == parsed.offsetof(table, field), (table, field)
