@@ -4,9 +4,9 @@
 #
 #   scripts/test.sh                       # CPython 3.11 (python3), the whole suite, in .venv
 #   PYTHON=python3.13 scripts/test.sh     # another interpreter, in .venv-3.13: the loader, raw-layer,
-#                                         # facade and Java-port tests (what needs neither ONNX
-#                                         # Runtime's Python layer nor Flower); on 3.13 the runtime
-#                                         # is fetched with `ort-cffi-runtime install`
+#                                         # facade and Java-port tests (what needs neither Flower nor
+#                                         # the artifact generator); on 3.13 the runtime is fetched
+#                                         # with `ort-cffi-runtime install`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -74,5 +74,6 @@ else
   fi
   "$VENV_PY" -m pytest "${SELECT[@]}" \
     tests/test_loader.py tests/test_static_finder.py tests/test_runtime_cli.py tests/test_raw_capi.py \
-    tests/test_facade.py tests/test_training_java.py tests/test_cross_interpreter.py "$@"
+    tests/test_facade.py tests/test_tensor_types.py tests/test_input_signatures.py tests/test_java_additions.py \
+    tests/test_training_java.py tests/test_onnx_tensor_java.py tests/test_cross_interpreter.py "$@"
 fi

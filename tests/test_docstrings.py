@@ -65,3 +65,17 @@ def undocumented(module_name: str) -> "list[str]":
 def test_every_public_name_has_a_docstring(module_name):
     missing = undocumented(module_name)
     assert not missing, f"{len(missing)} public names without a docstring:\n  " + "\n  ".join(missing)
+
+
+def test_the_reference_page_lists_every_public_name():
+    """docs/reference/ort_cffi.md renders each public class with a ``::: ort_cffi.Name`` directive:
+    a name added to ``__all__`` and not to the page would be missing from the reference."""
+    import re
+    from pathlib import Path
+
+    import ort_cffi
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "reference" / "ort_cffi.md").read_text()
+    listed = set(re.findall(r"^::: ort_cffi\.(\w+)$", page, re.M))
+    assert sorted(set(ort_cffi.__all__) - listed) == []
+    assert sorted(listed - set(ort_cffi.__all__)) == []
