@@ -57,8 +57,8 @@ LIBRARY_ENV = "ORT_CFFI_LIBRARY"
 TRAINING_WHEELS = ("onnxruntime-training-cpu", "onnxruntime-training")
 EXTENSION_GLOB = "onnxruntime_pybind11_state*.so"
 INSTALL_HINT = (
-    "on CPython 3.8-3.12, `pip install 'ort_cffi[cpu]'` (onnxruntime-training-cpu==1.19.2; `[cuda]` for "
-    "onnxruntime-training); on any interpreter, `ort-cffi-runtime install` (add --cuda for the CUDA build) fetches "
+    "on CPython 3.8-3.12, `pip install onnxruntime-training-cpu==1.19.2` (ort_cffi's `[cpu]` extra; "
+    "onnxruntime-training==1.19.2 for CUDA); on any interpreter, `ort-cffi-runtime install` (add --cuda for the CUDA build) fetches "
     "the runtime into ort_cffi's cache; or point ORT_CFFI_LIBRARY at a libonnxruntime.so built with "
     "--enable_training_apis"
 )

@@ -8,7 +8,7 @@ loss) and ``optimizer_model.onnx``, plus ``artifacts.json``, which records what 
 ONNX Runtime's own generator does the work, byte for byte: it runs in a child process
 (``_artifacts_child.py``), with the package inits that import torch bypassed, so this process imports
 neither ``onnxruntime`` nor torch. The child needs ONNX Runtime's Python training layer and ``onnx``
-(``pip install "ort_cffi[artifacts]"``); on an interpreter that has no such layer (Python 3.13 and later),
+(ort_cffi's ``[artifacts]`` extra: ``pip install onnxruntime-training-cpu==1.19.2 onnx``); on an interpreter that has no such layer (Python 3.13 and later),
 name one that has it with ``python=`` or ``ORT_CFFI_ARTIFACTS_PYTHON``.
 
 This is an application on top of the facade: it uses ``OrtEnvironment`` only to check that what it wrote

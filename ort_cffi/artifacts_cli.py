@@ -37,7 +37,7 @@ examples:
   ort-cffi-artifacts model.onnx --out artifacts --python /usr/bin/python3.12
 
 The generator is ONNX Runtime's own, run in a child process by an interpreter that has
-ONNX Runtime's Python training layer and onnx (pip install "ort_cffi[artifacts]"): this one,
+ONNX Runtime's Python training layer and onnx (ort_cffi's [artifacts] extra): this one,
 or the one named by --python or ${ENV_PYTHON} (on Python 3.13 and later, which
 that layer does not support).
 """

@@ -81,8 +81,8 @@ class Runtime:
         if self.training_api == ffi.NULL:
             raise TrainingApiUnavailableError(
                 f"ONNX Runtime {self.version} at {self.library} has no training API (GetTrainingApi returned NULL): "
-                "it is an inference-only build. Install onnxruntime-training-cpu==1.19.2 (`pip install "
-                "'ort_cffi[cpu]'`) or use a library built with --enable_training_apis"
+                "it is an inference-only build. Install onnxruntime-training-cpu==1.19.2 (ort_cffi's `[cpu]` extra; "
+                "on CPython 3.13 and later `ort-cffi-runtime install`) or use a library built with --enable_training_apis"
             )
 
     def __repr__(self) -> str:

@@ -8,7 +8,8 @@ simulation mode (`ort_cffi.flower.deploy`), on a free loopback port, in a Flower
 own; the command shows the server's progress lines from the run's log stream.
 
 With no arguments it runs the embedded default (the digits MLP of ``ort-cffi-train``, 10 IID clients,
-20 rounds of FedAvg). Needs ``pip install 'ort_cffi[federated]'`` (Flower with its Ray simulation backend).
+20 rounds of FedAvg). Needs Flower with its Ray simulation backend (ort_cffi's ``[federated]`` extra: ``pip install
+".[federated]"`` in a checkout).
 
 Writes to ``--out``: ``global_checkpoint`` and ``history.json`` (after every round: ``--resume`` continues
 a killed run), ``inference_model.onnx`` and ``federated.png`` (after the last round), Flower's logs in
@@ -32,7 +33,7 @@ from . import __version__
 from . import train as _train
 from ._errors import OrtException
 
-INSTALL_HINT = "pip install 'ort_cffi[federated]'"
+INSTALL_HINT = "pip install 'flwr[simulation]>=1.42' (ort_cffi's [federated] extra)"
 CLIENT_APP = "ort_cffi.flower:clientapp"
 STRATEGY_NAMES = ("fedavg", "fedprox", "fedmedian", "trimmedavg", "krum", "fedadam")  # ort_cffi.flower.STRATEGIES
 
@@ -259,7 +260,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         files.append("federated.png")
     print(f"wrote {', '.join(str(args.out / f) for f in files)} in {time.monotonic() - started:.1f} s")
     if not args.no_plot and "federated.png" not in files:
-        print("no plot: matplotlib is not installed (pip install 'ort_cffi[demo]')", file=sys.stderr)
+        print("no plot: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
     if inference.get("val_accuracy") is not None:
         print(f"inference model accuracy on validation: {inference['val_accuracy']:.4f}")
     return 0

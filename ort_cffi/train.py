@@ -15,7 +15,7 @@ The epoch, step and the run's configuration are checkpoint properties: a resumed
 The parts: ``train_data`` (artifacts folder and dataset, checked), ``train_config`` (the run's configuration
 and --resume), ``train_loop`` (epochs, validation, checkpoints), ``train_output`` (metrics and plot); this
 module is the command line. The progress bar (``tqdm``) and the plot (``matplotlib``) come with
-``pip install "ort_cffi[demo]"``; without them the trainer prints its per-epoch lines and skips the plot.
+ort_cffi's ``[demo]`` extra; without them the trainer prints its per-epoch lines and skips the plot.
 """
 from __future__ import annotations
 
@@ -430,7 +430,7 @@ def train(args: argparse.Namespace) -> int:
             plot(out / "training.png", steps, epochs, title)
             files.append(out / "training.png")
         except ImportError:
-            print('no plot: matplotlib is not installed (pip install "ort_cffi[demo]")', file=sys.stderr)
+            print("no plot: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
     print(f"wrote {', '.join(str(f) for f in files)} in {time.monotonic() - started:.1f} s")
     if inference_acc is not None:
         print(f"inference model accuracy on validation: {inference_acc:.4f}")

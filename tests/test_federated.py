@@ -497,9 +497,9 @@ def test_missing_extra_is_a_clear_error() -> None:
         print("exit:", federated.main(["--rounds", "1"]))
     """)
     assert "import: ort_cffi.flower needs Flower (the flwr package)" in proc.stdout
-    assert "pip install 'ort_cffi[federated]'" in proc.stdout
+    assert "pip install 'flwr[simulation]>=1.42'" in proc.stdout
     assert "exit: 2" in proc.stdout
-    assert "error: flwr not installed" in proc.stderr and "pip install 'ort_cffi[federated]'" in proc.stderr
+    assert "error: flwr not installed" in proc.stderr and "pip install 'flwr[simulation]>=1.42'" in proc.stderr
 
 
 def test_no_deprecated_flower_api_in_ort_cffi() -> None:

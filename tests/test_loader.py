@@ -255,7 +255,7 @@ except RuntimeNotFoundError as e:
     assert "no training-enabled ONNX Runtime found" in proc.stdout
     assert "$ORT_CFFI_LIBRARY: not set" in proc.stdout
     assert "no `onnxruntime` package on sys.path" in proc.stdout
-    assert "pip install 'ort_cffi[cpu]'" in proc.stdout
+    assert "pip install onnxruntime-training-cpu==1.19.2" in proc.stdout
     assert "`ort-cffi-runtime install`" in proc.stdout  # where pip cannot install the wheel
     assert "runtimes fetched by `ort-cffi-runtime install`: none in" in proc.stdout
     assert "is ImportError: True" in proc.stdout

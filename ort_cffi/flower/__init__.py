@@ -15,11 +15,12 @@
 
 `clientapp` and `serverapp` are what ``flwr run`` loads (``ort_cffi.flower:clientapp``,
 ``ort_cffi.flower:serverapp``); both read the run config. This package needs Flower:
-``pip install 'ort_cffi[federated]'``. ``import ort_cffi`` does not import it.
+ort_cffi's ``[federated]`` extra (``pip install ".[federated]"`` in a checkout). ``import ort_cffi`` does not
+import it.
 """
 from __future__ import annotations
 
-INSTALL_HINT = "pip install 'ort_cffi[federated]'"
+INSTALL_HINT = "pip install 'flwr[simulation]>=1.42' (ort_cffi's [federated] extra)"
 
 try:
     import flwr.app  # noqa: F401  (the Message API: flwr >= 1.42)

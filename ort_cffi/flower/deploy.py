@@ -49,7 +49,8 @@ def flower_command(name: str) -> str:
     beside = Path(sys.executable).with_name(name)
     found = str(beside) if beside.is_file() else shutil.which(name)
     if not found:
-        raise DeploymentError(f"Flower's command {name!r} is not installed: pip install 'ort_cffi[federated]'")
+        raise DeploymentError(f"Flower's command {name!r} is not installed: pip install 'flwr[simulation]>=1.42' "
+                              "(ort_cffi's [federated] extra)")
     return found
 
 

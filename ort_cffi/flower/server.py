@@ -330,7 +330,7 @@ class FederatedServer:
         out = self.store.out
         if self.settings.plot:
             if not plot_history(out / PLOT, self.history["rounds"], self._title()):
-                self.report("no plot: matplotlib is not installed (pip install 'ort_cffi[demo]')")
+                self.report("no plot: matplotlib is not installed (pip install matplotlib)")
         names, accuracy = model.export(out / INFERENCE)
         self.history.update(status="completed", inference={"model": INFERENCE, "outputs": names, "val_accuracy": accuracy})
         self.store.write_history(self.history)
