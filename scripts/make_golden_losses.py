@@ -22,7 +22,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from test_oracle import CHILD, make_data, programs  # noqa: E402
+from test_oracle import CHILD, make_data, programs  # type: ignore[import-not-found]  # noqa: E402
 
 OUT = ROOT / "tests" / "golden" / "tiny_losses_100.json"
 
