@@ -2,6 +2,7 @@
 encoded once, models given as paths or bytes, and crash-safe writes."""
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from typing import Any, Callable, Optional, Tuple, Union
@@ -49,6 +50,15 @@ def read_model(model: PathOrBytes, what: str) -> Tuple[Optional[str], Optional[b
     if isinstance(model, (str, os.PathLike)):
         return existing_file(model, what), None
     raise OrtException.invalid_argument(f"the {what} must be a path or bytes, not {type(model).__name__}")
+
+
+def file_sha256(path: "str | os.PathLike[str]") -> str:
+    """The sha256 of a file's content (hex), read in blocks of 1 MiB."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def current_umask() -> int:

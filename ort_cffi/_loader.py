@@ -42,6 +42,7 @@ import ctypes
 
 from ._errors import RuntimeLoadError, RuntimeNotFoundError, StaleCacheError
 from ._ffi import ffi
+from ._files import file_sha256
 from ._store import (
     CACHE_ENV,
     SELECT_ENV,
@@ -267,14 +268,6 @@ def _read_entry(entry: Path, identity: dict) -> Optional[dict]:
         return None
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def examine(source: RuntimeFile, content: Optional[bytes] = None) -> dict:
     """Everything the loader needs to know about a runtime file before mapping it: its sha256, the
     survey's row for it, where its ``OrtApiBase`` lies, and the renames this interpreter needs.
@@ -282,7 +275,7 @@ def examine(source: RuntimeFile, content: Optional[bytes] = None) -> dict:
     ``RuntimeLoadError`` for a file that cannot be used here, saying why."""
     from . import _elf
 
-    sha256 = hashlib.sha256(content).hexdigest() if content is not None else _sha256(source.path)
+    sha256 = hashlib.sha256(content).hexdigest() if content is not None else file_sha256(source.path)
     known = known_extension(sha256)
     location = _elf.find_api_base(source.path, source.version)
     if known is not None:

@@ -31,7 +31,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import __version__
 from ._errors import OrtException, RuntimeLoadError
-from ._files import atomic_write
+from ._files import atomic_write, file_sha256
 
 ENV_PYTHON = "ORT_CFFI_ARTIFACTS_PYTHON"
 MANIFEST = "artifacts.json"
@@ -248,18 +248,10 @@ def _model_bytes_or_path(model: ModelLike) -> Tuple[Optional[Path], Optional[byt
     raise TypeError(f"model must be a path, bytes or an onnx.ModelProto, not {type(model).__name__}")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def model_sha256(model: ModelLike) -> str:
     """The identity of a model as ``artifacts.json`` records it: the sha256 of its file or its bytes."""
     path, data, _ = _model_bytes_or_path(model)
-    return _sha256(path) if path is not None else hashlib.sha256(data or b"").hexdigest()
+    return file_sha256(path) if path is not None else hashlib.sha256(data or b"").hexdigest()
 
 
 def _writable_folder(folder: Path) -> None:
@@ -455,14 +447,14 @@ def generate_artifacts(
         manifest = {
             "ort_cffi": __version__,
             "generator": dict(result["versions"], python=result["python"]["version"]),
-            "model": {"sha256": _sha256(path), "path": None if source is None else str(source.resolve()),
+            "model": {"sha256": file_sha256(path), "path": None if source is None else str(source.resolve()),
                       "ir_version": result["model"]["ir_version"], "opset": result["model"]["opset"]},
             "options": options,
             "trainable": [p["name"] for p in result["trainable"]],
             "frozen": [p["name"] for p in result["frozen"]],
             "left_out": result["left_out"],
             "notes": result["notes"],
-            "files": {key: {"name": p.name, "sha256": _sha256(p)} for key, p in staged.items()},
+            "files": {key: {"name": p.name, "sha256": file_sha256(p)} for key, p in staged.items()},
         }
         files: Dict[str, Path] = {}
         for key, staged_file in staged.items():
@@ -528,7 +520,7 @@ def artifacts_match(folder: Union[str, "os.PathLike[str]"], model: ModelLike, op
 def files_intact(folder: Union[str, "os.PathLike[str]"], manifest: Dict[str, Any]) -> bool:
     """Whether each file ``manifest`` lists is in ``folder`` with the recorded sha256."""
     try:
-        return all(_sha256(Path(os.fspath(folder)) / entry["name"]) == entry["sha256"]
+        return all(file_sha256(Path(os.fspath(folder)) / entry["name"]) == entry["sha256"]
                    for entry in manifest["files"].values())
     except (OSError, KeyError, TypeError):
         return False

@@ -19,7 +19,6 @@ checks what it installed by loading it through the facade in a child process.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -32,6 +31,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from ._files import file_sha256
 from ._store import MANIFEST, SELECT_ENV, StoredRuntime, known_runtimes, selected_runtime, store_dir, stored_runtimes
 
 __all__ = ["main", "install", "choose_wheel", "RuntimeInstallError"]
@@ -113,15 +113,6 @@ def download_wheel(row: Dict[str, Any], folder: Path) -> Path:
     if not path.is_file():
         raise RuntimeInstallError(f"pip reported success but {path} is not there")
     return path
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file, hex."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def row_of_wheel(wheel: Path) -> Dict[str, Any]:

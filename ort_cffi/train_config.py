@@ -4,13 +4,13 @@ dataset and artifacts. An option that contradicts the stored configuration is re
 asks to override it; one that only repeats it is fine; one left out takes the stored value."""
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from ._errors import OrtException
+from ._files import file_sha256
 from .train_data import UsageError
 from .training import OrtCheckpointState
 
@@ -24,15 +24,6 @@ FLAGS = {"epochs": "--epochs", "batch_size": "--batch-size", "lr": "--lr", "sche
          "warmup_steps": "--warmup-steps", "seed": "--seed"}
 # Artifact files whose content a run's parameters depend on (the checkpoint is the run's own).
 MODEL_FILES = ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx")
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file's content, read in blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def artifacts_identity(folder: Path) -> Dict[str, Any]:

@@ -23,7 +23,6 @@ The CUDA wheels are about 300 MB each; the whole survey downloads about 1.3 GB t
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import subprocess
 import sys
@@ -36,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ort_cffi import _elf  # noqa: E402  (the static finder under survey)
+from ort_cffi._files import file_sha256  # noqa: E402
 
 VERSION = "1.19.2"
 DISTRIBUTIONS = {"onnxruntime-training-cpu": "cpu", "onnxruntime-training": "cuda"}
@@ -71,14 +71,6 @@ def download(distribution: str, filename: str, sha256: str, folder: Path) -> Pat
     if file_sha256(path) != sha256:
         raise SystemExit(f"{path}: sha256 differs from PyPI's")
     return path
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def extension_row(wheel: Path, member: str, version: str) -> dict:

@@ -72,14 +72,15 @@ class ServerSettings(RunConfigurable):
     seed: int = 0
     partitioning: str = "iid"  # recorded in the history (the clients partition)
     alpha: float = 0.5
-    strategy: str = "fedavg"
-    proximal_mu: float = 0.01
-    trim_beta: float = 0.2
-    krum_f: int = 1
-    server_lr: float = 0.1  # Flower's own default eta
-    dp_clipping: Optional[float] = None
-    dp_noise: float = 1.0
-    dp_side: str = "server"
+    # the strategy's settings, with StrategySettings' defaults (one place for them)
+    strategy: str = StrategySettings.name
+    proximal_mu: float = StrategySettings.proximal_mu
+    trim_beta: float = StrategySettings.trim_beta
+    krum_f: int = StrategySettings.krum_f
+    server_lr: float = StrategySettings.server_lr
+    dp_clipping: Optional[float] = StrategySettings.dp_clipping
+    dp_noise: float = StrategySettings.dp_noise
+    dp_side: str = StrategySettings.dp_side
     export_outputs: Optional[str] = None  # comma-separated; default: the eval model's outputs after the loss
     out: str = "federated_run"  # global_checkpoint, history.json, inference_model.onnx, federated.png
     plot: bool = True
