@@ -58,12 +58,19 @@ class NativeHandle:
 
     @property
     def closed(self) -> bool:
-        """True once ``close()`` has been called (Python's spelling of ``isClosed()``)."""
+        """True once `close()` has been called (Python's spelling of `isClosed()`); never raises.
+
+        Java: `boolean isClosed()` where the Java class has it (`OnnxTensor`); otherwise none (ort_cffi addition).
+        """
         return self._closed
 
     def isClosed(self) -> bool:
-        """True once ``close()`` has been called; every other call then raises ``OrtClosedException``
-        (Java: ``isClosed()``)."""
+        """True once `close()` has been called; every other call then raises `OrtClosedException`.
+
+        Never raises.
+
+        Java: `boolean isClosed()` where the Java class has it (`OnnxTensor`); otherwise none (ort_cffi addition).
+        """
         return self._closed
 
     def _handle(self) -> Any:
@@ -106,8 +113,15 @@ class NativeHandle:
             check_status(status, context)
 
     def close(self) -> None:
-        """Release the native object (deferred while other handles still pin it), after any call in
-        progress in another thread. Idempotent."""
+        """Release the native object, after any call in progress on it in another thread.
+
+        Idempotent: a second `close()` does nothing (Java throws, or frees twice). Every other method then
+        raises `OrtClosedException`. The native release waits while another object still needs this one
+        (a training session its checkpoint state, a step its input tensors); garbage collection and
+        interpreter exit release what was never closed.
+
+        Java: `void close()` (`AutoCloseable`: a `with` block closes it as try-with-resources does).
+        """
         lock = self._lock
         if lock is None:
             self._close_native()

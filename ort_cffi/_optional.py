@@ -8,7 +8,12 @@ T = TypeVar("T")
 
 
 class Optional_(Generic[T]):
-    """Java's ``Optional``: a value or nothing; also falsy when empty."""
+    """A value or nothing, as `Result.get(name)` and `OnnxTensor.getBufferRef()` return; falsy when empty.
+
+    It holds the value itself, not a copy, and owns nothing.
+
+    Java: `java.util.Optional<T>` (`Optional<OnnxValue>`, `Optional<Buffer>`).
+    """
 
     __slots__ = ("_value",)
 
@@ -16,21 +21,43 @@ class Optional_(Generic[T]):
         self._value = value
 
     def isPresent(self) -> bool:
-        """True when a value is present."""
+        """True when a value is present; also `bool(optional)`.
+
+        Java: `boolean isPresent()`.
+        """
         return self._value is not None
 
     def isEmpty(self) -> bool:
-        """True when no value is present."""
+        """True when no value is present.
+
+        Java: `boolean isEmpty()`.
+        """
         return self._value is None
 
     def get(self) -> T:
-        """The value; raises ``KeyError`` when there is none (Java's NoSuchElementException)."""
+        """The value.
+
+        Java: `T get()`.
+
+        Returns:
+            The value itself, owned by whoever owned it before (a `Result` its outputs, the caller its
+                own array).
+
+        Raises:
+            KeyError: There is no value (Java: `NoSuchElementException`).
+        """
         if self._value is None:
             raise KeyError("no value present")
         return self._value
 
     def orElse(self, other: Any) -> Any:
-        """The value, or ``other`` when there is none."""
+        """The value, or `other` when there is none.
+
+        Java: `T orElse(T other)`.
+
+        Returns:
+            The value itself (owned as for `get()`), or `other`.
+        """
         return self._value if self._value is not None else other
 
     def __bool__(self) -> bool:

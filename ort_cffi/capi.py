@@ -45,11 +45,33 @@ def _version_tuple(version: str) -> "tuple[int, ...]":
 
 
 class Runtime:
-    """The loaded runtime: ``api`` (``const OrtApi*``), ``training_api`` (``const OrtTrainingApi*``),
-    ``api_base``, ``version`` (e.g. "1.19.2"), ``library`` (the file it came from), ``image`` (the
-    file mapped: a private copy for a wheel's extension), ``kind`` ("wheel", "fetched", "extension" or
-    "library"), ``renamed`` (CPython imports renamed in the private copy) and ``known_as`` (the published
-    wheel the file is known from)."""
+    """The loaded runtime and its C API tables, for direct calls through cffi.
+
+    `get_runtime()` and `load_runtime()` make the process's one instance; it lives, with the library it
+    keeps loaded, until the process ends. Each slot of a table is a cffi function: calling it returns
+    what the C function returns (an `OrtStatus*` for most: NULL on success, else the caller's to
+    release, e.g. with `check_status`).
+
+    Java: none (the raw C API; Java's binding has no equivalent).
+
+    Attributes:
+        api: The `const OrtApi*` table (API version 19).
+        training_api: The `const OrtTrainingApi*` table (all 33 slots).
+        api_base: The `const OrtApiBase*`.
+        version: The runtime's version, e.g. "1.19.2".
+        library: The file it came from.
+        image: The file mapped: a private copy for a wheel's extension module.
+        kind: "wheel", "fetched", "extension" or "library".
+        renamed: The CPython imports renamed in the private copy.
+        known_as: The published wheel the file is known from.
+
+    Args:
+        loaded: The loader's result (`_loader.find_and_load`); ort_cffi makes the instance.
+
+    Raises:
+        UnsupportedRuntimeError: The runtime's version is not 1.19, or it lacks C API version 19.
+        TrainingApiUnavailableError: The runtime has no training API (an inference-only build).
+    """
 
     def __init__(self, loaded: LoadedImage) -> None:
         self._loaded = loaded  # keeps the dlopen handle referenced
@@ -104,7 +126,24 @@ def _load(library: "str | os.PathLike[str] | None") -> Runtime:
 
 
 def get_runtime() -> Runtime:
-    """The process's runtime, loaded on first use (``$ORT_CFFI_LIBRARY`` or the training wheel)."""
+    """The process's runtime, loaded by the first call (`$ORT_CFFI_LIBRARY`, else the default search).
+
+    The default search tries the fetched runtime `$ORT_CFFI_RUNTIME` names, the installed training
+    wheel, then the runtime `ort-cffi-runtime install` fetched last. Loading does not create an `OrtEnv`: most raw calls need one (`CreateEnv`, or
+    `OrtEnvironment.getEnvironment()`).
+
+    Java: none (the raw C API).
+
+    Returns:
+        The one `Runtime` of the process, shared: nobody owns it and nothing closes it; its tables stay
+            valid until the process ends.
+
+    Raises:
+        RuntimeNotFoundError: No runtime was found; the message lists every place that was tried.
+        RuntimeLoadError: A runtime was found but cannot be loaded.
+        TrainingApiUnavailableError: The runtime has no training API.
+        UnsupportedRuntimeError: The runtime's version has tables ort_cffi does not declare.
+    """
     global _runtime
     runtime = _runtime
     if runtime is not None:
@@ -116,9 +155,27 @@ def get_runtime() -> Runtime:
 
 
 def load_runtime(library: "str | os.PathLike[str] | None" = None) -> Runtime:
-    """Load the runtime from an explicit shared library (or the default search when None).
+    """Load the runtime from an explicit shared library, or by the default search when None.
 
-    Only one runtime can serve a process: asking for a different library once one is loaded raises.
+    Only one runtime can serve a process: once one is loaded, asking for it again (or for None)
+    returns it, and asking for another library raises.
+
+    Java: none (the raw C API).
+
+    Args:
+        library: A `libonnxruntime.so` built with the training API, or a training wheel's
+            `onnxruntime_pybind11_state*.so` (`str` or `os.PathLike`); or None.
+
+    Returns:
+        The one `Runtime` of the process, shared: nobody owns it and nothing closes it; its tables stay
+            valid until the process ends.
+
+    Raises:
+        RuntimeLoadError: Another runtime is loaded already, or the library cannot be loaded or
+            exports no `OrtGetApiBase`.
+        RuntimeNotFoundError: The library file does not exist, or (for None) no runtime was found.
+        TrainingApiUnavailableError: The runtime has no training API.
+        UnsupportedRuntimeError: The runtime's version has tables ort_cffi does not declare.
     """
     global _runtime
     with _runtime_lock:
@@ -133,7 +190,21 @@ def load_runtime(library: "str | os.PathLike[str] | None" = None) -> Runtime:
 
 
 def check_status(status: Any, context: Optional[str] = None) -> None:
-    """The status chokepoint: a NULL ``OrtStatus*`` is success; otherwise read, release and raise."""
+    """Check a status a raw call returned: NULL is success; otherwise read it, release it and raise.
+
+    The status is released in every case, so the caller must not use it again.
+
+    Java: none (the raw C API; Java's binding does this inside its native code).
+
+    Args:
+        status: The `OrtStatus*` a C API call returned.
+        context: What was being done, put before the runtime's message (e.g. `"loading the checkpoint"`).
+
+    Raises:
+        OrtException: The status is not NULL. The code is the real one, recovered from the message
+            where the runtime wraps it in `ORT_RUNTIME_EXCEPTION` or `ORT_FAIL`, and the class follows
+            it (`OrtInvalidArgumentException`, `OrtFileNotFoundException`).
+    """
     if not status:
         return
     api = get_runtime().api

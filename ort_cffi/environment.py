@@ -15,8 +15,18 @@ from .training import OrtAllocator, OrtCheckpointState, OrtTrainingSession
 
 
 class OrtEnvironment:
-    """The process singleton (``getEnvironment()``). Its native ``OrtEnv`` is created on first use and
-    released at interpreter exit, after every session and value that depends on it."""
+    """The process's one environment, the factory of training and inference sessions.
+
+    Get it with `getEnvironment()`, not the constructor (which raises `RuntimeError` once it exists).
+    Its native `OrtEnv` is created by the first call and released at interpreter exit, after every
+    session and value that depends on it; nobody owns it and its `close()` does nothing.
+
+    Java: `ai.onnxruntime.OrtEnvironment`.
+
+    Attributes:
+        defaultAllocator: The runtime's default CPU allocator (an `OrtAllocator`), to pass to the
+            checkpoint's property getters (Java: the package-private field `defaultAllocator`).
+    """
 
     _instance: Optional["OrtEnvironment"] = None
     _instance_lock = threading.Lock()
@@ -33,11 +43,30 @@ class OrtEnvironment:
 
     @classmethod
     def getEnvironment(cls, loggingLevel: Any = None, name: Optional[str] = None) -> "OrtEnvironment":
-        """The environment. As in Java, the first call creates it, with ``loggingLevel`` (an
-        ``OrtLoggingLevel``; default WARNING) and ``name``; later calls return it as it is.
+        """The process's environment: the first call creates it (`CreateEnv`), later calls return it.
 
-        Java's four forms: ``getEnvironment()``, ``getEnvironment(name)``, ``getEnvironment(level)``,
-        ``getEnvironment(level, name)`` (a str alone is the name)."""
+        As in Java, the first call decides the logging level and the name; a later call with others
+        returns the same environment without a word (Java logs a warning). The first call also loads
+        the runtime.
+
+        Java: `static OrtEnvironment getEnvironment()`, `getEnvironment(String name)`,
+        `getEnvironment(OrtLoggingLevel logLevel)`, `getEnvironment(OrtLoggingLevel loggingLevel, String name)`.
+
+        Args:
+            loggingLevel: An `OrtLoggingLevel` or its value (default WARNING); a `str` alone here is
+                the name, as Java's `getEnvironment(String name)`.
+            name: The runtime's logging id (default "ort_cffi"; Java's is "ort-java").
+
+        Returns:
+            The one `OrtEnvironment`, shared by the whole process: nobody owns it, and it lives until
+                interpreter exit.
+
+        Raises:
+            ValueError: On the first call, `loggingLevel` is no `OrtLoggingLevel`.
+            OrtInvalidArgumentException: On the first call, `name` is not a `str`.
+            RuntimeLoadError: The runtime cannot be loaded: `RuntimeNotFoundError` (none found; the
+                message lists where it looked), `TrainingApiUnavailableError`, `UnsupportedRuntimeError`.
+        """
         if isinstance(loggingLevel, str) and name is None:  # Java's getEnvironment(String name)
             loggingLevel, name = None, loggingLevel
         if cls._instance is None:
@@ -47,11 +76,19 @@ class OrtEnvironment:
         return cls._instance
 
     def isTrainingEnabled(self) -> bool:
-        """True: ort_cffi only loads runtimes that have the training API."""
+        """Always True: ort_cffi only loads runtimes that have the training API.
+
+        A runtime without it is refused when it loads (`TrainingApiUnavailableError`).
+
+        Java: `boolean isTrainingEnabled()`.
+        """
         return get_runtime().training_api is not None
 
     def getVersion(self) -> str:
-        """The loaded runtime's version, ``"1.19.2"`` (Java: ``getVersion()``, ``OrtApiBase::GetVersionString``)."""
+        """The loaded runtime's version, `"1.19.2"` (`GetVersionString`).
+
+        Java: `String getVersion()`.
+        """
         return str(get_runtime().version)
 
     def createTrainingSession(
@@ -62,19 +99,79 @@ class OrtEnvironment:
         optimizerPath: Optional[PathOrBytes] = None,
         options: Optional[SessionOptions] = None,
     ) -> OrtTrainingSession:
-        """A training session: checkpoint (path or ``OrtCheckpointState``), training model, and optional
-        eval and optimizer models (paths, or all as bytes), with optional ``SessionOptions``."""
+        """Create a training session (`CreateTrainingSession`, or `CreateTrainingSessionFromBuffer` for bytes).
+
+        Loads the checkpoint (when given a path), creates the session, and reads the models' input and
+        output names and input signatures once.
+
+        Java: `OrtTrainingSession createTrainingSession(String checkpointPath, String trainPath,
+        String evalPath, String optimizerPath)` and the same with `OrtSession.SessionOptions options`.
+
+        Args:
+            checkpoint: A path (`str` or `os.PathLike`), which the session loads and owns; or an
+                `OrtCheckpointState`, which stays the caller's (the session keeps it alive) and must not
+                be bound to another open session.
+            trainPath: The training model: a path, or the model's bytes.
+            evalPath: The eval model, or None (then `evalStep` and `exportModelForInference` are
+                unavailable).
+            optimizerPath: The optimizer model, or None (then the optimizer and scheduler methods are
+                unavailable).
+            options: `SessionOptions`, or None for the defaults; they may be closed once the session
+                exists.
+
+        Returns:
+            A new `OrtTrainingSession` the caller owns and must close (or use in a `with` block).
+
+        Raises:
+            OrtFileNotFoundException: A model or the checkpoint file does not exist (the message names it).
+            OrtInvalidArgumentException: An argument of the wrong type, an empty path or empty bytes, a
+                folder, models given partly as paths and partly as bytes, options that are not
+                `SessionOptions`, or a checkpoint state already bound to an open session.
+            OrtClosedException: The checkpoint state or the options are closed.
+            OrtException: The runtime refuses a model or the checkpoint (e.g. `ORT_INVALID_PROTOBUF` for
+                a file that is no ONNX model). The checkpoint this call loaded is released then (Java
+                leaks it).
+        """
         return OrtTrainingSession(checkpoint, trainPath, evalPath, optimizerPath, options)
 
     def createSession(self, model: PathOrBytes, options: Optional[SessionOptions] = None) -> OrtSession:
-        """An inference session on the same runtime (a path or the model's bytes)."""
+        """Create an inference session on the same runtime (`CreateSession`, `CreateSessionFromArray`).
+
+        E.g. for the model `OrtTrainingSession.exportModelForInference` wrote: no second ONNX Runtime
+        in the process.
+
+        Java: `OrtSession createSession(String modelPath)`, `createSession(byte[] modelArray)`, and both
+        with `OrtSession.SessionOptions options`.
+
+        Args:
+            model: A path (`str` or `os.PathLike`), or the model's bytes (`bytes`, `bytearray`,
+                `memoryview`).
+            options: `SessionOptions`, or None for the defaults; they may be closed once the session
+                exists.
+
+        Returns:
+            A new `OrtSession` the caller owns and must close (or use in a `with` block).
+
+        Raises:
+            OrtFileNotFoundException: The model file does not exist (the message names it).
+            OrtInvalidArgumentException: `model` is not a path or bytes, is empty, or is a folder.
+            OrtClosedException: The options are closed.
+            OrtException: The runtime refuses the model (e.g. `ORT_INVALID_PROTOBUF` for bytes that are
+                no ONNX model).
+        """
         return OrtSession(self, model, options)
 
     def setTelemetry(self, sendTelemetry: bool) -> None:
-        """Accepted for Java compatibility; this runtime build sends no telemetry."""
+        """Accepted and ignored (the Linux training builds of the runtime send no telemetry).
+
+        Java: `void setTelemetry(boolean sendTelemetry)`.
+        """
 
     def close(self) -> None:
-        """A no-op, as in Java: the environment lives as long as the process."""
+        """Does nothing, as in Java since 1.11: the environment lives as long as the process.
+
+        Java: `void close()`.
+        """
 
     def __enter__(self) -> "OrtEnvironment":
         return self

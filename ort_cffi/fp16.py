@@ -105,57 +105,189 @@ def float_to_bf16(values: Any) -> Any:
 
 
 class Fp16Conversions:
-    """Java's ``Fp16Conversions``: static conversions between fp16, bfloat16 and float32.
+    """Static conversions between fp16, bfloat16 and float32, bit-exact to Java's.
 
-    Each takes a scalar or a numpy array (of bits, for the 16-bit side) and returns the same kind:
-    ``np.float32`` values, or ``np.int16`` bits (Java's ``short``)."""
+    Each takes a scalar or a numpy array (of bits, as integers, for the 16-bit side) and returns the
+    same kind: `np.float32` values, or `np.int16` bits (Java's `short`). Whole arrays are converted at
+    once. The results are new: the input is never changed and never shared.
+
+    Java: `ai.onnxruntime.platform.Fp16Conversions`.
+    """
 
     @staticmethod
     def fp16ToFloat(input: Any) -> Any:
-        """fp16 bits → float32 (exact; Java's ``fp16ToFloat``)."""
+        """fp16 bits → float32, exact (MLAS's conversion, as Java up to version 19).
+
+        Java 20 and later quiet the 1022 signaling NaNs; the other values agree.
+
+        Java: `static float fp16ToFloat(short input)`.
+
+        Args:
+            input: fp16 bits: an integer or an integer numpy array (only the low 16 bits count).
+
+        Returns:
+            A new `np.float32` value, or a new float32 array of the input's shape, that the caller owns.
+
+        Raises:
+            TypeError: `input` is not integers (e.g. floats, which are no bits).
+        """
         return mlas_fp16_to_float(input)
 
     @staticmethod
     def floatToFp16(input: Any) -> Any:
-        """float32 → fp16 bits, rounded to nearest even (Java's ``floatToFp16`` up to Java 19; see the module)."""
+        """float32 → fp16 bits, rounded to nearest even (MLAS's rounding, as Java up to version 19).
+
+        Overflow gives infinity and every NaN the one fp16 NaN 0x7e00 (Java 20 and later keep NaN
+        payloads).
+
+        Java: `static short floatToFp16(float input)`.
+
+        Args:
+            input: A number or a numpy array of numbers, read as float32.
+
+        Returns:
+            A new `np.int16` value (the bits), or a new int16 array of the input's shape, that the
+                caller owns.
+
+        Raises:
+            ValueError: `input` cannot be read as float32 (numpy's error).
+        """
         return mlas_float_to_fp16(input)
 
     @staticmethod
     def mlasFp16ToFloat(input: Any) -> Any:
-        """fp16 bits → float32, MLAS's conversion (Java's ``mlasFp16ToFloat``)."""
+        """fp16 bits → float32, MLAS's conversion (exact; the same as `fp16ToFloat`).
+
+        Java: `static float mlasFp16ToFloat(short input)`.
+
+        Args:
+            input: fp16 bits: an integer or an integer numpy array (only the low 16 bits count).
+
+        Returns:
+            A new `np.float32` value, or a new float32 array of the input's shape, that the caller owns.
+
+        Raises:
+            TypeError: `input` is not integers (e.g. floats, which are no bits).
+        """
         return mlas_fp16_to_float(input)
 
     @staticmethod
     def mlasFloatToFp16(input: Any) -> Any:
-        """float32 → fp16 bits, MLAS's rounding (Java's ``mlasFloatToFp16``)."""
+        """float32 → fp16 bits, MLAS's rounding to nearest even (the same as `floatToFp16`).
+
+        Java: `static short mlasFloatToFp16(float input)`.
+
+        Args:
+            input: A number or a numpy array of numbers, read as float32.
+
+        Returns:
+            A new `np.int16` value (the bits), or a new int16 array of the input's shape, that the
+                caller owns.
+
+        Raises:
+            ValueError: `input` cannot be read as float32 (numpy's error).
+        """
         return mlas_float_to_fp16(input)
 
     @staticmethod
     def bf16ToFloat(input: Any) -> Any:
-        """bfloat16 bits → float32 (exact; Java's ``bf16ToFloat``)."""
+        """bfloat16 bits → float32, exact: the 16 bits on top of a float.
+
+        Java: `static float bf16ToFloat(short input)`.
+
+        Args:
+            input: bfloat16 bits: an integer or an integer numpy array (only the low 16 bits count).
+
+        Returns:
+            A new `np.float32` value, or a new float32 array of the input's shape, that the caller owns.
+
+        Raises:
+            TypeError: `input` is not integers (e.g. floats, which are no bits).
+        """
         return bf16_to_float(input)
 
     @staticmethod
     def floatToBf16(input: Any) -> Any:
-        """float32 → bfloat16 bits, rounded to nearest even (Java's ``floatToBf16``)."""
+        """float32 → bfloat16 bits, rounded to nearest even; every NaN gives 0x7fc0.
+
+        Java: `static short floatToBf16(float input)`.
+
+        Args:
+            input: A number or a numpy array of numbers, read as float32.
+
+        Returns:
+            A new `np.int16` value (the bits), or a new int16 array of the input's shape, that the
+                caller owns.
+
+        Raises:
+            ValueError: `input` cannot be read as float32 (numpy's error).
+        """
         return float_to_bf16(input)
 
     @staticmethod
     def convertFp16BufferToFloatBuffer(buf: Any) -> np.ndarray:
-        """A new float32 array from fp16 bits (Java's ``convertFp16BufferToFloatBuffer``; flat)."""
+        """fp16 bits → float32, for a whole buffer, flattened.
+
+        Java: `static FloatBuffer convertFp16BufferToFloatBuffer(ShortBuffer buf)`.
+
+        Args:
+            buf: fp16 bits: an integer numpy array (any shape) or sequence.
+
+        Returns:
+            A new flat float32 numpy array the caller owns.
+
+        Raises:
+            TypeError: `buf` is not integers.
+        """
         return np.asarray(mlas_fp16_to_float(np.ravel(buf)), dtype=np.float32)
 
     @staticmethod
     def convertFloatBufferToFp16Buffer(buf: Any) -> np.ndarray:
-        """A new int16 array of fp16 bits from floats (Java's ``convertFloatBufferToFp16Buffer``; flat)."""
+        """float32 → fp16 bits, for a whole buffer, flattened.
+
+        Java: `static ShortBuffer convertFloatBufferToFp16Buffer(FloatBuffer buf)`.
+
+        Args:
+            buf: A numpy array (any shape) or sequence of numbers, read as float32.
+
+        Returns:
+            A new flat int16 numpy array of fp16 bits the caller owns.
+
+        Raises:
+            ValueError: `buf` cannot be read as float32.
+        """
         return np.asarray(mlas_float_to_fp16(np.ravel(buf)), dtype=np.int16)
 
     @staticmethod
     def convertBf16BufferToFloatBuffer(buf: Any) -> np.ndarray:
-        """A new float32 array from bfloat16 bits (Java's ``convertBf16BufferToFloatBuffer``; flat)."""
+        """bfloat16 bits → float32, for a whole buffer, flattened.
+
+        Java: `static FloatBuffer convertBf16BufferToFloatBuffer(ShortBuffer buf)`.
+
+        Args:
+            buf: bfloat16 bits: an integer numpy array (any shape) or sequence.
+
+        Returns:
+            A new flat float32 numpy array the caller owns.
+
+        Raises:
+            TypeError: `buf` is not integers.
+        """
         return np.asarray(bf16_to_float(np.ravel(buf)), dtype=np.float32)
 
     @staticmethod
     def convertFloatBufferToBf16Buffer(buf: Any) -> np.ndarray:
-        """A new int16 array of bfloat16 bits from floats (Java's ``convertFloatBufferToBf16Buffer``; flat)."""
+        """float32 → bfloat16 bits, for a whole buffer, flattened.
+
+        Java: `static ShortBuffer convertFloatBufferToBf16Buffer(FloatBuffer buf)`.
+
+        Args:
+            buf: A numpy array (any shape) or sequence of numbers, read as float32.
+
+        Returns:
+            A new flat int16 numpy array of bfloat16 bits the caller owns.
+
+        Raises:
+            ValueError: `buf` cannot be read as float32.
+        """
         return np.asarray(float_to_bf16(np.ravel(buf)), dtype=np.int16)

@@ -19,10 +19,13 @@ from .tensor import OnnxTensor, OnnxValue, TensorInfo, TypeInfo, adopt_outputs, 
 
 
 class NameSet(AbstractSet[str]):
-    """An ordered, read-only set of names (Java's ``Set<String>``), iterated in the model's order.
+    """An ordered, read-only set of names, iterated in the model's order.
 
     Equal to any set with the same names, whatever their order; also indexable like the tuple of
-    names it keeps."""
+    names it keeps. Plain Python data: it stays valid after the session that gave it closes.
+
+    Java: `Set<String>` (an unmodifiable `LinkedHashSet`).
+    """
 
     __slots__ = ("_names", "_members")
 
@@ -46,12 +49,24 @@ class NameSet(AbstractSet[str]):
         return hash(self._members)
 
     def contains(self, name: object) -> bool:
+        """True when `name` is in the set; also `name in names`.
+
+        Java: `boolean contains(Object o)`.
+        """
         return name in self._members
 
     def isEmpty(self) -> bool:
+        """True when the set has no names; also `not names`.
+
+        Java: `boolean isEmpty()`.
+        """
         return not self._names
 
     def size(self) -> int:
+        """How many names the set holds; also `len(names)`.
+
+        Java: `int size()`.
+        """
         return len(self._names)
 
     def __repr__(self) -> str:
@@ -59,8 +74,13 @@ class NameSet(AbstractSet[str]):
 
 
 class NodeInfo:
-    """A model input or output: its name and its ``TensorInfo`` (Java's ``NodeInfo``). The
-    ``TensorInfo``'s own attributes (``getShape()``, ``onnxType``, ...) are reachable directly too."""
+    """A model input or output: its name and its `TensorInfo`, as `OrtSession.getInputInfo()` gives them.
+
+    The `TensorInfo`'s own attributes (`getShape()`, `onnxType`, ...) are reachable on the `NodeInfo`
+    too. Plain Python data, no native memory.
+
+    Java: `NodeInfo(String name, ValueInfo info)`.
+    """
 
     __slots__ = ("_name", "_info")
 
@@ -69,11 +89,20 @@ class NodeInfo:
         self._info = info
 
     def getName(self) -> str:
-        """The input's or output's name."""
+        """The input's or output's name.
+
+        Java: `String getName()`.
+        """
         return self._name
 
     def getInfo(self) -> TensorInfo:
-        """Its element type and shape (a ``TensorInfo``)."""
+        """Its element type and shape.
+
+        Java: `ValueInfo getInfo()` (always a `TensorInfo` here).
+
+        Returns:
+            The `TensorInfo` this `NodeInfo` owns, not a copy: plain Python data the caller may keep.
+        """
         return self._info
 
     def __getattr__(self, attribute: str) -> Any:
@@ -86,23 +115,44 @@ class NodeInfo:
 
 
 class Entry(NamedTuple):
-    """One output of a ``Result``: Java's ``Map.Entry`` (``getKey()``/``getValue()``), also a (name, value) pair."""
+    """One output of a `Result`: a (name, value) pair, with Java's `getKey()` and `getValue()`.
+
+    Java: `Map.Entry<String, OnnxValue>`.
+    """
 
     key: str
     value: OnnxValue
 
     def getKey(self) -> str:
+        """The output's name; also `entry.key` or `entry[0]`.
+
+        Java: `String getKey()`.
+        """
         return self.key
 
     def getValue(self) -> OnnxValue:
+        """The output's value; also `entry.value` or `entry[1]`.
+
+        Java: `OnnxValue getValue()`.
+
+        Returns:
+            The value itself, owned by the `Result` it came from (closed with it), or the caller's own
+                tensor for a pinned output.
+        """
         return self.value
 
 
 class Result:
-    """The outputs of a step or a run, by name and by position (Java's ``OrtSession.Result``).
+    """The outputs of a training step or an inference run, by name and by position.
 
-    Closing it closes the values it owns (those the runtime allocated); pinned outputs belong to the
-    caller and stay open."""
+    `trainStep`, `evalStep` and `OrtSession.run` return one; the caller owns it and closes it (or uses
+    a `with` block). Closing it closes the values it owns, those the runtime allocated: values taken
+    from it are then unusable (copy them out with `getValue()` first). Pinned outputs belong to the
+    caller and stay open. `result[0]`, `result["name"]`, `len(result)`, `name in result` and iteration
+    work as a Python user expects. Also reachable as `OrtSession.Result`.
+
+    Java: `OrtSession.Result`.
+    """
 
     __slots__ = ("_names", "_values", "_owned", "_index", "_closed")
 
@@ -113,8 +163,15 @@ class Result:
         owned: Optional[int] = None,
         index: Optional[Dict[str, int]] = None,
     ) -> None:
-        """``owned``: how many of the values, from the first, closing the Result closes (None: all; the
-        rest are the caller's pinned outputs); ``index``: name → position, when the caller has it already."""
+        """Made by the steps and runs; not for users.
+
+        Args:
+            names: The outputs' names, in order.
+            values: The outputs' values, in the same order.
+            owned: How many of the values, from the first, closing the Result closes (None: all; the
+                rest are the caller's pinned outputs).
+            index: Name → position, when the caller has it already.
+        """
         self._names = names
         self._values = values
         self._owned = owned
@@ -131,7 +188,26 @@ class Result:
             raise OrtClosedException("Result")
 
     def get(self, key: Union[int, str]) -> Any:
-        """``get(int)`` → the value at that position; ``get(str)`` → an Optional of the named value."""
+        """The value at a position, or an Optional of the value of a name.
+
+        `result[index]` gives the same value; `result[name]` gives the value itself, or a `KeyError`
+        that lists the outputs.
+
+        Java: `OnnxValue get(int index)`, `Optional<OnnxValue> get(String key)`.
+
+        Args:
+            key: An int (numpy integers too; a negative one counts from the end), or an output name.
+
+        Returns:
+            For an int, the value itself; for a name, an Optional (`isPresent()`, `get()`, `orElse()`)
+                of it, empty for a name the Result lacks. The value is owned by the Result and closed
+                with it (a pinned output is the caller's own tensor).
+
+        Raises:
+            OrtClosedException: The Result is closed.
+            IndexError: The index is out of range (Java: `IndexOutOfBoundsException`).
+            OrtInvalidArgumentException: `key` is neither an int nor a `str` (a `bool` included).
+        """
         if type(key) is int and not self._closed and 0 <= key < len(self._values):
             return self._values[key]  # the common case, first
         self._check_open()
@@ -160,7 +236,10 @@ class Result:
         return value
 
     def size(self) -> int:
-        """How many outputs this Result holds (also ``len(result)``)."""
+        """How many outputs this Result holds; also `len(result)`. It answers after `close()` too.
+
+        Java: `int size()`.
+        """
         return len(self._values)
 
     def __len__(self) -> int:
@@ -170,16 +249,42 @@ class Result:
         return name in self._names
 
     def keys(self) -> List[str]:
-        """The output names, in order."""
+        """The output names, in order; it answers after `close()` too.
+
+        Java: none (ort_cffi addition, as a dict's `keys()`).
+
+        Returns:
+            A new list of `str` the caller owns.
+        """
         return list(self._names)
 
     def values(self) -> List[OnnxValue]:
-        """The values, in order (raises ``OrtClosedException`` once closed)."""
+        """The values, in order.
+
+        Java: none (ort_cffi addition, as a dict's `values()`).
+
+        Returns:
+            A new list the caller owns, of values the Result owns (closed with it; pinned outputs are
+                the caller's own tensors).
+
+        Raises:
+            OrtClosedException: The Result is closed.
+        """
         self._check_open()
         return list(self._values)
 
     def items(self) -> List[Tuple[str, OnnxValue]]:
-        """(name, value) pairs, in order (raises ``OrtClosedException`` once closed)."""
+        """The outputs' names and values as pairs, in order.
+
+        Java: none (ort_cffi addition, as a dict's `items()`).
+
+        Returns:
+            A new list of (name, value) tuples the caller owns; the values are the Result's (closed
+                with it; pinned outputs are the caller's own tensors).
+
+        Raises:
+            OrtClosedException: The Result is closed.
+        """
         self._check_open()
         return list(zip(self._names, self._values))
 
@@ -189,7 +294,13 @@ class Result:
         return iter([Entry(n, v) for n, v in zip(self._names, self._values)])
 
     def close(self) -> None:
-        """Close the values this Result owns. Idempotent."""
+        """Close the values this Result owns (those the runtime allocated); pinned outputs stay open.
+
+        Idempotent: a second `close()` does nothing (Java logs a warning). Afterwards, what hands out
+        values raises `OrtClosedException`; `size()`, `keys()` and `name in result` still answer.
+
+        Java: `void close()` (`AutoCloseable`: a `with` block closes it as try-with-resources does).
+        """
         if self._closed:
             return
         self._closed = True
@@ -201,7 +312,10 @@ class Result:
 
     @property
     def closed(self) -> bool:
-        """Whether ``close()`` was called."""
+        """True once `close()` has been called; never raises.
+
+        Java: none (ort_cffi addition).
+        """
         return self._closed
 
     def __enter__(self) -> "Result":
@@ -218,8 +332,16 @@ _Result = Result
 
 
 class OrtSession(NativeHandle):
-    """An inference session on the same runtime (``CreateSession`` / ``CreateSessionFromArray``):
-    run a model exported by ``exportModelForInference`` without a second runtime in the process."""
+    """An inference session on the same runtime as the training sessions.
+
+    Runs a model that `OrtTrainingSession.exportModelForInference` wrote, without a second ONNX Runtime
+    in the process. Made by `OrtEnvironment.createSession` (see there for what creation raises); the
+    caller owns it and closes it (or uses a `with` block). `run` may be called from several threads at
+    once; a `close()` meanwhile releases the native session after the runs in progress. Once closed, every method but `close()`,
+    `isClosed()` and `closed` raises `OrtClosedException`.
+
+    Java: `ai.onnxruntime.OrtSession` (made by `OrtEnvironment.createSession`).
+    """
 
     _kind = "OrtSession"
     Result = Result
@@ -288,21 +410,53 @@ class OrtSession(NativeHandle):
         return specs
 
     def getInputNames(self) -> "NameSet":
-        """The model's input names, in its order (an ordered, read-only set)."""
+        """The model's input names, in its order.
+
+        Java: `Set<String> getInputNames()`.
+
+        Returns:
+            An ordered, read-only set of names (Java's `Set<String>`) that the session owns and hands
+                out at every call: plain Python data, still valid after the session closes.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
         self._handle()
         return self._input_names
 
     def getOutputNames(self) -> "NameSet":
-        """The model's output names, in its order (an ordered, read-only set)."""
+        """The model's output names, in its order.
+
+        Java: `Set<String> getOutputNames()`.
+
+        Returns:
+            An ordered, read-only set of names (Java's `Set<String>`) that the session owns and hands
+                out at every call: plain Python data, still valid after the session closes.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
         self._handle()
         return self._output_names
 
     def getNumInputs(self) -> int:
-        """How many inputs the model has."""
+        """How many inputs the model has.
+
+        Java: `long getNumInputs()`.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
         return len(self.getInputNames())
 
     def getNumOutputs(self) -> int:
-        """How many outputs the model has."""
+        """How many outputs the model has.
+
+        Java: `long getNumOutputs()`.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
         return len(self.getOutputNames())
 
     def _infos(self, getter: Any, names: Iterable[str]) -> Dict[str, NodeInfo]:
@@ -319,15 +473,65 @@ class OrtSession(NativeHandle):
         return infos
 
     def getInputInfo(self) -> Dict[str, NodeInfo]:
-        """Name → ``NodeInfo`` of each input (``SessionGetInputTypeInfo``), in the model's order."""
+        """The element type and shape of each input, by name, in the model's order (`SessionGetInputTypeInfo`).
+
+        Java: `Map<String, NodeInfo> getInputInfo()`.
+
+        Returns:
+            A new dict, name → `NodeInfo`, that the caller owns: plain Python data, no native memory.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: An input is not a tensor (the message names it).
+        """
         return self._infos(self._rt.api.SessionGetInputTypeInfo, self.getInputNames())
 
     def getOutputInfo(self) -> Dict[str, NodeInfo]:
-        """Name → ``NodeInfo`` of each output (``SessionGetOutputTypeInfo``), in the model's order."""
+        """The element type and shape of each output, by name, in the model's order (`SessionGetOutputTypeInfo`).
+
+        Java: `Map<String, NodeInfo> getOutputInfo()`.
+
+        Returns:
+            A new dict, name → `NodeInfo`, that the caller owns: plain Python data, no native memory.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: An output is not a tensor (the message names it).
+        """
         return self._infos(self._rt.api.SessionGetOutputTypeInfo, self.getOutputNames())
 
     def run(self, inputs: Mapping[str, Any], *args: Any, requestedOutputs: Any = None, runOptions: Optional[_RunOptions] = None) -> "_Result":
-        """``Run``: inputs by name (``OnnxTensor`` or numpy array); all outputs, or the requested ones."""
+        """Run the model on `inputs` (`Run`): every output, or the requested ones.
+
+        Inputs are checked against the model's signature before the call (element type, rank, fixed
+        dimensions, one size per symbolic dimension, no zero-sized dimension), naming the input.
+
+        Java: `OrtSession.Result run(Map<String, ? extends OnnxTensorLike> inputs)`,
+        `run(inputs, OrtSession.RunOptions runOptions)`, `run(inputs, Set<String> requestedOutputs)`,
+        `run(inputs, requestedOutputs, runOptions)`; the forms with pinned outputs are not available.
+
+        Args:
+            inputs: Input name → `OnnxTensor`, numpy array or numpy scalar. An array is wrapped for the
+                call without a copy when its layout allows, copied once otherwise.
+            *args: Java's overloads, told apart by type, in any order (`None` is skipped): a set, list
+                or tuple of output names (`requestedOutputs`), a `RunOptions` (`runOptions`).
+            requestedOutputs: The outputs to return: a set comes back in the model's order, a list or
+                tuple in its own (repeats dropped). None: every output.
+            runOptions: Options for this run (log level, run tag, `setTerminate`), honoured here.
+
+        Returns:
+            A new `Result` the caller owns and must close (or use in a `with` block); closing it closes
+                every value in it.
+
+        Raises:
+            OrtClosedException: The session, an input tensor or the run options are closed.
+            OrtInvalidArgumentException: `inputs` is not a mapping or is empty; an input name is
+                unknown; an input is not a tensor or numpy array, does not fit the model's signature or
+                has a zero-sized dimension; an output name is unknown, or none is requested; an
+                argument is of an unexpected type (a dict of pinned outputs included).
+            OrtException: The runtime fails the run (e.g. an input left out, or the run options set to
+                terminate).
+        """
         for arg in args:
             if isinstance(arg, _RunOptions):
                 runOptions = arg

@@ -176,22 +176,49 @@ def _value_tensor_info(value_ptr: Any) -> TensorInfo:
 
 
 class OnnxValue(NativeHandle):
-    """A value the runtime reads or produced (``OrtValue``). Only tensors are produced by training models."""
+    """A value the runtime reads or produced (`OrtValue`): the base class of `OnnxTensor`.
+
+    Training models produce only tensors, so every value ort_cffi makes is an `OnnxTensor`.
+
+    Java: `ai.onnxruntime.OnnxValue` (an interface there, also for sequences, maps and sparse tensors).
+    """
 
     _kind = "OnnxValue"
 
     def getValue(self) -> Any:
-        """The value as Python data (see ``OnnxTensor.getValue``)."""
+        """The value as Python data; `OnnxTensor.getValue` is the one implementation.
+
+        Java: `Object getValue()`.
+
+        Returns:
+            For a tensor, a new numpy array the caller owns (see `OnnxTensor.getValue`).
+
+        Raises:
+            NotImplementedError: Called on `OnnxValue` itself, which no value ort_cffi makes is.
+        """
         raise NotImplementedError
 
     def getType(self) -> OnnxValueType:
-        """The kind of value (Java's ``getType``): ONNX_TYPE_TENSOR for a tensor."""
+        """The kind of value: always `OnnxValueType.ONNX_TYPE_TENSOR`.
+
+        Java: `OnnxValue.OnnxValueType getType()`.
+
+        Raises:
+            OrtClosedException: The value is closed.
+        """
         self._handle()
         return OnnxValueType.ONNX_TYPE_TENSOR
 
     def close(self) -> None:
-        """Close this value. Called as ``OnnxValue.close(mapping_or_iterable)`` (Java's static
-        ``OnnxValue.close(Map)``), closes every value in it."""
+        """Close this value; called on the class with a mapping or an iterable, close every value in it.
+
+        `value.close()` releases the native value (after a call in progress on it in another thread);
+        idempotent. `OnnxValue.close(values)` closes each `OnnxValue` of a list, or of a dict's values,
+        and skips anything else.
+
+        Java: `void close()`, `static void close(Iterable<? extends OnnxValue> itr)`,
+        `static void close(Map<String, ? extends OnnxValue> map)`.
+        """
         if not isinstance(self, OnnxValue):
             close_all(self)
             return
@@ -218,7 +245,16 @@ _DOUBLE_BUFFER = {_T.ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: np.dtype(np.float64)}
 
 
 class OnnxTensor(OnnxValue):
-    """A tensor: over numpy memory (``createTensor``), or allocated by the runtime (outputs, strings)."""
+    """A tensor: over numpy memory (`createTensor`), or allocated by the runtime (outputs, strings).
+
+    The caller owns a tensor it made and closes it (or uses a `with` block); a step's or run's outputs
+    belong to their `Result`. Whatever a tensor hands out (`getValue()`, the `get*Buffer()` copies) is a
+    new array that stays valid after `close()`; only `getBufferRef()` shares the tensor's memory, which
+    is numpy's. Once closed, every method but `close()`, `isClosed()`, `closed` and `toString()` raises
+    `OrtClosedException`.
+
+    Java: `ai.onnxruntime.OnnxTensor`.
+    """
 
     _kind = "OnnxTensor"
     _array: Optional[np.ndarray] = None  # the memory the tensor is over (None: the runtime's)
@@ -234,21 +270,45 @@ class OnnxTensor(OnnxValue):
 
     @classmethod
     def createTensor(cls, env: Any, data: Any, shape: Optional[Sequence[int]] = None, type: Any = None) -> "OnnxTensor":
-        """A tensor of ``data`` (Java's ``createTensor`` overloads; ``env`` is the ``OrtEnvironment``).
+        """A tensor of `data` (`CreateTensorWithDataAsOrtValue`; strings: `CreateTensorAsOrtValue`, `FillStringTensor`).
 
-        - ``createTensor(env, data)``: ``data`` is a Python scalar (``bool``, ``int`` → int64,
-          ``float`` → float64, ``str``), a numpy scalar or array of any supported dtype (str too),
-          a bytes-like object (raw bytes → int8), or nested lists/tuples of these.
-        - ``createTensor(env, buffer, shape)`` and ``createTensor(env, buffer, shape, type)``: the
-          elements of a numpy array or bytes-like ``buffer`` as a tensor of ``shape``; ``type`` (an
-          ``OnnxJavaType`` or ``OnnxTensorType``) reads raw memory as that element type (e.g.
-          ``OnnxJavaType.BFLOAT16`` over bytes). A flat list of str or numbers with a shape works too.
+        - `createTensor(env, data)`: `data` is a Python scalar (`bool`, `int` → int64, `float` →
+          float64, `str`), a numpy scalar or array of any supported dtype (str too), a bytes-like
+          object (raw bytes → int8), or nested lists/tuples of these.
+        - `createTensor(env, buffer, shape)` and `createTensor(env, buffer, shape, type)`: the elements
+          of a numpy array or bytes-like `buffer` as a tensor of `shape`; `type` reads raw memory as
+          that element type (e.g. `OnnxJavaType.BFLOAT16` over bytes). A flat list of str or numbers
+          with a shape works too.
 
         A C-contiguous, aligned, native-order array (or buffer) is not copied: the tensor reads and
-        writes its memory and keeps it alive (``getBufferRef()``); other memory is copied once
-        (``ownsBuffer()`` is then True). Python data is copied. Raises ``OrtException`` (also a
-        ``ValueError``) for data that cannot be a tensor (ragged, mixed, unsupported objects or
-        dtypes) and for a buffer whose size does not match the shape. The caller owns the tensor."""
+        writes its memory (`getBufferRef()`); other memory is copied once (`ownsBuffer()` is then
+        True). Python data is copied. There is no limit of 8 dimensions.
+
+        Java: `static OnnxTensor createTensor(OrtEnvironment env, Object data)`,
+        `createTensor(env, String[] data, long[] shape)`, `createTensor(env, FloatBuffer data,
+        long[] shape)` (and the `DoubleBuffer`, `ShortBuffer`, `IntBuffer`, `LongBuffer`, `ByteBuffer`
+        forms), `createTensor(env, ByteBuffer data, long[] shape, OnnxJavaType type)`.
+
+        Args:
+            env: The `OrtEnvironment`, as in Java (the tensor does not depend on it).
+            data: The data or buffer, as above.
+            shape: The tensor's shape, a sequence of non-negative ints whose product is the number of
+                elements in `data`; None to take the shape of `data`.
+            type: An `OnnxJavaType`, or beyond Java any `OnnxTensorType` (float8, int4, unsigned): the
+                element type the buffer's bytes hold; needs `shape`.
+
+        Returns:
+            A new `OnnxTensor` the caller owns and must close (or use in a `with` block). Made over the
+                caller's array or buffer without a copy, it keeps that memory alive, and writing into
+                either changes the other.
+
+        Raises:
+            OrtInvalidArgumentException: `data` cannot be a tensor (ragged or mixed sequences, an empty
+                list, an object of another kind, an int beyond int64, a complex or other unsupported
+                dtype, an object array holding anything but `str` and `bytes`); `shape` is not a
+                sequence of ints, has a negative dimension or does not match the buffer's size; `type`
+                is no `OnnxJavaType` or `OnnxTensorType` member, or is given without `shape`.
+        """
         if shape is None and type is None:
             if isinstance(data, np.ndarray):  # a buffer: zero-copy when its layout allows
                 array, onnx_type = array_for(data)
@@ -327,25 +387,58 @@ class OnnxTensor(OnnxValue):
 
     @property
     def writable(self) -> bool:
-        """False for a tensor over read-only memory (it cannot be a pinned output)."""
+        """False for a tensor over read-only memory (a `bytes` object, a read-only array); never raises.
+
+        Such a tensor cannot be a pinned output.
+
+        Java: none (ort_cffi addition).
+        """
         return self._writable
 
     def ownsBuffer(self) -> bool:
-        """True when the tensor's memory is a copy ort_cffi made of the buffer it was given (Java's
-        ``ownsBuffer``): a strided, misaligned or byte-swapped array, say. False for a tensor over
-        the caller's own memory, one made from Python data, and one the runtime allocated."""
+        """True when the tensor's memory is a copy ort_cffi made of the buffer it was given.
+
+        That is a strided, misaligned or byte-swapped array, say. False for a tensor over the caller's
+        own memory, one made from Python data, and one the runtime allocated.
+
+        Java: `boolean ownsBuffer()`.
+
+        Raises:
+            OrtClosedException: The tensor is closed.
+        """
         self._handle()
         return self._owns
 
     def getBufferRef(self) -> "Optional_[np.ndarray]":
-        """The numpy array a tensor made over a buffer reads and writes (Java's ``getBufferRef``):
-        writing into it changes the tensor. Empty for tensors made from Python data and those the
-        runtime allocated."""
+        """The numpy array a tensor made over a buffer reads and writes: writing into it changes the tensor.
+
+        Java: `Optional<Buffer> getBufferRef()`.
+
+        Returns:
+            An Optional (`isPresent()`, `get()`, `orElse()`) of the array, in the tensor's shape (raw
+                bits for BFLOAT16, float8 and int4): the caller's own array, or the copy ort_cffi made
+                of its buffer, shared with the tensor and not copied. numpy owns that memory, so it
+                stays valid after the tensor closes. Empty for tensors made from Python data and
+                those the runtime allocated.
+
+        Raises:
+            OrtClosedException: The tensor is closed.
+        """
         self._handle()
         return Optional_(self._ref)
 
     def getInfo(self) -> TensorInfo:
-        """Element type and shape (``GetTensorTypeAndShape``)."""
+        """The tensor's element type and shape (`GetTensorTypeAndShape`).
+
+        Java: `TensorInfo getInfo()`.
+
+        Returns:
+            The `TensorInfo` the tensor owns (cached: the same object at every call), plain Python data
+                with no native memory that the caller may keep, also after `close()`.
+
+        Raises:
+            OrtClosedException: The tensor is closed.
+        """
         if self._info is not None:
             self._handle()
             return self._info
@@ -361,10 +454,22 @@ class OnnxTensor(OnnxValue):
         return self._info
 
     def getValue(self) -> np.ndarray:
-        """A copy of the values as a numpy array the caller owns, in the tensor's shape (0-d for a
-        scalar). numpy's dtypes where numpy has the type (float16 stays float16); bfloat16 and the
-        float8 types as float32 (exact), int4/uint4 as int8/uint8, strings as an object array of
-        ``str`` (UTF-8; raises for bytes that are not, see ``getStringTensor(raw=True)``)."""
+        """The tensor's values, copied into a numpy array in the tensor's shape (0-d for a scalar).
+
+        numpy's dtypes where numpy has the type (float16 stays float16, uint8 uint8); bfloat16 and the
+        float8 types as float32 (exact), int4/uint4 as int8/uint8, strings as an object array of `str`.
+
+        Java: `Object getValue()` (a boxed value or a Java array there).
+
+        Returns:
+            A new numpy array the caller owns: it never aliases the tensor's memory, so it stays valid
+                after `close()` and writing into it does not change the tensor.
+
+        Raises:
+            OrtClosedException: The tensor is closed.
+            OrtInvalidArgumentException: A string is not valid UTF-8 (read it with
+                `getStringTensor(raw=True)`), or the element type is one ort_cffi cannot read.
+        """
         if self._array is not None and self._plain:
             self._handle()
             return self._array.copy()  # numpy's memory, held by this object: no native read
@@ -434,36 +539,106 @@ class OnnxTensor(OnnxValue):
         return raw.view(accept[info.onnxType])
 
     def getByteBuffer(self) -> Optional[np.ndarray]:
-        """A flat uint8 copy of the tensor's memory, in native byte order (Java's ``getByteBuffer``);
-        None for a string tensor, whose strings live outside it."""
+        """A flat copy of the tensor's memory as bytes, in native byte order.
+
+        Java: `ByteBuffer getByteBuffer()`.
+
+        Returns:
+            A new flat numpy array the caller owns (uint8; Java's bytes are signed), or None for a
+                string tensor, whose strings live outside its memory.
+
+        Raises:
+            OrtClosedException: The tensor is closed.
+        """
         return self._read_as(_ANY_NUMERIC, lambda raw, _: raw.view(np.uint8))
 
     def getFloatBuffer(self) -> Optional[np.ndarray]:
-        """A flat float32 copy of a FLOAT tensor, or of a FLOAT16 or BFLOAT16 one converted up
-        (bit-exact to Java's ``Fp16Conversions``); None for other types (Java's ``getFloatBuffer``)."""
+        """A flat float32 copy of a FLOAT tensor, or of a FLOAT16 or BFLOAT16 one converted up.
+
+        Java: `FloatBuffer getFloatBuffer()`.
+
+        Returns:
+            A new flat numpy array the caller owns (float32; FLOAT16 and BFLOAT16 converted bit-exact to Java's `Fp16Conversions`), or None for a tensor of another element
+                type (Java returns null).
+
+        Raises:
+            OrtClosedException: The tensor is closed.
+        """
         return self._read_as(_FLOAT_BUFFER, _to_float32)
 
     def getDoubleBuffer(self) -> Optional[np.ndarray]:
-        """A flat float64 copy of a DOUBLE tensor; None for other types (Java's ``getDoubleBuffer``)."""
+        """A flat float64 copy of a DOUBLE tensor.
+
+        Java: `DoubleBuffer getDoubleBuffer()`.
+
+        Returns:
+            A new flat numpy array the caller owns (float64), or None for a tensor of another element
+                type (Java returns null).
+
+        Raises:
+            OrtClosedException: The tensor is closed.
+        """
         return self._read_as(_DOUBLE_BUFFER)
 
     def getShortBuffer(self) -> Optional[np.ndarray]:
-        """A flat copy of a 16-bit tensor: int16 for INT16, uint16 for UINT16, the raw bits as int16
-        (Java's ``short``) for FLOAT16 and BFLOAT16; None for other types (Java's ``getShortBuffer``)."""
+        """A flat copy of a 16-bit tensor: INT16, UINT16, or the raw bits of FLOAT16 and BFLOAT16.
+
+        Java: `ShortBuffer getShortBuffer()`.
+
+        Returns:
+            A new flat numpy array the caller owns (int16 for INT16, uint16 for UINT16 (Java: signed), the bits as int16 for
+                FLOAT16 and BFLOAT16), or None for a tensor of another element
+                type (Java returns null).
+
+        Raises:
+            OrtClosedException: The tensor is closed.
+        """
         return self._read_as(_SHORT_BUFFER)
 
     def getIntBuffer(self) -> Optional[np.ndarray]:
-        """A flat copy of an INT32 (int32) or UINT32 (uint32) tensor; None for other types."""
+        """A flat copy of an INT32 or UINT32 tensor.
+
+        Java: `IntBuffer getIntBuffer()`.
+
+        Returns:
+            A new flat numpy array the caller owns (int32, or uint32 for UINT32 (Java: signed)), or None for a tensor of another element
+                type (Java returns null).
+
+        Raises:
+            OrtClosedException: The tensor is closed.
+        """
         return self._read_as(_INT_BUFFER)
 
     def getLongBuffer(self) -> Optional[np.ndarray]:
-        """A flat copy of an INT64 (int64) or UINT64 (uint64) tensor; None for other types."""
+        """A flat copy of an INT64 or UINT64 tensor.
+
+        Java: `LongBuffer getLongBuffer()`.
+
+        Returns:
+            A new flat numpy array the caller owns (int64, or uint64 for UINT64 (Java: signed)), or None for a tensor of another element
+                type (Java returns null).
+
+        Raises:
+            OrtClosedException: The tensor is closed.
+        """
         return self._read_as(_LONG_BUFFER)
 
     def getStringTensor(self, raw: bool = False) -> np.ndarray:
-        """The strings of a string tensor, an object array in its shape: ``str`` (UTF-8 decoded), or
-        with ``raw=True`` the ``bytes`` the runtime holds. Raises ``OrtException`` for a tensor of
-        another element type (``GetStringTensorDataLength``/``GetStringTensorContent``)."""
+        """The strings of a STRING tensor (`GetStringTensorDataLength`, `GetStringTensorContent`).
+
+        Java: none (ort_cffi addition).
+
+        Args:
+            raw: False: the strings decoded from UTF-8 (`str`); True: the `bytes` the runtime holds.
+
+        Returns:
+            A new object array in the tensor's shape that the caller owns.
+
+        Raises:
+            OrtClosedException: The tensor is closed.
+            OrtInvalidArgumentException: The tensor holds another element type, or (without `raw`) a
+                string is not valid UTF-8.
+        """
         ptr = self._use()
         try:
             info = self._info
@@ -476,7 +651,12 @@ class OnnxTensor(OnnxValue):
             self._unuse()
 
     def toString(self) -> str:
-        """Java's text: ``OnnxTensor(info=TensorInfo(...),closed=false)``."""
+        """Java's text for the tensor: `OnnxTensor(info=TensorInfo(...),closed=false)`; `repr()` is shorter.
+
+        It answers on a closed tensor too (`closed=true`), as Java's does.
+
+        Java: `String toString()`.
+        """
         info = self._info if self._closed else self.getInfo()
         closed = "true" if self._closed else "false"
         return f"OnnxTensor(info={info.toString() if info is not None else 'unknown'},closed={closed})"

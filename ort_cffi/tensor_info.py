@@ -24,10 +24,14 @@ from ._errors import OrtException
 
 
 class OnnxTensorType(enum.IntEnum):
-    """ONNX tensor element types (``ONNXTensorElementDataType``, with the C API's numbers).
+    """ONNX tensor element types (`ONNXTensorElementDataType`), with the C API's numbers.
 
-    Java's ``TensorInfo.OnnxTensorType``; unlike Java's enum, whose ``value`` is the JNI's own
-    numbering, the values here are the runtime's."""
+    An `IntEnum`; also reachable as `TensorInfo.OnnxTensorType`. Unlike Java's enum, whose `value` is
+    the JNI's own numbering, the values here are the runtime's. Beyond Java: the 4-bit types UINT4 and
+    INT4 (two elements per byte).
+
+    Java: `TensorInfo.OnnxTensorType`.
+    """
 
     ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED = 0
     ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT = 1
@@ -55,18 +59,34 @@ class OnnxTensorType(enum.IntEnum):
 
     @classmethod
     def mapFromInt(cls, value: int) -> "OnnxTensorType":
-        """The member with the runtime's number ``value``; UNDEFINED for an unknown number (Java's ``mapFromInt``)."""
+        """The member with the runtime's number `value`; UNDEFINED for an unknown number.
+
+        Java: `static OnnxTensorType mapFromInt(int value)` (by Java's numbering there).
+        """
         return _ONNX_TYPES.get(value, cls.ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED)
 
     @classmethod
     def mapFromJavaType(cls, type: "OnnxJavaType") -> "OnnxTensorType":
-        """The element type a Java carrier type makes (Java's ``mapFromJavaType``): FLOAT → FLOAT,
-        UINT8 → UINT8, BFLOAT16 → BFLOAT16, ...; UNKNOWN → UNDEFINED."""
+        """The element type a Java carrier type makes: FLOAT → FLOAT, UINT8 → UINT8, BFLOAT16 → BFLOAT16, ...
+
+        UNKNOWN gives UNDEFINED.
+
+        Java: `static OnnxTensorType mapFromJavaType(OnnxJavaType type)`.
+
+        Args:
+            type: An `OnnxJavaType` or its number.
+
+        Raises:
+            ValueError: `type` is no `OnnxJavaType`.
+        """
         return _ONNX_BY_JAVA.get(OnnxJavaType(type), cls.ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED)
 
     @property
     def onnx_name(self) -> str:
-        """ONNX's own spelling of the type, as in the runtime's messages: ``tensor(float)``."""
+        """ONNX's own spelling of the type, as in the runtime's messages: `tensor(float)`.
+
+        Java: none (ort_cffi addition).
+        """
         return f"tensor({_ONNX_SPELLING[self]})"
 
 
@@ -132,10 +152,13 @@ def byte_size(onnx_type: OnnxTensorType, count: int) -> int:
 
 
 class OnnxJavaType(enum.IntEnum):
-    """Java's carrier types (``ai.onnxruntime.OnnxJavaType``), with Java's numbers as values.
+    """Java's carrier types of tensor elements, with Java's numbers as values.
 
-    ``size`` is the bytes of one element; ``clazz`` the Python type of one element (a numpy scalar
-    type; ``str`` for STRING; BFLOAT16's raw bits are ``np.int16``, as Java's ``short``)."""
+    An `IntEnum`. `size` is the bytes of one element; `clazz` the Python type of one element (a numpy
+    scalar type; `str` for STRING; BFLOAT16's raw bits are `np.int16`, as Java's `short`).
+
+    Java: `ai.onnxruntime.OnnxJavaType`.
+    """
 
     UNKNOWN = 0
     FLOAT = 1
@@ -152,17 +175,26 @@ class OnnxJavaType(enum.IntEnum):
 
     @property
     def size(self) -> int:
-        """Bytes of one element (Java's ``size``: 4 for STRING, 0 for UNKNOWN)."""
+        """The bytes of one element (4 for STRING, 0 for UNKNOWN, as in Java).
+
+        Java: the field `int size`.
+        """
         return _JAVA_SIZES[self]
 
     @property
     def clazz(self) -> Any:
-        """The Python type of one element (Java's ``clazz``)."""
+        """The Python type of one element: a numpy scalar type, `str` for STRING, `object` for UNKNOWN.
+
+        Java: the field `Class<?> clazz`.
+        """
         return _JAVA_CLASSES[self]
 
     @classmethod
     def mapFromInt(cls, value: int) -> "OnnxJavaType":
-        """The member with Java's number ``value``; UNKNOWN for any other number."""
+        """The member with Java's number `value`; UNKNOWN for any other number.
+
+        Java: `static OnnxJavaType mapFromInt(int value)`.
+        """
         try:
             return cls(value)
         except ValueError:
@@ -170,16 +202,25 @@ class OnnxJavaType(enum.IntEnum):
 
     @classmethod
     def mapFromOnnxTensorType(cls, onnxValue: OnnxTensorType) -> "OnnxJavaType":
-        """Java's carrier for an element type: unsigned types fold into the signed type of the same
-        width (UINT16 → INT16, UINT32 → INT32, UINT64 → INT64), UINT8 stays UINT8, FLOAT16 and
-        BFLOAT16 are their own; UNDEFINED, the complex, float8 and int4 types → UNKNOWN."""
+        """Java's carrier for an element type.
+
+        Unsigned types fold into the signed type of the same width (UINT16 → INT16, UINT32 → INT32,
+        UINT64 → INT64), UINT8 stays UINT8, FLOAT16 and BFLOAT16 are their own; UNDEFINED, the complex,
+        float8 and int4 types, and numbers that are no element type, give UNKNOWN.
+
+        Java: `static OnnxJavaType mapFromOnnxTensorType(OnnxTensorType onnxValue)`.
+        """
         return _JAVA_BY_ONNX.get(int(onnxValue), cls.UNKNOWN)
 
     @classmethod
     def mapFromClass(cls, clazz: Any) -> "OnnxJavaType":
-        """The carrier of a Python or numpy element type (``float`` → DOUBLE, ``int`` → INT64,
-        ``bool`` → BOOL, ``str`` → STRING, ``np.float32`` → FLOAT, ``np.uint16`` → INT16, ...);
-        UNKNOWN for anything else (Java's ``mapFromClass``)."""
+        """The carrier of a Python or numpy element type; UNKNOWN for anything else.
+
+        `float` → DOUBLE, `int` → INT64, `bool` → BOOL, `str` → STRING, `np.float32` → FLOAT,
+        `np.uint16` → INT16, ...
+
+        Java: `static OnnxJavaType mapFromClass(Class<?> clazz)`.
+        """
         if clazz is str:
             return cls.STRING
         if clazz is bool:
@@ -236,7 +277,12 @@ _ONNX_BY_JAVA: Dict[OnnxJavaType, OnnxTensorType] = {
 
 
 class OnnxValueType(enum.IntEnum):
-    """``ONNXType``: what kind of value an ``OnnxValue`` holds."""
+    """What kind of value an `OnnxValue` holds (`ONNXType`, with the C API's numbers).
+
+    An `IntEnum`; every value ort_cffi makes is `ONNX_TYPE_TENSOR`.
+
+    Java: `OnnxValue.OnnxValueType`.
+    """
 
     ONNX_TYPE_UNKNOWN = 0
     ONNX_TYPE_TENSOR = 1
@@ -248,12 +294,21 @@ class OnnxValueType(enum.IntEnum):
 
 
 class TensorInfo:
-    """Element type and shape of a tensor (Java's ``TensorInfo``); ``-1`` marks a dimension unknown
-    in a model's signature, and ``dimensionNames`` holds the symbolic names of a signature's
-    dimensions ('' where a dimension has none).
+    """The element type and shape of a tensor, or of a model's input or output.
 
-    ``onnxType`` is an ``OnnxTensorType`` member for every element type, ``type`` the
-    ``OnnxJavaType`` Java gives it, ``shape`` a tuple of ints."""
+    `onnxType` is an `OnnxTensorType` member for every element type, `type` the `OnnxJavaType` Java
+    gives it, `shape` a tuple of ints in which -1 marks a dimension a model's signature leaves open,
+    and `dimensionNames` the symbolic names of a signature's dimensions ('' where a dimension has
+    none). Plain Python data, no native memory: equal to another of the same type and shape.
+
+    Java: `ai.onnxruntime.TensorInfo` (whose constructors are package-private).
+
+    Args:
+        onnx_type: The element type, an `OnnxTensorType` or its number (an unknown number gives
+            UNDEFINED).
+        shape: The dimensions, a sequence of ints.
+        dim_names: The symbolic name of each dimension, or empty.
+    """
 
     OnnxTensorType = OnnxTensorType
     MAX_DIMENSIONS = 8  # Java's constant, kept for ports; ort_cffi itself has no such limit
@@ -267,29 +322,56 @@ class TensorInfo:
 
     @property
     def type(self) -> OnnxJavaType:
-        """Java's carrier type of the elements (``OnnxJavaType.mapFromOnnxTensorType(onnxType)``)."""
+        """Java's carrier type of the elements, `OnnxJavaType.mapFromOnnxTensorType(onnxType)`.
+
+        Java: the field `OnnxJavaType type`.
+        """
         return _JAVA_BY_ONNX.get(self.onnxType, OnnxJavaType.UNKNOWN)
 
     @property
     def dtype(self) -> Optional[np.dtype]:
-        """The numpy dtype of the elements (None for a type numpy lacks: strings, bfloat16, float8, int4)."""
+        """The numpy dtype of the elements; None for a type numpy lacks (strings, bfloat16, float8, int4).
+
+        Java: none (ort_cffi addition).
+        """
         return NUMPY_DTYPES.get(self.onnxType)
 
     def getShape(self) -> Tuple[int, ...]:
-        """The shape, a tuple of ints (Java's ``long[] getShape()``, a copy there)."""
+        """The shape; also the `shape` attribute. -1 marks a dimension a model's signature leaves open.
+
+        Java: `long[] getShape()`.
+
+        Returns:
+            The shape, an immutable tuple of ints that this `TensorInfo` owns and the caller may keep.
+        """
         return self.shape
 
     def getDimensionNames(self) -> Tuple[str, ...]:
-        """The symbolic name of each dimension, '' for one without (Java's ``getDimensionNames``)."""
+        """The symbolic name of each dimension of a model's signature, '' for one without.
+
+        Java: `String[] getDimensionNames()`.
+
+        Returns:
+            An immutable tuple of `str`, one per dimension, that this `TensorInfo` owns (or a new one of
+                '' when it has no names) and the caller may keep.
+        """
         return self.dimensionNames if self.dimensionNames else ("",) * len(self.shape)
 
     def isScalar(self) -> bool:
-        """True for a tensor of rank 0."""
+        """True for a tensor of rank 0.
+
+        Java: `boolean isScalar()`.
+        """
         return len(self.shape) == 0
 
     def getNumElements(self) -> int:
-        """The number of elements (the product of the shape). Raises ``OrtException`` for a signature
-        with unknown dimensions (Java multiplies the -1s in)."""
+        """The number of elements, the product of the shape.
+
+        Java: `long getNumElements()` (which multiplies the -1s in).
+
+        Raises:
+            OrtInvalidArgumentException: The shape has open (-1) dimensions.
+        """
         count = 1
         for dim in self.shape:
             if dim < 0:
@@ -298,8 +380,17 @@ class TensorInfo:
         return count
 
     def makeCarrier(self) -> np.ndarray:
-        """A zero-filled numpy array the shape of this tensor and the dtype ``getValue()`` returns
-        (Java's ``makeCarrier``; '' for strings). Raises for an unknown element type or shape."""
+        """An array to receive a tensor's values: zero-filled, of the shape and of `getValue()`'s dtype.
+
+        Java: `Object makeCarrier()`.
+
+        Returns:
+            A new numpy array the caller owns (filled with '' for strings).
+
+        Raises:
+            OrtInvalidArgumentException: The element type is UNDEFINED or complex, or the shape has
+                open (-1) dimensions.
+        """
         dtype = VALUE_DTYPES.get(self.onnxType)
         if dtype is None:
             raise OrtException.invalid_argument(f"cannot make a carrier for element type {self.onnxType.name}")
@@ -310,9 +401,20 @@ class TensorInfo:
 
     @staticmethod
     def constructFromJavaArray(obj: Any) -> "TensorInfo":
-        """The ``TensorInfo`` ``OnnxTensor.createTensor(env, obj)`` gives ``obj`` (a scalar, str, nested
-        sequence or numpy array). Raises ``OrtException`` for data it refuses (ragged, mixed,
-        unsupported objects)."""
+        """The `TensorInfo` that `OnnxTensor.createTensor(env, obj)` would give `obj`.
+
+        Java: `static TensorInfo constructFromJavaArray(Object obj)`.
+
+        Args:
+            obj: A scalar, a `str`, a nested sequence or a numpy array.
+
+        Returns:
+            A new `TensorInfo` the caller owns (plain Python data).
+
+        Raises:
+            OrtInvalidArgumentException: `createTensor` would refuse `obj` (ragged, mixed, unsupported
+                objects or dtypes).
+        """
         from ._conversions import data_array
 
         array, onnx_type = data_array(obj)
@@ -320,16 +422,34 @@ class TensorInfo:
 
     @staticmethod
     def constructFromBuffer(buffer: Any, shape: Sequence[int], type: Any) -> "TensorInfo":
-        """The ``TensorInfo`` ``OnnxTensor.createTensor(env, buffer, shape, type)`` gives (a numpy
-        array or bytes-like ``buffer``; ``type`` an ``OnnxJavaType`` or ``OnnxTensorType``). Raises
-        ``OrtException`` when the buffer does not hold exactly the elements the shape needs."""
+        """The `TensorInfo` that `OnnxTensor.createTensor(env, buffer, shape, type)` would give.
+
+        Java: `static TensorInfo constructFromBuffer(Buffer buffer, long[] shape, OnnxJavaType type)`.
+
+        Args:
+            buffer: A numpy array or a bytes-like object.
+            shape: A sequence of non-negative ints.
+            type: An `OnnxJavaType` or `OnnxTensorType`.
+
+        Returns:
+            A new `TensorInfo` the caller owns (plain Python data).
+
+        Raises:
+            OrtInvalidArgumentException: The buffer does not hold exactly the elements the shape needs,
+                the shape is not a sequence of non-negative ints, or `type` is no element type.
+        """
         from ._conversions import buffer_array
 
         _, onnx_type, dims, _ = buffer_array(buffer, shape, type)
         return TensorInfo(onnx_type, dims)
 
     def toString(self) -> str:
-        """Java's text: ``TensorInfo(javaType=FLOAT,onnxType=ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,shape=[2, 3])``."""
+        """Java's text: `TensorInfo(javaType=FLOAT,onnxType=ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,shape=[2, 3])`.
+
+        `repr()` is shorter.
+
+        Java: `String toString()`.
+        """
         text = f"TensorInfo(javaType={self.type.name},onnxType={self.onnxType.name},shape={list(self.shape)}"
         if any(self.dimensionNames):
             text += ",dimNames=[" + ",".join(n or '""' for n in self.dimensionNames) + "]"

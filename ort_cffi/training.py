@@ -49,7 +49,17 @@ _PROPERTY_TYPES = {0: "int", 1: "float", 2: "str"}
 
 
 class OrtAllocator:
-    """The runtime's default CPU allocator (Java's ``OrtAllocator``, e.g. ``env.defaultAllocator``)."""
+    """The runtime's default CPU allocator, as a token that the checkpoint's property getters accept.
+
+    `OrtEnvironment.getEnvironment().defaultAllocator` is its one instance. The allocator belongs to the
+    runtime and is never released; ort_cffi always uses it, so passing it to a getter or leaving it out
+    gives the same result.
+
+    Java: `OrtAllocator` (package-private in Java; `env.defaultAllocator` is the instance tests see).
+
+    Args:
+        ptr: The runtime's `OrtAllocator*` (`GetAllocatorWithDefaultOptions`); ort_cffi makes the instance.
+    """
 
     def __init__(self, ptr: Any) -> None:
         self._ptr = ptr
@@ -68,7 +78,19 @@ def _check_name(name: Any, what: str = "property name") -> bytes:
 
 
 class OrtCheckpointState(NativeHandle):
-    """A checkpoint's parameters, optimizer state and properties (``OrtCheckpointState``)."""
+    """A checkpoint's parameters, optimizer state and properties, in memory (`OrtCheckpointState`).
+
+    Made by `loadCheckpoint` or `loadCheckpointFromBuffer`; the caller owns it and closes it (or uses
+    a `with` block). Passed to `OrtEnvironment.createTrainingSession`, it stays the caller's, and the
+    session keeps it alive: closing it while that session is open closes it for the caller only, and
+    its memory is released when the session closes. One state serves one open session at a time. Also
+    reachable as `OrtTrainingSession.OrtCheckpointState`.
+
+    Java: `OrtTrainingSession.OrtCheckpointState` (package-private in Java).
+
+    Raises:
+        OrtInvalidArgumentException: The constructor is called directly: use `loadCheckpoint`.
+    """
 
     _kind = "OrtCheckpointState"
 
@@ -89,7 +111,25 @@ class OrtCheckpointState(NativeHandle):
 
     @staticmethod
     def loadCheckpoint(checkpointPath: PathLike) -> "OrtCheckpointState":
-        """``LoadCheckpoint`` from a file."""
+        """Load a checkpoint from a file (`LoadCheckpoint`).
+
+        Java: `static OrtCheckpointState loadCheckpoint(Path checkpointPath)`,
+        `static OrtCheckpointState loadCheckpoint(String checkpoint)`.
+
+        Args:
+            checkpointPath: A `str` or `os.PathLike`.
+
+        Returns:
+            A new `OrtCheckpointState` the caller owns and must close (or use in a `with` block).
+
+        Raises:
+            OrtFileNotFoundException: The file does not exist (the message names it; the runtime's
+                own says only "Invalid fd was supplied: -1").
+            OrtInvalidArgumentException: `checkpointPath` is not a path, is empty, or is a folder.
+            OrtException: The runtime cannot read the file as a checkpoint ("Checkpoint verification
+                failed"; also a version-1 checkpoint, which ONNX Runtime 1.19 refuses).
+            RuntimeLoadError: The runtime could not be loaded (the first call that needs it).
+        """
         path = existing_file(checkpointPath, "checkpoint")
         rt = get_runtime()
         process.env()  # loading logs through the runtime's default logger, which the environment creates
@@ -99,7 +139,23 @@ class OrtCheckpointState(NativeHandle):
 
     @staticmethod
     def loadCheckpointFromBuffer(buffer: Union[bytes, bytearray, memoryview]) -> "OrtCheckpointState":
-        """``LoadCheckpointFromBuffer``: a checkpoint from bytes in memory."""
+        """Load a checkpoint from its bytes in memory (`LoadCheckpointFromBuffer`).
+
+        Java: none (ort_cffi addition).
+
+        Args:
+            buffer: The checkpoint file's content: `bytes`, `bytearray` or `memoryview` (copied).
+
+        Returns:
+            A new `OrtCheckpointState` the caller owns and must close (or use in a `with` block); it
+                does not refer to `buffer`.
+
+        Raises:
+            OrtInvalidArgumentException: `buffer` is not bytes-like, or is empty.
+            OrtException: The runtime cannot read the bytes as a checkpoint ("Checkpoint verification
+                failed").
+            RuntimeLoadError: The runtime could not be loaded (the first call that needs it).
+        """
         if not isinstance(buffer, (bytes, bytearray, memoryview)):
             raise OrtException.invalid_argument(f"the checkpoint buffer must be bytes, not {type(buffer).__name__}")
         data = bytes(buffer)
@@ -117,7 +173,24 @@ class OrtCheckpointState(NativeHandle):
         return self._ptr if via_session and self._ptr else self._handle()
 
     def saveCheckpoint(self, outputPath: PathLike, saveOptimizer: bool = False, *, _via_session: bool = False) -> None:
-        """``SaveCheckpoint``, crash-safe: a temporary file beside the target, flushed, then renamed."""
+        """Save the checkpoint to a file, crash-safe (`SaveCheckpoint`).
+
+        The checkpoint is written to a temporary file beside the target, flushed to disk and renamed
+        over the target: a crash at any moment leaves the old file or the new one, never a partial
+        one. A replaced file keeps its permissions.
+
+        Java: `void saveCheckpoint(Path outputPath, boolean saveOptimizer)`.
+
+        Args:
+            outputPath: A `str` or `os.PathLike` in a folder that exists.
+            saveOptimizer: Also save the optimizer state (default False).
+
+        Raises:
+            OrtClosedException: The state is closed.
+            OrtFileNotFoundException: The folder of `outputPath` does not exist.
+            OrtInvalidArgumentException: `outputPath` is empty or not a path.
+            OrtException: The runtime fails to write the checkpoint.
+        """
         path = fspath(outputPath, "checkpoint path")
         include_optimizer = bool(saveOptimizer)
         with self._lock:
@@ -134,7 +207,22 @@ class OrtCheckpointState(NativeHandle):
     # --- properties ------------------------------------------------------------------------------
 
     def addProperty(self, propertyName: str, propertyValue: Union[int, float, str], *, _via_session: bool = False) -> None:
-        """``AddProperty``: an int (a true int64), a float (float32) or a str; an existing name is overwritten."""
+        """Add a property to the checkpoint (`AddProperty`); an existing name is overwritten, also with another type.
+
+        Java: `void addProperty(String name, int value)`, `void addProperty(String name, float value)`,
+        `void addProperty(String name, String value)`.
+
+        Args:
+            propertyName: A `str` without NUL.
+            propertyValue: An `int` (or numpy integer), stored as a true int64 (Java stores 32 bits in
+                the int64 slot); a `float` (or numpy float), stored as float32; or a `str` without NUL.
+
+        Raises:
+            OrtClosedException: The state is closed.
+            OrtInvalidArgumentException: The name is not a `str`; the value is of another type (a `bool`
+                included) or does not fit (an int outside int64, a finite float beyond float32's range);
+                either contains NUL.
+        """
         name = _check_name(propertyName)
         value = propertyValue
         if isinstance(value, (bool, np.bool_)):
@@ -192,15 +280,60 @@ class OrtCheckpointState(NativeHandle):
             check_status(self._rt.api.AllocatorFree(allocator, value[0]), "AllocatorFree")
 
     def getIntProperty(self, *args: Any, _via_session: bool = False) -> int:
-        """``getIntProperty([allocator,] name)``: an int property (int64)."""
+        """An int property's value, the whole int64 (`GetProperty`).
+
+        Java: `int getIntProperty(OrtAllocator allocator, String name)`.
+
+        Args:
+            *args: `(name)` or `(allocator, name)`: the allocator (`env.defaultAllocator`, or None) may
+                be left out; the name is a `str` without NUL.
+
+        Raises:
+            OrtClosedException: The state is closed.
+            OrtInvalidArgumentException: The arguments are not `([allocator,] name)`, or the name is not
+                a `str` without NUL.
+            OrtException: The checkpoint has no property of that name (the runtime's error), or it is
+                not an int (code `ORT_INVALID_ARGUMENT`; the message names its type). The value the
+                runtime allocated is freed in every case (Java leaks it on a wrong-type read).
+        """
         return int(self._get_property(args, 0, _via_session))
 
     def getFloatProperty(self, *args: Any, _via_session: bool = False) -> float:
-        """``getFloatProperty([allocator,] name)``: a float property (a float32 value)."""
+        """A float property's value: a Python `float` holding the float32 (`GetProperty`).
+
+        Java: `float getFloatProperty(OrtAllocator allocator, String name)`.
+
+        Args:
+            *args: `(name)` or `(allocator, name)`: the allocator (`env.defaultAllocator`, or None) may
+                be left out; the name is a `str` without NUL.
+
+        Raises:
+            OrtClosedException: The state is closed.
+            OrtInvalidArgumentException: The arguments are not `([allocator,] name)`, or the name is not
+                a `str` without NUL.
+            OrtException: The checkpoint has no property of that name (the runtime's error), or it is
+                not a float (code `ORT_INVALID_ARGUMENT`; the message names its type). The value the
+                runtime allocated is freed in every case (Java leaks it on a wrong-type read).
+        """
         return float(self._get_property(args, 1, _via_session))
 
     def getStringProperty(self, *args: Any, _via_session: bool = False) -> str:
-        """``getStringProperty([allocator,] name)``: a str property."""
+        """A str property's value (`GetProperty`).
+
+        Java: `String getStringProperty(OrtAllocator allocator, String name)`.
+
+        Args:
+            *args: `(name)` or `(allocator, name)`: the allocator (`env.defaultAllocator`, or None) may
+                be left out; the name is a `str` without NUL.
+
+        Raises:
+            OrtClosedException: The state is closed.
+            OrtInvalidArgumentException: The arguments are not `([allocator,] name)`, or the name is not
+                a `str` without NUL.
+            OrtException: The checkpoint has no property of that name (the runtime's error), or it is
+                not a str (code `ORT_INVALID_ARGUMENT`; the message names its type). The value the
+                runtime allocated is freed in every case (Java leaks it on a wrong-type read).
+        """
         return str(self._get_property(args, 2, _via_session))
 
     # --- parameters (beyond the Java binding) ---------------------------------------------------
@@ -214,7 +347,20 @@ class OrtCheckpointState(NativeHandle):
         return ptr
 
     def getParameterTypeAndShape(self, parameterName: str) -> TensorInfo:
-        """``GetParameterTypeAndShape``: element type and shape of one parameter."""
+        """The element type and shape of one parameter (`GetParameterTypeAndShape`).
+
+        Needs an open training session bound to the state (the runtime's rule).
+
+        Java: none (ort_cffi addition).
+
+        Returns:
+            A new `TensorInfo` the caller owns (plain Python data, no native memory).
+
+        Raises:
+            OrtClosedException: The state is closed.
+            OrtInvalidArgumentException: No open training session is bound to the state, the name is
+                not a `str` without NUL, or the checkpoint has no parameter of that name.
+        """
         name = _check_name(parameterName, "parameter name")
         out = ffi.new("OrtTensorTypeAndShapeInfo**")
         with self._lock:
@@ -226,7 +372,21 @@ class OrtCheckpointState(NativeHandle):
             return info.toTensorInfo()
 
     def getParameter(self, parameterName: str) -> np.ndarray:
-        """``GetParameter``: a copy of one parameter as a numpy array."""
+        """A copy of one parameter (`GetParameter`).
+
+        Needs an open training session bound to the state.
+
+        Java: none (ort_cffi addition).
+
+        Returns:
+            A new numpy array the caller owns, in the parameter's dtype and shape; later training does
+                not change it.
+
+        Raises:
+            OrtClosedException: The state is closed.
+            OrtInvalidArgumentException: No open training session is bound to the state, the name is
+                not a `str` without NUL, or the checkpoint has no parameter of that name.
+        """
         name = _check_name(parameterName, "parameter name")
         out = ffi.new("OrtValue**")
         with self._lock:
@@ -238,7 +398,22 @@ class OrtCheckpointState(NativeHandle):
             return value.getValue()
 
     def updateParameter(self, parameterName: str, parameter: Any) -> None:
-        """``UpdateParameter``: overwrite one parameter (same dtype and shape) from a numpy array."""
+        """Overwrite one parameter with new values (`UpdateParameter`).
+
+        Needs an open training session bound to the state.
+
+        Java: none (ort_cffi addition).
+
+        Args:
+            parameterName: The parameter's name.
+            parameter: A numpy array of the parameter's dtype and shape; its values are copied in.
+
+        Raises:
+            OrtClosedException: The state is closed.
+            OrtInvalidArgumentException: No open training session is bound to the state, the name is
+                not a `str` without NUL, the checkpoint has no parameter of that name, or `parameter`
+                is not an array of the parameter's dtype and shape.
+        """
         name = _check_name(parameterName, "parameter name")
         info = self.getParameterTypeAndShape(parameterName)
         array = as_tensor_array(parameter, f"parameter {parameterName!r}")
@@ -343,7 +518,18 @@ def _check_pinned(pinned: Mapping[str, Any]) -> None:
 
 
 class OrtTrainingSession(NativeHandle):
-    """A training session over a checkpoint, a training model, and optionally eval and optimizer models."""
+    """A training session over a checkpoint, a training model, and optionally eval and optimizer models.
+
+    Made by `OrtEnvironment.createTrainingSession`, whose arguments the constructor takes too (see there
+    for them and for what creation raises). The caller owns the session and closes it (or uses a `with`
+    block): that releases the session, then the checkpoint state it loaded itself. Once closed, every
+    method but `close()`, `isClosed()`, `closed` and the static `setSeed` raises `OrtClosedException`.
+
+    ONNX Runtime's session is not thread-safe: the session's calls are serialized by a lock, and the
+    GIL is released inside each native call, so two sessions train in parallel in two threads.
+
+    Java: `ai.onnxruntime.OrtTrainingSession` (made by `OrtEnvironment.createTrainingSession`).
+    """
 
     _kind = "OrtTrainingSession"
     _owns_state = False
@@ -446,22 +632,62 @@ class OrtTrainingSession(NativeHandle):
     # --- names ---------------------------------------------------------------------------------
 
     def getTrainInputNames(self) -> NameSet:
-        """The training model's input names, in its order (an ordered, read-only set)."""
+        """The training model's input names, in its order.
+
+        Java: `Set<String> getTrainInputNames()`.
+
+        Returns:
+            A new ordered, read-only set of names (Java's `Set<String>`) the caller owns: plain Python
+                data, still valid after the session closes.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
         self._handle()
         return NameSet(self._train.input_names)
 
     def getTrainOutputNames(self) -> NameSet:
-        """The training model's output names, in its order (the loss first)."""
+        """The training model's output names, in its order (the loss first).
+
+        Java: `Set<String> getTrainOutputNames()`.
+
+        Returns:
+            A new ordered, read-only set of names (Java's `Set<String>`) the caller owns: plain Python
+                data, still valid after the session closes.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
         self._handle()
         return NameSet(self._train.output_names)
 
     def getEvalInputNames(self) -> NameSet:
-        """The eval model's input names, in its order (empty without an eval model)."""
+        """The eval model's input names, in its order; empty without an eval model.
+
+        Java: `Set<String> getEvalInputNames()`.
+
+        Returns:
+            A new ordered, read-only set of names (Java's `Set<String>`) the caller owns: plain Python
+                data, still valid after the session closes.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
         self._handle()
         return NameSet(self._eval.input_names if self._eval else ())
 
     def getEvalOutputNames(self) -> NameSet:
-        """The eval model's output names, in its order (empty without an eval model)."""
+        """The eval model's output names, in its order; empty without an eval model.
+
+        Java: `Set<String> getEvalOutputNames()`.
+
+        Returns:
+            A new ordered, read-only set of names (Java's `Set<String>`) the caller owns: plain Python
+                data, still valid after the session closes.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
         self._handle()
         return NameSet(self._eval.output_names if self._eval else ())
 
@@ -475,10 +701,50 @@ class OrtTrainingSession(NativeHandle):
         pinnedOutputs: Optional[Mapping[str, OnnxTensor]] = None,
         runOptions: Optional[RunOptions] = None,
     ) -> Result:
-        """``TrainStep``: forward and backward over ``inputs`` (name → ``OnnxTensor`` or numpy array).
+        """One training step: forward and backward over `inputs`, adding to the gradients (`TrainStep`).
 
-        Java's forms: ``trainStep(inputs)``, ``(inputs, runOptions)``, ``(inputs, requestedOutputs)``,
-        ``(inputs, pinnedOutputs)``, ``(inputs, requestedOutputs, pinnedOutputs, runOptions)``."""
+        The gradients accumulate until `lazyResetGrad()`; `optimizerStep()` applies them. Every output
+        is fetched from the runtime (the C API takes them all, by position) and the requested ones are
+        returned, labelled right.
+
+        Java: `OrtSession.Result trainStep(Map<String, ? extends OnnxTensorLike> inputs)` and its
+        overloads `trainStep(inputs, RunOptions runOptions)`, `trainStep(inputs, Set<String>
+        requestedOutputs)`, `trainStep(inputs, Map<String, ? extends OnnxValue> pinnedOutputs)`,
+        `trainStep(inputs, requestedOutputs, pinnedOutputs, runOptions)`.
+
+        Args:
+            inputs: Input name → `OnnxTensor`, numpy array or numpy scalar, one entry per input of the
+                model, in any order: they are matched to the model's inputs by name (Java passes them
+                in the map's order). An array is wrapped for the call without a copy when its layout
+                allows, copied once otherwise.
+            *args: Java's overloads, told apart by type, in any order (`None` is skipped): a set, list
+                or tuple of output names (`requestedOutputs`), a dict of pinned outputs
+                (`pinnedOutputs`), a `RunOptions` (`runOptions`).
+            requestedOutputs: The outputs to return. A set comes back in the model's order, a list or
+                tuple in its own (repeats dropped); any non-empty subset works (Java fails on a strict
+                subset). None: every output, unless outputs are pinned.
+            pinnedOutputs: Output name → `OnnxTensor` the runtime writes the output into: over
+                writable memory, of the output's element type and shape. They stay the caller's.
+            runOptions: Accepted; the runtime ignores run options in training steps (in Java too).
+
+        Returns:
+            A `Result` the caller owns and must close (or use in a `with` block): closing it closes the
+                values the runtime allocated, and values taken from it become unusable; pinned outputs
+                stay the caller's and stay open. It holds every output in the model's order, or the
+                requested outputs in the order asked, then the pinned ones (Java lists the pinned
+                first).
+
+        Raises:
+            OrtClosedException: The session is closed, or an input tensor, a pinned output or the run
+                options are.
+            OrtInvalidArgumentException: `inputs` is not a mapping; an input is missing, unknown or
+                repeated, of another element type, rank or fixed size than the model declares, not a
+                tensor or numpy array, or has a zero-sized dimension (the runtime would crash);
+                inputs disagree on a symbolic dimension (the batch); an output name is unknown, both
+                requested and pinned, or none is asked; a pinned output is not an `OnnxTensor` or is
+                over read-only memory; an argument is of an unexpected type.
+            OrtException: The runtime fails the step (e.g. a pinned output of the wrong shape).
+        """
         return self._dispatch(self._train, inputs, args, requestedOutputs, pinnedOutputs, runOptions)
 
     def evalStep(
@@ -489,7 +755,47 @@ class OrtTrainingSession(NativeHandle):
         pinnedOutputs: Optional[Mapping[str, OnnxTensor]] = None,
         runOptions: Optional[RunOptions] = None,
     ) -> Result:
-        """``EvalStep``: the eval model over ``inputs``; the same five forms as ``trainStep``."""
+        """One evaluation step: the eval model over `inputs`, with the current parameters (`EvalStep`).
+
+        The same forms and rules as `trainStep`.
+
+        Java: `OrtSession.Result evalStep(Map<String, ? extends OnnxTensorLike> inputs)` and its four
+        overloads, as `trainStep`'s.
+
+        Args:
+            inputs: Input name → `OnnxTensor`, numpy array or numpy scalar, one entry per input of the
+                model, in any order: they are matched to the model's inputs by name (Java passes them
+                in the map's order). An array is wrapped for the call without a copy when its layout
+                allows, copied once otherwise.
+            *args: Java's overloads, told apart by type, in any order (`None` is skipped): a set, list
+                or tuple of output names (`requestedOutputs`), a dict of pinned outputs
+                (`pinnedOutputs`), a `RunOptions` (`runOptions`).
+            requestedOutputs: The outputs to return. A set comes back in the model's order, a list or
+                tuple in its own (repeats dropped); any non-empty subset works (Java fails on a strict
+                subset). None: every output, unless outputs are pinned.
+            pinnedOutputs: Output name → `OnnxTensor` the runtime writes the output into: over
+                writable memory, of the output's element type and shape. They stay the caller's.
+            runOptions: Accepted; the runtime ignores run options in training steps (in Java too).
+
+        Returns:
+            A `Result` the caller owns and must close (or use in a `with` block): closing it closes the
+                values the runtime allocated, and values taken from it become unusable; pinned outputs
+                stay the caller's and stay open. It holds every output in the model's order, or the
+                requested outputs in the order asked, then the pinned ones (Java lists the pinned
+                first).
+
+        Raises:
+            OrtClosedException: The session is closed, or an input tensor, a pinned output or the run
+                options are.
+            OrtInvalidArgumentException: The session has no eval model (Java: "Unexpected number of
+                inputs"); `inputs` is not a mapping; an input is missing, unknown or
+                repeated, of another element type, rank or fixed size than the model declares, not a
+                tensor or numpy array, or has a zero-sized dimension (the runtime would crash);
+                inputs disagree on a symbolic dimension (the batch); an output name is unknown, both
+                requested and pinned, or none is asked; a pinned output is not an `OnnxTensor` or is
+                over read-only memory; an argument is of an unexpected type.
+            OrtException: The runtime fails the step (e.g. a pinned output of the wrong shape).
+        """
         if self._eval is None:
             self._handle()
             raise OrtException.invalid_argument("this training session has no eval model: evalStep is unavailable")
@@ -673,7 +979,14 @@ class OrtTrainingSession(NativeHandle):
         check_symbolic(plan.what, [(n, plan.specs[i], dims_by_position[i]) for i, n in enumerate(plan.input_names)])
 
     def lazyResetGrad(self) -> None:
-        """``LazyResetGrad``: gradients are reset before the next ``trainStep`` accumulates into them."""
+        """Reset the gradients, lazily: the next `trainStep` overwrites them instead of adding (`LazyResetGrad`).
+
+        Java: `void lazyResetGrad()`.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtException: The runtime fails the reset.
+        """
         lock = self._lock
         lock.acquire()
         try:
@@ -694,7 +1007,19 @@ class OrtTrainingSession(NativeHandle):
         return ptr
 
     def optimizerStep(self, runOptions: Optional[RunOptions] = None) -> None:
-        """``OptimizerStep``: update the parameters from the accumulated gradients."""
+        """Update the parameters from the accumulated gradients (`OptimizerStep`).
+
+        Java: `void optimizerStep()`, `void optimizerStep(OrtSession.RunOptions runOptions)`.
+
+        Args:
+            runOptions: Accepted; the runtime ignores run options here (in Java too).
+
+        Raises:
+            OrtClosedException: The session or the run options are closed.
+            OrtInvalidArgumentException: The session has no optimizer model (checked before any native call), or
+                `runOptions` is not `RunOptions`.
+            OrtException: The runtime fails the step.
+        """
         if runOptions is None:  # the per-step form
             lock = self._lock
             lock.acquire()
@@ -718,22 +1043,63 @@ class OrtTrainingSession(NativeHandle):
                 unpin_all([runOptions])
 
     def setLearningRate(self, learningRate: float) -> None:
-        """``SetLearningRate``."""
+        """Set the optimizer's learning rate (`SetLearningRate`).
+
+        A registered scheduler sets it again at each `schedulerStep()`.
+
+        Java: `void setLearningRate(float learningRate)`.
+
+        Args:
+            learningRate: Any real number but a `bool`; the runtime keeps it as a float32.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: The session has no optimizer model, or `learningRate`
+                is not a real number.
+        """
         if isinstance(learningRate, bool) or not isinstance(learningRate, numbers.Real):
             raise OrtException.invalid_argument(f"the learning rate must be a float, not {type(learningRate).__name__}")
         with self._lock:
             check_status(self._rt.training_api.SetLearningRate(self._optimizer(), float(learningRate)), "SetLearningRate")
 
     def getLearningRate(self) -> float:
-        """``GetLearningRate`` (a float32 value)."""
+        """The optimizer's current learning rate (`GetLearningRate`).
+
+        A Python `float` holding the runtime's float32: compare it with `np.float32(0.245)`, not `0.245`,
+        as Java compares it with `0.245f`.
+
+        Java: `float getLearningRate()`.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: The session has no optimizer model.
+        """
         out = ffi.new("float*")
         with self._lock:
             check_status(self._rt.training_api.GetLearningRate(self._optimizer(), out), "GetLearningRate")
         return float(out[0])
 
     def registerLinearLRScheduler(self, warmupSteps: int, totalSteps: int, initialLearningRate: float) -> None:
-        """``RegisterLinearLRScheduler``: linear warm-up to ``initialLearningRate``, then linear decay to 0
-        at ``totalSteps`` (counted in optimizer steps; each ``schedulerStep`` applies it)."""
+        """Register a linear learning-rate schedule (`RegisterLinearLRScheduler`).
+
+        Linear warm-up from 0 to `initialLearningRate` over `warmupSteps`, then linear decay to 0 at
+        `totalSteps`, counted in optimizer steps. Registering sets the rate to `initialLearningRate`
+        and leaves it there; each `schedulerStep()` then sets the rate the schedule gives for the
+        optimizer steps taken so far.
+
+        Java: `void registerLinearLRScheduler(long warmupSteps, long totalSteps, float initialLearningRate)`.
+
+        Args:
+            warmupSteps: A non-negative int, at most `totalSteps` (the runtime would accept more).
+            totalSteps: A non-negative int.
+            initialLearningRate: Any real number but a `bool`.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: A step count is not a non-negative int, `warmupSteps` exceeds
+                `totalSteps`, `initialLearningRate` is not a real number, or the session has no
+                optimizer model.
+        """
         for what, value in (("warmupSteps", warmupSteps), ("totalSteps", totalSteps)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= INT64_MAX:
                 raise OrtException.invalid_argument(f"{what} must be a non-negative int, got {value!r}")
@@ -751,7 +1117,15 @@ class OrtTrainingSession(NativeHandle):
             self._has_scheduler = True
 
     def schedulerStep(self) -> None:
-        """``SchedulerStep``: set the learning rate the registered scheduler gives for the optimizer step count."""
+        """Set the learning rate the registered schedule gives for the optimizer steps taken (`SchedulerStep`).
+
+        Java: `void schedulerStep()`.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: The session has no optimizer model, or no scheduler is
+                registered (`registerLinearLRScheduler`).
+        """
         with self._lock:
             session = self._optimizer()
             if not self._has_scheduler:
@@ -761,41 +1135,152 @@ class OrtTrainingSession(NativeHandle):
     # --- checkpoint, properties, export --------------------------------------------------------
 
     def saveCheckpoint(self, outputPath: PathLike, saveOptimizerState: bool = False) -> None:
-        """Save this session's checkpoint state (crash-safe; see ``OrtCheckpointState.saveCheckpoint``)."""
+        """Save the session's checkpoint state to a file, crash-safe (`SaveCheckpoint`).
+
+        The checkpoint is written to a temporary file beside the target, flushed to disk and renamed
+        over the target: a crash at any moment leaves the old file or the new one, never a partial
+        one. A replaced file keeps its permissions.
+
+        Java: `void saveCheckpoint(Path outputPath, boolean saveOptimizer)`.
+
+        Args:
+            outputPath: A `str` or `os.PathLike` in a folder that exists.
+            saveOptimizerState: Also save the optimizer state (default False); needs an optimizer model.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtFileNotFoundException: The folder of `outputPath` does not exist.
+            OrtInvalidArgumentException: `outputPath` is empty or not a path, or `saveOptimizerState`
+                is true and the session has no optimizer model.
+            OrtException: The runtime fails to write the checkpoint.
+        """
         self._handle()
         if saveOptimizerState and not self._has_optimizer:
             raise OrtException.invalid_argument("cannot save optimizer state: this session has no optimizer model")
         self._state.saveCheckpoint(outputPath, saveOptimizerState, _via_session=True)
 
     def getCheckpointState(self) -> _CheckpointState:
-        """The checkpoint state this session trains (the session's own, or the one it was given)."""
+        """The checkpoint state this session trains.
+
+        Java: none (ort_cffi addition).
+
+        Returns:
+            The session's `OrtCheckpointState`, not a copy. One the session loaded from a path is the
+                session's own and closes with it; one the caller passed in stays the caller's to close.
+                Either way the session keeps it alive while it is open.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
         self._handle()
         return self._state
 
     def addProperty(self, propertyName: str, propertyValue: Union[int, float, str], *, _via_session: bool = False) -> None:
-        """``AddProperty`` on this session's checkpoint state."""
+        """Add a property to the session's checkpoint state (`AddProperty`); an existing name is overwritten.
+
+        It works also after the caller closed a state it passed in, while the session is open.
+
+        Java: `void addProperty(String name, int value)`, `void addProperty(String name, float value)`,
+        `void addProperty(String name, String value)`.
+
+        Args:
+            propertyName: A `str` without NUL.
+            propertyValue: An `int` (or numpy integer), stored as a true int64 (Java stores 32 bits in
+                the int64 slot); a `float` (or numpy float), stored as float32; or a `str` without NUL.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: The name is not a `str`; the value is of another type (a `bool`
+                included) or does not fit (an int outside int64, a finite float beyond float32's range);
+                either contains NUL.
+        """
         self._handle()
         self._state.addProperty(propertyName, propertyValue, _via_session=True)
 
     def getIntProperty(self, *args: Any) -> int:
-        """``getIntProperty([allocator,] name)`` on this session's checkpoint state."""
+        """An int property's value, the whole int64, from the session's checkpoint state (`GetProperty`).
+
+        Java: `int getIntProperty(String name)`; also the checkpoint's form with an allocator first.
+
+        Args:
+            *args: `(name)` or `(allocator, name)`: the allocator (`env.defaultAllocator`, or None) may
+                be left out; the name is a `str` without NUL.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: The arguments are not `([allocator,] name)`, or the name is not
+                a `str` without NUL.
+            OrtException: The checkpoint has no property of that name (the runtime's error), or it is
+                not an int (code `ORT_INVALID_ARGUMENT`; the message names its type). The value the
+                runtime allocated is freed in every case.
+        """
         self._handle()
         return self._state.getIntProperty(*args, _via_session=True)
 
     def getFloatProperty(self, *args: Any) -> float:
-        """``getFloatProperty([allocator,] name)`` on this session's checkpoint state."""
+        """A float property's value, a Python `float` holding the float32, from the session's checkpoint state (`GetProperty`).
+
+        Java: `float getFloatProperty(String name)`; also the checkpoint's form with an allocator first.
+
+        Args:
+            *args: `(name)` or `(allocator, name)`: the allocator (`env.defaultAllocator`, or None) may
+                be left out; the name is a `str` without NUL.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: The arguments are not `([allocator,] name)`, or the name is not
+                a `str` without NUL.
+            OrtException: The checkpoint has no property of that name (the runtime's error), or it is
+                not a float (code `ORT_INVALID_ARGUMENT`; the message names its type). The value the
+                runtime allocated is freed in every case.
+        """
         self._handle()
         return self._state.getFloatProperty(*args, _via_session=True)
 
     def getStringProperty(self, *args: Any) -> str:
-        """``getStringProperty([allocator,] name)`` on this session's checkpoint state."""
+        """A str property's value, from the session's checkpoint state (`GetProperty`).
+
+        Java: `String getStringProperty(String name)`; also the checkpoint's form with an allocator first.
+
+        Args:
+            *args: `(name)` or `(allocator, name)`: the allocator (`env.defaultAllocator`, or None) may
+                be left out; the name is a `str` without NUL.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: The arguments are not `([allocator,] name)`, or the name is not
+                a `str` without NUL.
+            OrtException: The checkpoint has no property of that name (the runtime's error), or it is
+                not a str (code `ORT_INVALID_ARGUMENT`; the message names its type). The value the
+                runtime allocated is freed in every case.
+        """
         self._handle()
         return self._state.getStringProperty(*args, _via_session=True)
 
     def exportModelForInference(self, outputPath: PathLike, outputNames: Sequence[str]) -> None:
-        """``ExportModelForInferencing``: the eval graph with the current parameters, keeping ``outputNames``.
+        """Write an inference model: the eval graph with the current parameters (`ExportModelForInferencing`).
 
-        The eval model must have been loaded from a path (the runtime cannot export from bytes)."""
+        The model keeps the eval graph's outputs named in `outputNames`, which the eval model must have
+        (the default eval model outputs only the loss: see `additional_output_names` of
+        `ort_cffi.artifacts.generate_artifacts`). It is written crash-safe, as checkpoints are.
+        `OrtEnvironment.createSession` runs it.
+
+        Java: `void exportModelForInference(Path outputPath, String[] outputNames)`.
+
+        Args:
+            outputPath: A `str` or `os.PathLike` in a folder that exists.
+            outputNames: A list or tuple of output names, or one `str`.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtFileNotFoundException: The folder of `outputPath` does not exist.
+            OrtInvalidArgumentException: No output name is given (Java: `IllegalArgumentException`), a
+                name is not a `str` without NUL, `outputPath` is empty or not a path, or the session has
+                no eval model.
+            OrtException: The eval model was loaded from bytes (code `ORT_NOT_IMPLEMENTED`: ONNX Runtime
+                1.19 cannot export then), or the runtime fails the export (e.g. an output name the eval
+                graph lacks).
+        """
         path = fspath(outputPath, "export path")
         if isinstance(outputNames, str):
             outputNames = [outputNames]
@@ -827,14 +1312,37 @@ class OrtTrainingSession(NativeHandle):
     # --- parameters (beyond the Java binding) ---------------------------------------------------
 
     def getParametersSize(self, trainableOnly: bool = True) -> int:
-        """``GetParametersSize``: the number of float32 elements in the (trainable) parameters."""
+        """The number of float32 elements in the (trainable) parameters (`GetParametersSize`).
+
+        Java: none (ort_cffi addition).
+
+        Args:
+            trainableOnly: Only the trainable parameters (default True), or all of them.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
         out = ffi.new("size_t*")
         with self._lock:
             check_status(self._rt.training_api.GetParametersSize(self._handle(), out, bool(trainableOnly)), "GetParametersSize")
         return int(out[0])
 
     def copyParametersToBuffer(self, trainableOnly: bool = True) -> np.ndarray:
-        """``CopyParametersToBuffer``: all (trainable) parameters as one 1-D float32 array, in training-input order."""
+        """All (trainable) parameters as one flat float32 array, in the training model's input order (`CopyParametersToBuffer`).
+
+        Java: none (ort_cffi addition).
+
+        Args:
+            trainableOnly: Only the trainable parameters (default True), or all of them.
+
+        Returns:
+            A new 1-D float32 numpy array of `getParametersSize(trainableOnly)` elements that the caller
+                owns: a copy, which later training does not change.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtException: The runtime fails the copy.
+        """
         with self._lock:
             session = self._handle()
             size = ffi.new("size_t*")
@@ -848,7 +1356,24 @@ class OrtTrainingSession(NativeHandle):
         return buffer
 
     def copyBufferToParameters(self, buffer: Any, trainableOnly: bool = True) -> None:
-        """``CopyBufferToParameters``: load a 1-D float32 array of exactly ``getParametersSize`` elements."""
+        """Overwrite the (trainable) parameters from one flat float32 array (`CopyBufferToParameters`).
+
+        The inverse of `copyParametersToBuffer`. With `trainableOnly=False` it also fills a nominal
+        (shapes-only) checkpoint, after which steps and exports work.
+
+        Java: none (ort_cffi addition).
+
+        Args:
+            buffer: A 1-D float32 numpy array of exactly `getParametersSize(trainableOnly)` elements;
+                its values are copied in.
+            trainableOnly: Only the trainable parameters (default True), or all of them.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: `buffer` is not a numpy array, not float32, not 1-D, or has
+                another number of elements.
+            OrtException: The runtime fails the copy.
+        """
         if not isinstance(buffer, np.ndarray):
             raise OrtException.invalid_argument(f"the parameter buffer must be a numpy array, not {type(buffer).__name__}")
         if buffer.dtype != np.float32:
@@ -870,14 +1395,31 @@ class OrtTrainingSession(NativeHandle):
 
     @staticmethod
     def setSeed(seed: int) -> None:
-        """``SetSeed``: the seed of the runtime's random generators (dropout and the like), process-wide."""
+        """Seed the runtime's random generators (dropout and the like), for the whole process (`SetSeed`).
+
+        A static method: it needs no session.
+
+        Java: `static void setSeed(long seed)`.
+
+        Args:
+            seed: An int in int64's range.
+
+        Raises:
+            OrtInvalidArgumentException: `seed` is not an int in int64's range (a `bool` included).
+        """
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not INT64_MIN <= int(seed) <= INT64_MAX:
             raise OrtException.invalid_argument(f"the seed must be an int64, got {seed!r}")
         check_status(get_runtime().training_api.SetSeed(int(seed)), "SetSeed")
 
     def close(self) -> None:
-        """Release the session (waiting for a step in progress in another thread), then the checkpoint
-        state it loaded itself. A state the caller passed stays open. Idempotent."""
+        """Release the session, after a step in progress in another thread, then the checkpoint state it loaded.
+
+        A state the caller passed in stays the caller's: open until the caller closes it (if the caller
+        closed it already, its memory is released now).
+        Idempotent: a second `close()` does nothing (Java throws `IllegalStateException`).
+
+        Java: `void close()` (`AutoCloseable`: a `with` block closes it as try-with-resources does).
+        """
         NativeHandle.close(self)
         if self._owns_state:
             self._state.close()
