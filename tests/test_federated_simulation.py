@@ -225,6 +225,28 @@ def _wait_for_line(proc: subprocess.Popen, pattern: str, seen: List[str], timeou
     raise AssertionError(f"no line matching {pattern!r} within {timeout:g} s:\n{''.join(seen)}")
 
 
+def test_stopping_the_command_mid_run_stops_every_flower_and_ray_process(small_data: Path, tmp_path: Path) -> None:
+    """SIGTERM (or Ctrl-C) while rounds run: the command stops with 130 and leaves nothing running.
+    Flower's SuperExec makes a session of its own and the simulation's Ray processes live in it, so
+    they are stopped by process group: before that, they outlived the command for minutes."""
+    args = [sys.executable, "-m", "ort_cffi.federated", "--data", str(small_data), "--clients", "3", "--rounds", "200",
+            "--batch-size", "16", "--fraction-evaluate", "0", "--cpus", "2", "--out", str(tmp_path / "run")]
+    seen: List[str] = []
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(ROOT))
+    try:
+        _wait_for_line(proc, r"round +2/200 ", seen, 600)
+        family = descendants(proc.pid)
+        assert any("ray::" in command_line(pid) for pid in family), [command_line(pid) for pid in family]
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, "".join(seen) + rest
+    assert not wait_gone(family, 30), [command_line(pid) for pid in family if command_line(pid)]
+
+
 def test_a_killed_server_resumes_from_its_last_completed_round(small_data: Path, tmp_path: Path, apps: Path) -> None:
     """The server process (Flower's simulation process, which runs the ServerApp) is killed with SIGKILL
     during round 3 of 5, which one slow client holds open; the command is then stopped; nothing is left

@@ -28,7 +28,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 HOST = "127.0.0.1"
 
@@ -74,6 +74,56 @@ def _die_with_parent() -> None:  # pragma: no cover  (runs in the child, between
         pass
 
 
+def _process_table() -> Dict[int, "tuple[int, int]"]:
+    """pid -> (parent pid, process group) of every process, read from /proc (Linux)."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()  # after "pid (command)": state, ppid, pgrp, ...
+            table[int(entry)] = (int(fields[1]), int(fields[2]))
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    return table
+
+
+def _groups_below(pid: int) -> Set[int]:
+    """The process groups of ``pid`` and of every process below it. Flower's SuperExec starts a
+    session of its own, and the simulation's Ray processes live in it: when the SuperLink goes, they
+    are orphaned, not stopped, so they are stopped by group."""
+    table = _process_table()
+    children: Dict[int, List[int]] = {}
+    for child, (parent, _) in table.items():
+        children.setdefault(parent, []).append(child)
+    groups, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        if current in table:
+            groups.add(table[current][1])
+        todo += children.get(current, [])
+    return groups - {os.getpgid(0)}  # never our own group
+
+
+def _stop_groups(groups: Set[int], grace: float) -> None:
+    """SIGTERM every process of ``groups``, then SIGKILL what is left after ``grace`` seconds."""
+    def alive() -> bool:
+        return any(group in groups for _, group in _process_table().values())
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for group in groups:
+            try:
+                os.killpg(group, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + grace
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not alive():
+            return
+
+
 class FlowerProcess:
     """One Flower command as a child process, in a session of its own, with its output in ``log``."""
 
@@ -105,7 +155,10 @@ class FlowerProcess:
         return "\n".join(text.rstrip().splitlines()[-lines:])
 
     def stop(self, grace: float = 10.0) -> Optional[int]:
-        """SIGTERM, then SIGKILL after ``grace`` seconds; returns the exit status (idempotent)."""
+        """SIGTERM, then SIGKILL after ``grace`` seconds; then the same for every process it started,
+        whatever session they made for themselves (Flower's SuperExec, the simulation, its Ray
+        cluster); returns the child's exit status (idempotent)."""
+        groups = _groups_below(self.process.pid) if self.process.poll() is None else set()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -113,6 +166,8 @@ class FlowerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(30)
+        if groups:
+            _stop_groups(groups, grace)
         return self.process.returncode
 
     def kill(self) -> None:
