@@ -21,7 +21,8 @@ from .session import NodeInfo, OrtSession, Result
 from .fp16 import Fp16Conversions
 from .tensor import OnnxTensor, OnnxValue
 from .tensor_info import OnnxJavaType, OnnxTensorType, OnnxValueType, TensorInfo
-from .training import OrtAllocator, OrtCheckpointState, OrtTrainingSession
+from .checkpoint import OrtAllocator, OrtCheckpointState
+from .training import OrtTrainingSession
 
 __version__ = "0.1.0"
 __all__ = [

@@ -272,7 +272,7 @@ def _writable_folder(folder: Path) -> None:
 
 # --- the generator's interpreter ----------------------------------------------------------------------------
 
-def generator_python(python: Optional[Union[str, "os.PathLike[str]"]] = None) -> Tuple[str, str]:
+def generator_python(python: Optional[Union[str, os.PathLike[str]]] = None) -> Tuple[str, str]:
     """(interpreter, how it was chosen): ``python``, else ``$ORT_CFFI_ARTIFACTS_PYTHON``, else this one.
     Raises GeneratorUnavailableError when the named interpreter does not exist."""
     if python is not None:
@@ -337,7 +337,7 @@ def _check_loads(files: Dict[str, Path]) -> None:
     """Open the artifacts in a training session, as a trainer will: what the runtime refuses fails here."""
     from .environment import OrtEnvironment
     from .options import OrtLoggingLevel, SessionOptions
-    from .training import OrtCheckpointState
+    from .checkpoint import OrtCheckpointState
 
     try:
         env = OrtEnvironment.getEnvironment()
@@ -375,13 +375,13 @@ def generate_artifacts(
     frozen_params: Optional[Union[str, Iterable[str]]] = None,
     loss: Any = LossType.CrossEntropyLoss,
     optimizer: Any = OptimType.AdamW,
-    artifact_directory: Optional[Union[str, "os.PathLike[str]"]] = None,
+    artifact_directory: Optional[Union[str, os.PathLike[str]]] = None,
     prefix: str = "",
     *,
     additional_output_names: Optional[Union[str, Iterable[str]]] = None,
     nominal_checkpoint: bool = False,
     loss_input_names: Optional[Union[str, Iterable[str]]] = None,
-    python: Optional[Union[str, "os.PathLike[str]"]] = None,
+    python: Optional[Union[str, os.PathLike[str]]] = None,
     check: bool = True,
 ) -> GeneratedArtifacts:
     """Write the training artifacts of ``model`` into ``artifact_directory`` (created if missing; default:
@@ -497,7 +497,7 @@ def generate_artifacts(
 
 # --- reuse --------------------------------------------------------------------------------------------------
 
-def read_manifest(folder: Union[str, "os.PathLike[str]"], prefix: str = "") -> Optional[Dict[str, Any]]:
+def read_manifest(folder: Union[str, os.PathLike[str]], prefix: str = "") -> Optional[Dict[str, Any]]:
     """The ``artifacts.json`` that ``generate_artifacts`` wrote into ``folder``, or None (missing, unreadable)."""
     try:
         manifest = json.loads((Path(os.fspath(folder)) / (prefix + MANIFEST)).read_text())
@@ -506,7 +506,7 @@ def read_manifest(folder: Union[str, "os.PathLike[str]"], prefix: str = "") -> O
     return manifest if isinstance(manifest, dict) else None
 
 
-def artifacts_match(folder: Union[str, "os.PathLike[str]"], model: ModelLike, options: Dict[str, Any]) -> bool:
+def artifacts_match(folder: Union[str, os.PathLike[str]], model: ModelLike, options: Dict[str, Any]) -> bool:
     """Whether ``folder`` holds artifacts that ``generate_artifacts`` made from ``model`` with ``options``
     (as ``request_options`` gives them), with every file as it was written."""
     manifest = read_manifest(folder, options.get("prefix", ""))
@@ -517,7 +517,7 @@ def artifacts_match(folder: Union[str, "os.PathLike[str]"], model: ModelLike, op
     return files_intact(folder, manifest)
 
 
-def files_intact(folder: Union[str, "os.PathLike[str]"], manifest: Dict[str, Any]) -> bool:
+def files_intact(folder: Union[str, os.PathLike[str]], manifest: Dict[str, Any]) -> bool:
     """Whether each file ``manifest`` lists is in ``folder`` with the recorded sha256."""
     try:
         return all(file_sha256(Path(os.fspath(folder)) / entry["name"]) == entry["sha256"]

@@ -8,16 +8,18 @@ from typing import Any, Optional, Union
 from ._errors import OrtException
 from ._handles import process
 from .capi import get_runtime
-from .options import OrtLoggingLevel, SessionOptions
+from .options import OrtLoggingLevel, SessionOptions, _member
 from ._files import PathLike, PathOrBytes
 from .session import OrtSession
-from .training import OrtAllocator, OrtCheckpointState, OrtTrainingSession
+from .checkpoint import OrtAllocator, OrtCheckpointState
+from .training import OrtTrainingSession
 
 
 class OrtEnvironment:
     """The process's one environment, the factory of training and inference sessions.
 
-    Get it with `getEnvironment()`, not the constructor (which raises `RuntimeError` once it exists).
+    Get it with `getEnvironment()`. The constructor, if called first, makes the same one environment
+    (and raises `RuntimeError` once it exists).
     Its native `OrtEnv` is created by the first call and released at interpreter exit, after every
     session and value that depends on it; nobody owns it and its `close()` does nothing.
 
@@ -28,21 +30,23 @@ class OrtEnvironment:
             checkpoint's property getters (Java: the package-private field `defaultAllocator`).
     """
 
-    _instance: Optional["OrtEnvironment"] = None
-    _instance_lock = threading.Lock()
+    _instance: Optional[OrtEnvironment] = None
+    _instance_lock = threading.RLock()  # re-entered: getEnvironment() holds it while it constructs
 
     def __init__(self, loggingLevel: Any = None, name: Optional[str] = None) -> None:
-        if OrtEnvironment._instance is not None:
-            raise RuntimeError("OrtEnvironment is a singleton: use OrtEnvironment.getEnvironment()")
-        if loggingLevel is not None:
-            loggingLevel = OrtLoggingLevel(loggingLevel)
-        if name is not None and not isinstance(name, str):
-            raise OrtException.invalid_argument(f"the environment name must be a str, not {type(name).__name__}")
-        process.env(loggingLevel, name)  # fails here, clearly, if the runtime cannot be loaded
-        self.defaultAllocator = OrtAllocator(process.allocator())
+        with OrtEnvironment._instance_lock:
+            if OrtEnvironment._instance is not None:
+                raise RuntimeError("OrtEnvironment is a singleton: use OrtEnvironment.getEnvironment()")
+            if loggingLevel is not None:
+                loggingLevel = _member(OrtLoggingLevel, loggingLevel, "the environment's logging level")
+            if name is not None and not isinstance(name, str):
+                raise OrtException.invalid_argument(f"the environment name must be a str, not {type(name).__name__}")
+            process.env(loggingLevel, name)  # fails here, clearly, if the runtime cannot be loaded
+            self.defaultAllocator = OrtAllocator(process.allocator())
+            OrtEnvironment._instance = self  # constructed directly or not, it is the one getEnvironment() returns
 
     @classmethod
-    def getEnvironment(cls, loggingLevel: Any = None, name: Optional[str] = None) -> "OrtEnvironment":
+    def getEnvironment(cls, loggingLevel: Any = None, name: Optional[str] = None) -> OrtEnvironment:
         """The process's environment: the first call creates it (`CreateEnv`), later calls return it.
 
         As in Java, the first call decides the logging level and the name; a later call with others
@@ -62,8 +66,8 @@ class OrtEnvironment:
                 interpreter exit.
 
         Raises:
-            ValueError: On the first call, `loggingLevel` is no `OrtLoggingLevel`.
-            OrtInvalidArgumentException: On the first call, `name` is not a `str`.
+            OrtInvalidArgumentException: On the first call, `loggingLevel` is no `OrtLoggingLevel`, or
+                `name` is not a `str`.
             RuntimeLoadError: The runtime cannot be loaded: `RuntimeNotFoundError` (none found; the
                 message lists where it looked), `TrainingApiUnavailableError`, `UnsupportedRuntimeError`.
         """
@@ -72,7 +76,8 @@ class OrtEnvironment:
         if cls._instance is None:
             with cls._instance_lock:
                 if cls._instance is None:
-                    cls._instance = cls(loggingLevel, name)
+                    cls(loggingLevel, name)  # registers itself
+        assert cls._instance is not None
         return cls._instance
 
     def isTrainingEnabled(self) -> bool:
@@ -154,7 +159,8 @@ class OrtEnvironment:
 
         Raises:
             OrtFileNotFoundException: The model file does not exist (the message names it).
-            OrtInvalidArgumentException: `model` is not a path or bytes, is empty, or is a folder.
+            OrtInvalidArgumentException: `model` is not a path or bytes, is empty, or is a folder;
+                `options` is not `SessionOptions`.
             OrtClosedException: The options are closed.
             OrtException: The runtime refuses the model (e.g. `ORT_INVALID_PROTOBUF` for bytes that are
                 no ONNX model).
@@ -173,7 +179,7 @@ class OrtEnvironment:
         Java: `void close()`.
         """
 
-    def __enter__(self) -> "OrtEnvironment":
+    def __enter__(self) -> OrtEnvironment:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:

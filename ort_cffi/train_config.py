@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ._errors import OrtException
 from ._files import file_sha256
 from .train_data import UsageError
-from .training import OrtCheckpointState
+from .checkpoint import OrtCheckpointState
 
 # Checkpoint properties this trainer writes and a resumed run reads.
 EPOCH, STEP, BEST_ACC, BEST_LOSS = "epoch", "step", "best_val_accuracy", "best_val_loss"
@@ -60,7 +60,7 @@ class RunConfig:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str, where: str) -> "RunConfig":
+    def from_json(cls, text: str, where: str) -> RunConfig:
         """The configuration stored in a checkpoint (``where`` names it in the UsageError for garbage)."""
         try:
             values = json.loads(text)

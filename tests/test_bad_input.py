@@ -24,13 +24,13 @@ from conftest import ARTIFACTS, run_child, tiny_batch
 from ort_cffi import (
     OnnxTensor,
     OnnxTensorType,
+    OrtCheckpointState,
     OrtEnvironment,
     OrtException,
     OrtTrainingSession,
     RunOptions,
     SessionOptions,
 )
-from ort_cffi.training import OrtCheckpointState
 
 TINY = ARTIFACTS / "tiny"
 TWOOUT = ARTIFACTS / "twoout"

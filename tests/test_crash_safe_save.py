@@ -22,11 +22,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import ort_cffi.training as training
+import ort_cffi.checkpoint as checkpoint
 from _childcases import artifact_session
 from conftest import ARTIFACTS, ROOT, run_child, tiny_batch
-from ort_cffi import OrtException, OrtEnvironment
-from ort_cffi.training import OrtCheckpointState
+from ort_cffi import OrtCheckpointState, OrtEnvironment, OrtErrorCode, OrtException
 
 TINY = ARTIFACTS / "tiny"
 BIG = ARTIFACTS / "big"
@@ -170,16 +169,16 @@ def test_a_failed_save_keeps_the_old_checkpoint_and_removes_the_temporary_file(s
         monkeypatch.setattr(os, "replace", replace)
         monkeypatch.setattr(os, "rename", replace)
     else:
-        real_check_status = training.check_status
+        real_check_status = checkpoint.check_status
 
         def check_status(status, context=None):
             real_check_status(status, context)  # the native call has run (and written its file)
             if context and "saving checkpoint" in context:
                 if failing == "native save":
-                    raise OrtException("injected native failure", training.OrtErrorCode.ORT_FAIL)
+                    raise OrtException("injected native failure", OrtErrorCode.ORT_FAIL)
                 raise Injected("injected failure after the native write")
 
-        monkeypatch.setattr(training, "check_status", check_status)
+        monkeypatch.setattr(checkpoint, "check_status", check_status)
     with pytest.raises((OSError, OrtException)):
         session.saveCheckpoint(target)
     monkeypatch.undo()
@@ -270,7 +269,7 @@ import numpy as np
 from conftest import tiny_batch
 from _childcases import artifact_session
 from ort_cffi import OrtEnvironment
-from ort_cffi.training import OrtCheckpointState
+from ort_cffi import OrtCheckpointState
 OrtEnvironment.getEnvironment()
 report = []
 for path in {paths!r}:

@@ -21,8 +21,7 @@ import pytest
 
 from _childcases import artifact_session, case, cases, check
 from conftest import ARTIFACTS, run_child, tiny_batch
-from ort_cffi import OnnxTensor, OrtEnvironment, OrtException
-from ort_cffi.training import OrtCheckpointState
+from ort_cffi import OnnxTensor, OrtCheckpointState, OrtEnvironment, OrtException
 
 TINY = ARTIFACTS / "tiny"
 LOSS_NAME = "onnx::loss::8"
@@ -333,8 +332,7 @@ sys.path.insert(0, {str(ARTIFACTS.parent)!r})
 import numpy as np
 from conftest import tiny_batch
 from _childcases import artifact_session
-from ort_cffi import OnnxTensor, OrtEnvironment, OrtException
-from ort_cffi.training import OrtCheckpointState
+from ort_cffi import OnnxTensor, OrtCheckpointState, OrtEnvironment, OrtException
 env = OrtEnvironment.getEnvironment()
 BATCH = tiny_batch()
 CKPT = {str(TINY / 'checkpoint')!r}
@@ -446,8 +444,7 @@ def test_atexit_handler_running_after_the_bindings_shutdown() -> None:
         atexit.register(late)
         from conftest import tiny_batch
         from _childcases import artifact_session
-        from ort_cffi import OnnxTensor, OrtEnvironment
-        from ort_cffi.training import OrtCheckpointState
+        from ort_cffi import OnnxTensor, OrtCheckpointState, OrtEnvironment
         env = OrtEnvironment.getEnvironment()
         batch = tiny_batch()
         state["checkpoint"] = OrtCheckpointState.loadCheckpoint({str(TINY / 'checkpoint')!r})
@@ -515,8 +512,7 @@ def test_checkpoint_and_tensor_before_the_environment_exists() -> None:
     run_child(
         f"""
         import numpy as np
-        from ort_cffi import OnnxTensor, OrtEnvironment
-        from ort_cffi.training import OrtCheckpointState
+        from ort_cffi import OnnxTensor, OrtCheckpointState, OrtEnvironment
         state = OrtCheckpointState.loadCheckpoint({str(TINY / 'checkpoint')!r})
         tensor = OnnxTensor.createTensor(None, np.ones(3, np.float32))
         env = OrtEnvironment.getEnvironment()

@@ -21,8 +21,7 @@ import pytest
 
 from _childcases import artifact_session, case, cases, check
 from conftest import ARTIFACTS, tiny_batch
-from ort_cffi import OnnxTensor, OrtEnvironment, OrtException, SessionOptions
-from ort_cffi.training import OrtCheckpointState
+from ort_cffi import OnnxTensor, OrtCheckpointState, OrtEnvironment, OrtException, SessionOptions
 
 TINY = ARTIFACTS / "tiny"
 LOSS_NAME = "onnx::loss::8"

@@ -11,8 +11,7 @@ import tempfile
 import numpy as np
 import pytest
 
-from ort_cffi import OnnxTensor, OnnxTensorType, OnnxValue, OrtEnvironment, OrtException, OrtSession, OrtTrainingSession, TensorInfo
-from ort_cffi.training import OrtCheckpointState
+from ort_cffi import OnnxTensor, OnnxTensorType, OnnxValue, OrtCheckpointState, OrtEnvironment, OrtException, OrtSession, OrtTrainingSession, TensorInfo
 
 from conftest import load_java_input, load_java_output
 

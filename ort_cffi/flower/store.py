@@ -24,7 +24,7 @@ from .. import __version__
 from .. import train as _train
 from .._errors import OrtException
 from .._files import atomic_write
-from ..training import OrtCheckpointState
+from ..checkpoint import OrtCheckpointState
 from .model import FederatedError, GlobalModel
 
 CHECKPOINT, HISTORY, STATE_DIR, PLOT, INFERENCE = (
