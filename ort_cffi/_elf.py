@@ -149,7 +149,7 @@ class _Image:
         return int(section["sh_offset"])
 
     @functools.cached_property
-    def symbols(self) -> "list[Tuple[str, np.void]]":
+    def symbols(self) -> list[Tuple[str, np.void]]:
         """``.dynsym`` as (name, Elf64_Sym record) pairs, read in one piece (as the relocations are)."""
         section = self.elf.get_section_by_name(".dynsym")
         if section is None or section["sh_entsize"] != _SYM_ENTRY.itemsize:
@@ -208,7 +208,7 @@ def _returned_addresses(image: _Image, functions: np.ndarray) -> np.ndarray:
     return returned
 
 
-def find_api_base(path: "str | Path", version: Optional[str] = None, anchors: Sequence[str] = ()) -> ApiBaseLocation:
+def find_api_base(path: str | Path, version: Optional[str] = None, anchors: Sequence[str] = ()) -> ApiBaseLocation:
     """Find the static ``OrtApiBase`` of an ONNX Runtime ELF file without loading it.
 
     ``version`` is the string ``GetVersionString`` must return (any ``N.N.N`` when None); ``anchors``
@@ -280,7 +280,7 @@ class Rename:
     dynstr_offset: int  # file offset of the name in .dynstr
 
 
-def cpython_imports(path: "str | Path") -> List[str]:
+def cpython_imports(path: str | Path) -> List[str]:
     """The CPython symbols (``Py…``, ``_Py…``) a file imports, in ``.dynsym`` order."""
     image = _Image(Path(path))
     try:
@@ -299,7 +299,7 @@ def _undefined(image: _Image) -> Iterator[Tuple[str, int, str]]:
             yield name, int(entry["name"]), _BINDINGS.get(int(entry["info"]) >> 4, "STB_OTHER")
 
 
-def plan_renames(path: "str | Path", exported: "Any", interpreter: str) -> List[Rename]:
+def plan_renames(path: str | Path, exported: Any, interpreter: str) -> List[Rename]:
     """The renames a private copy of ``path`` needs to load in this interpreter.
 
     ``exported(name)`` tells whether the running interpreter provides a symbol. A CPython import
@@ -383,7 +383,7 @@ def apply_renames(data: bytearray, renames: Sequence[Rename]) -> None:
         data[start : start + len(old)] = new + b"\0" * (len(old) - len(new))
 
 
-def returned_by_export(path: "str | Path", name: str) -> Optional[int]:
+def returned_by_export(path: str | Path, name: str) -> Optional[int]:
     """The constant address an exported three-instruction function returns (e.g. ``OrtGetApiBase``,
     which is ``return &ort_api_base;``), decoded statically; None if the symbol or shape is absent.
     An independent check of ``find_api_base`` on libraries that export ``OrtGetApiBase``."""

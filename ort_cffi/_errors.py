@@ -42,7 +42,7 @@ class OrtErrorCode(enum.IntEnum):
         return int(self)
 
     @classmethod
-    def mapNativeCode(cls, code: int) -> "OrtErrorCode":
+    def mapNativeCode(cls, code: int) -> OrtErrorCode:
         """The code with the C API's number `code`; `ORT_JAVA_UNKNOWN` for a number that is no code.
 
         Never raises for an int.
@@ -55,7 +55,7 @@ class OrtErrorCode(enum.IntEnum):
             return cls.ORT_JAVA_UNKNOWN
 
     @classmethod
-    def mapFromInt(cls, value: int) -> "OrtErrorCode":
+    def mapFromInt(cls, value: int) -> OrtErrorCode:
         """The code numbered `value`; `ORT_JAVA_UNKNOWN` for any other number (as `mapNativeCode`).
 
         Java: `static OrtErrorCode mapFromInt(int value)`.
@@ -108,7 +108,7 @@ class OrtException(Exception):
         """
         return self.code
 
-    def __reduce__(self) -> "tuple[Any, ...]":
+    def __reduce__(self) -> tuple[Any, ...]:
         # Subclasses take other constructor arguments: rebuild from the message and code as they
         # are (exceptions cross processes under multiprocessing and Ray).
         return (_rebuild, (type(self), self.message, int(self.code)))
@@ -123,7 +123,7 @@ class OrtException(Exception):
         return self.message
 
     @classmethod
-    def from_native(cls, native_code: int, message: str, context: Optional[str] = None) -> "OrtException":
+    def from_native(cls, native_code: int, message: str, context: Optional[str] = None) -> OrtException:
         """The exception for a failed `OrtStatus`, with the real code recovered from a wrapped message.
 
         `capi.check_status` raises what this returns. The class follows the code:
@@ -151,7 +151,7 @@ class OrtException(Exception):
         return exc_type(text, code)
 
     @classmethod
-    def invalid_argument(cls, message: str) -> "OrtException":
+    def invalid_argument(cls, message: str) -> OrtException:
         """The exception for a bad argument found by ort_cffi's own checks, before any native call.
 
         Java: none (ort_cffi addition; Java throws `IllegalArgumentException` where ort_cffi raises this).
@@ -165,7 +165,7 @@ class OrtException(Exception):
         return OrtInvalidArgumentException(message, OrtErrorCode.ORT_INVALID_ARGUMENT)
 
 
-def _rebuild(cls: "type[OrtException]", message: str, code: int) -> OrtException:
+def _rebuild(cls: type[OrtException], message: str, code: int) -> OrtException:
     exc = cls.__new__(cls)  # no __init__: the subclasses take other arguments
     Exception.__init__(exc, message)
     exc.message = message

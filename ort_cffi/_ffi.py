@@ -28,16 +28,16 @@ def include_dir() -> Path:
     raise FileNotFoundError(f"ort_cffi's C declarations ({', '.join(HEADERS)}) are missing beside {here}")
 
 
-def header_texts() -> "list[str]":
+def header_texts() -> list[str]:
     include = include_dir()
     return [(include / name).read_text(encoding="utf-8") for name in HEADERS]
 
 
-def headers_digest(texts: "list[str]") -> str:
+def headers_digest(texts: list[str]) -> str:
     return hashlib.sha256("\0".join(texts).encode()).hexdigest()
 
 
-def parse_headers(texts: "list[str]") -> Any:
+def parse_headers(texts: list[str]) -> Any:
     """An in-line ABI-mode ``FFI`` with the headers' declarations (the slow path)."""
     from cffi import FFI
 

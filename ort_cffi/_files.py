@@ -52,7 +52,7 @@ def read_model(model: PathOrBytes, what: str) -> Tuple[Optional[str], Optional[b
     raise OrtException.invalid_argument(f"the {what} must be a path or bytes, not {type(model).__name__}")
 
 
-def file_sha256(path: "str | os.PathLike[str]") -> str:
+def file_sha256(path: str | os.PathLike[str]) -> str:
     """The sha256 of a file's content (hex), read in blocks of 1 MiB."""
     digest = hashlib.sha256()
     with open(path, "rb") as file:

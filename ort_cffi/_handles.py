@@ -32,7 +32,7 @@ _release_bookkeeping = _bookkeeping.release
 # Every unreleased handle, by id, as a weak reference (id → weakref: a third cheaper than a WeakSet,
 # and this runs for every output of every step). An entry leaves when its handle is released; the
 # handle's own entry keeps its id from being reused while it is there.
-_live: "dict[int, weakref.ref[NativeHandle]]" = {}
+_live: dict[int, weakref.ref[NativeHandle]] = {}
 
 
 class NativeHandle:
@@ -42,11 +42,11 @@ class NativeHandle:
     _ptr: Any = ffi.NULL  # class-level NULL: a half-built object finalizes safely
     _closed = True
     _pins = 0
-    _pinned: "tuple[NativeHandle, ...]" = ()
+    _pinned: tuple[NativeHandle, ...] = ()
     _release: Optional[Callable[[Any], None]] = None
     _lock: Any = None  # a handle whose native calls are serialized sets its lock: close() waits for them
 
-    def _own(self, ptr: Any, release: Callable[[Any], None], pinned: "tuple[NativeHandle, ...]" = ()) -> None:
+    def _own(self, ptr: Any, release: Callable[[Any], None], pinned: tuple[NativeHandle, ...] = ()) -> None:
         """Take ownership of ``ptr`` (call right after the native call that produced it)."""
         if pinned:
             pin_all(pinned)  # raises, owning nothing, if a parent is already closed
@@ -142,7 +142,7 @@ class NativeHandle:
             _release_bookkeeping()
         _release(self, taken)
 
-    def _take(self) -> "tuple[Any, Optional[Callable[[Any], None]], tuple[NativeHandle, ...]]":
+    def _take(self) -> tuple[Any, Optional[Callable[[Any], None]], tuple[NativeHandle, ...]]:
         """Detach the native pointer, its release and its pins (under ``_bookkeeping``)."""
         taken = (self._ptr, self._release, self._pinned)
         self._ptr, self._release, self._pinned = ffi.NULL, None, ()
@@ -168,7 +168,7 @@ class NativeHandle:
         return f"<{type(self).__name__} {state}>"
 
 
-def _release(handle: NativeHandle, taken: "tuple[Any, Optional[Callable[[Any], None]], tuple[NativeHandle, ...]]") -> None:
+def _release(handle: NativeHandle, taken: tuple[Any, Optional[Callable[[Any], None]], tuple[NativeHandle, ...]]) -> None:
     ptr, release, pinned = taken
     if ptr and release is not None:
         release(ptr)
@@ -177,7 +177,7 @@ def _release(handle: NativeHandle, taken: "tuple[Any, Optional[Callable[[Any], N
         unpin_all(pinned)
 
 
-def pin_all(handles: "Sequence[NativeHandle]") -> None:
+def pin_all(handles: Sequence[NativeHandle]) -> None:
     """Keep ``handles`` from being released while a native call uses them (a ``close()`` meanwhile is
     deferred). Raises ``OrtClosedException``, pinning nothing, if one of them is already closed."""
     _acquire_bookkeeping()
@@ -191,7 +191,7 @@ def pin_all(handles: "Sequence[NativeHandle]") -> None:
         _release_bookkeeping()
 
 
-def unpin_all(handles: "Sequence[NativeHandle]") -> None:
+def unpin_all(handles: Sequence[NativeHandle]) -> None:
     """Undo ``pin_all``; releases, after the fact, each handle closed while it was pinned."""
     released = []
     _acquire_bookkeeping()
@@ -206,7 +206,7 @@ def unpin_all(handles: "Sequence[NativeHandle]") -> None:
         _release(handle, taken)
 
 
-def close_values(handles: "Sequence[NativeHandle]") -> None:
+def close_values(handles: Sequence[NativeHandle]) -> None:
     """``close()`` each of ``handles`` (handles without a call lock: values), in one critical
     section and one call: a step's Result closes its outputs this way, every step."""
     taken = []
@@ -225,7 +225,7 @@ def close_values(handles: "Sequence[NativeHandle]") -> None:
         _release(handle, native)
 
 
-def live_handles() -> "list[NativeHandle]":
+def live_handles() -> list[NativeHandle]:
     """Handles whose native object has not been released yet (the environment excluded)."""
     handles = (ref() for ref in list(_live.values()))
     return [h for h in handles if h is not None and h._ptr and not isinstance(h, _ProcessHandle)]
@@ -310,7 +310,7 @@ process = _Process()
 atexit.register(process.shutdown)
 
 
-def read_names(ptr: Any, count_fn: Any, name_fn: Any) -> "tuple[str, ...]":
+def read_names(ptr: Any, count_fn: Any, name_fn: Any) -> tuple[str, ...]:
     """The names a ``*Count``/``*Name`` pair of C calls lists for ``ptr`` (inputs or outputs of a model)."""
     rt = get_runtime()
     count = ffi.new("size_t*")

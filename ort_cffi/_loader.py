@@ -141,7 +141,7 @@ class RuntimeFile:
 # --- explicit library ---------------------------------------------------------------------------
 
 
-def load_library(path: "str | os.PathLike[str]", *, refresh: bool = False) -> LoadedImage:
+def load_library(path: str | os.PathLike[str], *, refresh: bool = False) -> LoadedImage:
     """Load an explicit file: a real ONNX Runtime shared library (``OrtGetApiBase`` exported), or a
     training wheel's extension (read statically, through a private image)."""
     path = os.fspath(path)
@@ -169,7 +169,7 @@ def load_library(path: "str | os.PathLike[str]", *, refresh: bool = False) -> Lo
 # --- where a training runtime file is -----------------------------------------------------------
 
 
-def find_training_wheel() -> "tuple[Optional[RuntimeFile], list[str]]":
+def find_training_wheel() -> tuple[Optional[RuntimeFile], list[str]]:
     """The installed training wheel's extension (without importing it), and what was tried on the way."""
     tried: list[str] = []
     spec = find_spec("onnxruntime")  # a top-level find_spec imports nothing
@@ -220,7 +220,7 @@ def _fetched(runtime: StoredRuntime) -> RuntimeFile:
     )
 
 
-def find_fetched() -> "tuple[Optional[RuntimeFile], list[str]]":
+def find_fetched() -> tuple[Optional[RuntimeFile], list[str]]:
     """The runtime from the store that the loader would use, and what was tried."""
     runtimes = stored_runtimes()
     chosen = selected_runtime(runtimes)
@@ -317,7 +317,7 @@ def _write_entry(entry: Path, source: RuntimeFile, identity: dict, record: dict,
     os.replace(record_file.name, entry / "image.json")
 
 
-def prepare_image(source: RuntimeFile, *, refresh: bool = False) -> "tuple[Path, dict]":
+def prepare_image(source: RuntimeFile, *, refresh: bool = False) -> tuple[Path, dict]:
     """The private image of a runtime file and its record, examined now or taken from the cache."""
     identity = _identity(source)
     entry = _entry_dir(identity)
@@ -362,7 +362,7 @@ def _prune_stale_entries(keep: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _image_ranges(image: str) -> "list[tuple[int, int, str]]":
+def _image_ranges(image: str) -> list[tuple[int, int, str]]:
     """The mappings of ``image`` in this process: (start, end, permissions)."""
     ranges = []
     real = os.path.realpath(image)
@@ -420,7 +420,7 @@ def load_extension(source: RuntimeFile, *, refresh: bool = False) -> LoadedImage
     )
 
 
-def find_runtime_file() -> "tuple[Optional[RuntimeFile], List[str]]":
+def find_runtime_file() -> tuple[Optional[RuntimeFile], List[str]]:
     """The runtime file the default search settles on (2-4 above), and every place it tried."""
     tried: List[str] = []
     if os.environ.get(SELECT_ENV):  # an explicit choice among fetched runtimes beats the installed wheel
@@ -435,7 +435,7 @@ def find_runtime_file() -> "tuple[Optional[RuntimeFile], List[str]]":
     return None, tried + fetched_tried
 
 
-def find_and_load(library: "str | os.PathLike[str] | None" = None, *, refresh: bool = False) -> LoadedImage:
+def find_and_load(library: str | os.PathLike[str] | None = None, *, refresh: bool = False) -> LoadedImage:
     """Load the runtime: ``library`` if given, else ``$ORT_CFFI_LIBRARY``, else the default search."""
     if library is not None:
         return load_library(library, refresh=refresh)

@@ -42,14 +42,14 @@ class InputSpec:
     the same object, so that a tensor checked once is known to pass at its next call by identity."""
 
     __slots__ = ("onnx_type", "dims", "__weakref__")
-    _interned: Dict[Tuple[int, Optional[Tuple[Dim, ...]]], "InputSpec"] = {}
+    _interned: Dict[Tuple[int, Optional[Tuple[Dim, ...]]], InputSpec] = {}
 
     def __init__(self, onnx_type: OnnxTensorType, dims: Optional[Tuple[Dim, ...]]) -> None:
         self.onnx_type = onnx_type
         self.dims = dims
 
     @classmethod
-    def of(cls, onnx_type: int, dims: Optional[Sequence[Dim]]) -> "InputSpec":
+    def of(cls, onnx_type: int, dims: Optional[Sequence[Dim]]) -> InputSpec:
         """The one spec of this element type (0: any) and dims (None: any rank)."""
         key = (int(onnx_type), None if dims is None else tuple(dims))
         spec = cls._interned.get(key)

@@ -36,7 +36,7 @@ __all__ = ["ffi", "get_runtime", "load_runtime", "Runtime", "check_status", "API
 KNOWN_LAYOUTS = {(1, 19)}
 
 
-def _version_tuple(version: str) -> "tuple[int, ...]":
+def _version_tuple(version: str) -> tuple[int, ...]:
     parts = []
     for piece in version.split(".")[:3]:
         digits = "".join(ch for ch in piece if ch.isdigit())
@@ -115,7 +115,7 @@ _runtime: Optional[Runtime] = None
 _runtime_lock = threading.Lock()
 
 
-def _load(library: "str | os.PathLike[str] | None") -> Runtime:
+def _load(library: str | os.PathLike[str] | None) -> Runtime:
     try:
         return Runtime(find_and_load(library))
     except StaleCacheError:
@@ -154,7 +154,7 @@ def get_runtime() -> Runtime:
         return _runtime
 
 
-def load_runtime(library: "str | os.PathLike[str] | None" = None) -> Runtime:
+def load_runtime(library: str | os.PathLike[str] | None = None) -> Runtime:
     """Load the runtime from an explicit shared library, or by the default search when None.
 
     Only one runtime can serve a process: once one is loaded, asking for it again (or for None)

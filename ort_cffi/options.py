@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, Optional, Type, TypeVar
 
 from ._errors import OrtException
 from ._files import fspath, native_path
@@ -32,7 +32,7 @@ class OrtLoggingLevel(enum.IntEnum):
         return int(self)
 
     @classmethod
-    def mapFromInt(cls, logLevel: int) -> "OrtLoggingLevel":
+    def mapFromInt(cls, logLevel: int) -> OrtLoggingLevel:
         """The level with the C API's value `logLevel`.
 
         Java: `static OrtLoggingLevel mapFromInt(int logLevel)` (which, for a value that is no level,
@@ -97,6 +97,29 @@ def _check_int(value: Any, what: str, low: int, high: int = 2**31 - 1) -> int:
     return value
 
 
+def _text(value: Any, what: str) -> bytes:
+    """``value`` as the UTF-8 bytes of a C string: a ``str`` without NUL (which would cut it short)."""
+    if not isinstance(value, str):
+        raise OrtException.invalid_argument(f"{what} must be a str, not {type(value).__name__}")
+    if "\0" in value:
+        raise OrtException.invalid_argument(f"{what} must not hold a NUL character: {value!r}")
+    return value.encode()
+
+
+_Member = TypeVar("_Member", bound=enum.Enum)
+
+
+def _member(kind: Type[_Member], value: Any, what: str) -> _Member:
+    """The member of the enum ``kind`` that ``value`` is or names by its value."""
+    if isinstance(value, bool):
+        raise OrtException.invalid_argument(f"{what} must be an {kind.__name__}, not bool")
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(f"{m.name} ({m.value})" for m in kind)
+        raise OrtException.invalid_argument(f"{what} must be an {kind.__name__} or its value, one of {choices}; got {value!r}") from None
+
+
 class SessionOptions(NativeHandle):
     """Options for creating a training or inference session (`CreateSessionOptions`).
 
@@ -120,7 +143,7 @@ class SessionOptions(NativeHandle):
         check_status(rt.api.CreateSessionOptions(out), "CreateSessionOptions")
         self._own(out[0], rt.api.ReleaseSessionOptions)
         self._rt = rt
-        self._entries: "dict[str, str]" = {}
+        self._entries: dict[str, str] = {}
 
     def setIntraOpNumThreads(self, numThreads: int) -> None:
         """Set the number of threads inside one operator (`SetIntraOpNumThreads`).
@@ -153,7 +176,7 @@ class SessionOptions(NativeHandle):
         n = _check_int(numThreads, "inter-op thread count", 0)
         self._call(self._rt.api.SetInterOpNumThreads, n, context="SetInterOpNumThreads")
 
-    def setOptimizationLevel(self, level: "_OptLevel") -> None:
+    def setOptimizationLevel(self, level: _OptLevel) -> None:
         """Set how far the runtime optimizes the graph (`SetSessionGraphOptimizationLevel`).
 
         Java: `void setOptimizationLevel(OrtSession.SessionOptions.OptLevel level)`.
@@ -163,12 +186,12 @@ class SessionOptions(NativeHandle):
 
         Raises:
             OrtClosedException: The options are closed.
-            ValueError: `level` is no `OptLevel`.
+            OrtInvalidArgumentException: `level` is no `OptLevel` (also a `ValueError`).
         """
-        level = OptLevel(level)
+        level = _member(OptLevel, level, "the optimization level")
         self._call(self._rt.api.SetSessionGraphOptimizationLevel, int(level), context="SetSessionGraphOptimizationLevel")
 
-    def setExecutionMode(self, mode: "_ExecutionMode") -> None:
+    def setExecutionMode(self, mode: _ExecutionMode) -> None:
         """Run independent operators one after the other or in parallel (`SetSessionExecutionMode`).
 
         Java: `void setExecutionMode(OrtSession.SessionOptions.ExecutionMode mode)`.
@@ -178,9 +201,9 @@ class SessionOptions(NativeHandle):
 
         Raises:
             OrtClosedException: The options are closed.
-            ValueError: `mode` is no `ExecutionMode`.
+            OrtInvalidArgumentException: `mode` is no `ExecutionMode` (also a `ValueError`).
         """
-        mode = ExecutionMode(mode)
+        mode = _member(ExecutionMode, mode, "the execution mode")
         self._call(self._rt.api.SetSessionExecutionMode, int(mode), context="SetSessionExecutionMode")
 
     def addConfigEntry(self, configKey: str, configValue: str) -> None:
@@ -193,18 +216,14 @@ class SessionOptions(NativeHandle):
 
         Raises:
             OrtClosedException: The options are closed.
-            OrtInvalidArgumentException: The key or the value is not a `str`, or the runtime refuses
+            OrtInvalidArgumentException: The key or the value is not a `str` without NUL, or the runtime refuses
                 them: a key empty or longer than 128 characters, a value longer than 2048.
         """
-        if not isinstance(configKey, str) or not isinstance(configValue, str):
-            raise OrtException.invalid_argument("config entries are str keys and str values")
-        self._call(
-            self._rt.api.AddSessionConfigEntry, configKey.encode(), configValue.encode(),
-            context=f"AddSessionConfigEntry({configKey!r})",
-        )
+        key, value = _text(configKey, "a config key"), _text(configValue, "a config value")
+        self._call(self._rt.api.AddSessionConfigEntry, key, value, context=f"AddSessionConfigEntry({configKey!r})")
         self._entries[configKey] = configValue
 
-    def getConfigEntries(self) -> "dict[str, str]":
+    def getConfigEntries(self) -> dict[str, str]:
         """The configuration entries added through this object (the C API cannot list them).
 
         Java: `Map<String, String> getConfigEntries()` (a read-only view there).
@@ -228,9 +247,9 @@ class SessionOptions(NativeHandle):
 
         Raises:
             OrtClosedException: The options are closed.
-            ValueError: `level` is no `OrtLoggingLevel`.
+            OrtInvalidArgumentException: `level` is no `OrtLoggingLevel` (also a `ValueError`).
         """
-        level = OrtLoggingLevel(level)
+        level = _member(OrtLoggingLevel, level, "the log level")
         self._call(self._rt.api.SetSessionLogSeverityLevel, int(level), context="SetSessionLogSeverityLevel")
 
     setLogLevel = setSessionLogLevel
@@ -260,8 +279,9 @@ class SessionOptions(NativeHandle):
 
         Raises:
             OrtClosedException: The options are closed.
+            OrtInvalidArgumentException: `loggerId` is not a `str` without NUL.
         """
-        self._call(self._rt.api.SetSessionLogId, loggerId.encode(), context="SetSessionLogId")
+        self._call(self._rt.api.SetSessionLogId, _text(loggerId, "the logger id"), context="SetSessionLogId")
 
     def setMemoryPatternOptimization(self, enabled: bool) -> None:
         """Turn the runtime's memory pattern optimization on or off (`EnableMemPattern`/`DisableMemPattern`).
@@ -355,13 +375,11 @@ class SessionOptions(NativeHandle):
             OrtInvalidArgumentException: `dimensionName` is not a non-empty `str` without NUL, or
                 `dimensionValue` is not an int in that range.
         """
-        if not isinstance(dimensionName, str) or not dimensionName or "\0" in dimensionName:
-            raise OrtException.invalid_argument(f"the dimension name must be a non-empty str, not {dimensionName!r}")
+        name = _text(dimensionName, "the dimension name")
+        if not name:
+            raise OrtException.invalid_argument("the dimension name must not be empty")
         value = _check_int(dimensionValue, f"the value of dimension {dimensionName!r}", 0, 2**63 - 1)
-        self._call(
-            self._rt.api.AddFreeDimensionOverrideByName, dimensionName.encode(), value,
-            context=f"AddFreeDimensionOverrideByName({dimensionName!r})",
-        )
+        self._call(self._rt.api.AddFreeDimensionOverrideByName, name, value, context=f"AddFreeDimensionOverrideByName({dimensionName!r})")
 
     def setDeterministicCompute(self, value: bool) -> None:
         """Ask for deterministic kernels where the execution provider has them (`SetDeterministicCompute`).
@@ -443,24 +461,28 @@ class RunOptions(NativeHandle):
 
         Raises:
             OrtClosedException: The options are closed.
-            ValueError: `level` is no `OrtLoggingLevel`.
+            OrtInvalidArgumentException: `level` is no `OrtLoggingLevel` (also a `ValueError`).
         """
-        level = OrtLoggingLevel(level)
+        level = _member(OrtLoggingLevel, level, "the log level")
         self._call(self._rt.api.RunOptionsSetRunLogSeverityLevel, int(level), context="RunOptionsSetRunLogSeverityLevel")
 
-    def getLogLevel(self) -> OrtLoggingLevel:
-        """The run's log severity level (`RunOptionsGetRunLogSeverityLevel`).
+    def getLogLevel(self) -> Optional[OrtLoggingLevel]:
+        """The run's log severity level (`RunOptionsGetRunLogSeverityLevel`), or None until one is set.
+
+        Until `setLogLevel`, the runtime holds -1 there: the run logs at the session's level. Java
+        answers VERBOSE for it (with a warning), which is not what the run does; ort_cffi answers None.
 
         Java: `OrtLoggingLevel getLogLevel()`.
 
+        Returns:
+            The `OrtLoggingLevel` set (an enum member: nobody owns it), or None if none was set.
+
         Raises:
             OrtClosedException: The options are closed.
-            ValueError: No level was set: the runtime's default, -1 (the session's level), is no
-                `OrtLoggingLevel` (Java answers VERBOSE there).
         """
         out = ffi.new("int*")
         self._call(self._rt.api.RunOptionsGetRunLogSeverityLevel, out, context="RunOptionsGetRunLogSeverityLevel")
-        return OrtLoggingLevel(out[0])
+        return None if out[0] == -1 else OrtLoggingLevel(out[0])
 
     def setLogVerbosityLevel(self, level: int) -> None:
         """Set the run's log verbosity level, for VERBOSE logging (`RunOptionsSetRunLogVerbosityLevel`).
@@ -499,8 +521,9 @@ class RunOptions(NativeHandle):
 
         Raises:
             OrtClosedException: The options are closed.
+            OrtInvalidArgumentException: `runTag` is not a `str` without NUL.
         """
-        self._call(self._rt.api.RunOptionsSetRunTag, runTag.encode(), context="RunOptionsSetRunTag")
+        self._call(self._rt.api.RunOptionsSetRunTag, _text(runTag, "the run tag"), context="RunOptionsSetRunTag")
 
     def getRunTag(self) -> str:
         """The run's tag (`RunOptionsGetRunTag`); `""` until set.
@@ -548,7 +571,8 @@ class RunOptions(NativeHandle):
 
         Raises:
             OrtClosedException: The options are closed.
-            OrtInvalidArgumentException: The runtime refuses the entry: a key empty or longer than 128
-                characters, a value longer than 2048.
+            OrtInvalidArgumentException: The key or the value is not a `str` without NUL, or the runtime
+                refuses the entry: a key empty or longer than 128 characters, a value longer than 2048.
         """
-        self._call(self._rt.api.AddRunConfigEntry, configKey.encode(), configValue.encode(), context="AddRunConfigEntry")
+        key, value = _text(configKey, "a run config key"), _text(configValue, "a run config value")
+        self._call(self._rt.api.AddRunConfigEntry, key, value, context=f"AddRunConfigEntry({configKey!r})")

@@ -55,7 +55,7 @@ def published_wheels(flavour: str) -> List[Dict[str, Any]]:
     return [row for row in known_runtimes()["files"] if row["flavour"] == flavour]
 
 
-def choose_wheel(flavour: str, python_version: "tuple[int, int]", arch: str) -> Dict[str, Any]:
+def choose_wheel(flavour: str, python_version: tuple[int, int], arch: str) -> Dict[str, Any]:
     """The published wheel for the CPython nearest to ``python_version`` on ``arch``: the same
     version if there is one, else the newest older one, else the oldest newer one."""
     if sys.platform != "linux":
@@ -69,7 +69,7 @@ def choose_wheel(flavour: str, python_version: "tuple[int, int]", arch: str) -> 
             "--enable_training_apis and set ORT_CFFI_LIBRARY to its libonnxruntime.so"
         )
 
-    def version_of(row: Dict[str, Any]) -> "tuple[int, int]":
+    def version_of(row: Dict[str, Any]) -> tuple[int, int]:
         tag = row["python_tag"]  # cp312
         return int(tag[2]), int(tag[3:])
 
@@ -79,7 +79,7 @@ def choose_wheel(flavour: str, python_version: "tuple[int, int]", arch: str) -> 
     return min(rows, key=version_of)
 
 
-def glibc_version() -> "tuple[int, int]":
+def glibc_version() -> tuple[int, int]:
     """This system's glibc version; ``RuntimeInstallError`` on a system without glibc."""
     name, _, version = (os.confstr("CS_GNU_LIBC_VERSION") or "").partition(" ")
     if name != "glibc":

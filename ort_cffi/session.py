@@ -318,7 +318,7 @@ class Result:
         """
         return self._closed
 
-    def __enter__(self) -> "Result":
+    def __enter__(self) -> Result:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -352,6 +352,8 @@ class OrtSession(NativeHandle):
         rt = get_runtime()
         self._rt = rt
         path, data = read_model(model, "model")
+        if options is not None and not isinstance(options, _SessionOptions):
+            raise OrtException.invalid_argument(f"options must be SessionOptions, not {type(options).__name__}")
         native_env = process.env()
         own_options = options is None
         options = options if options is not None else _SessionOptions()
@@ -409,7 +411,7 @@ class OrtSession(NativeHandle):
             specs.append(InputSpec.of(info.onnxType, dims))
         return specs
 
-    def getInputNames(self) -> "NameSet":
+    def getInputNames(self) -> NameSet:
         """The model's input names, in its order.
 
         Java: `Set<String> getInputNames()`.
@@ -424,7 +426,7 @@ class OrtSession(NativeHandle):
         self._handle()
         return self._input_names
 
-    def getOutputNames(self) -> "NameSet":
+    def getOutputNames(self) -> NameSet:
         """The model's output names, in its order.
 
         Java: `Set<String> getOutputNames()`.
@@ -500,7 +502,7 @@ class OrtSession(NativeHandle):
         """
         return self._infos(self._rt.api.SessionGetOutputTypeInfo, self.getOutputNames())
 
-    def run(self, inputs: Mapping[str, Any], *args: Any, requestedOutputs: Any = None, runOptions: Optional[_RunOptions] = None) -> "_Result":
+    def run(self, inputs: Mapping[str, Any], *args: Any, requestedOutputs: Any = None, runOptions: Optional[_RunOptions] = None) -> _Result:
         """Run the model on `inputs` (`Run`): every output, or the requested ones.
 
         Inputs are checked against the model's signature before the call (element type, rank, fixed

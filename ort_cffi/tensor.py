@@ -20,7 +20,7 @@ are in ``tensor_info.py``; turning Python data into arrays, and raw bits into va
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -269,7 +269,7 @@ class OnnxTensor(OnnxValue):
     _dims: Optional[Tuple[int, ...]] = None  # its shape, once checked
 
     @classmethod
-    def createTensor(cls, env: Any, data: Any, shape: Optional[Sequence[int]] = None, type: Any = None) -> "OnnxTensor":
+    def createTensor(cls, env: Any, data: Any, shape: Optional[Sequence[int]] = None, type: Any = None) -> OnnxTensor:
         """A tensor of `data` (`CreateTensorWithDataAsOrtValue`; strings: `CreateTensorAsOrtValue`, `FillStringTensor`).
 
         - `createTensor(env, data)`: `data` is a Python scalar (`bool`, `int` → int64, `float` →
@@ -335,7 +335,7 @@ class OnnxTensor(OnnxValue):
         return tensor
 
     @classmethod
-    def _over_array(cls, array: np.ndarray, onnx_type: Optional[OnnxTensorType] = None, dims: Optional[Sequence[int]] = None) -> "OnnxTensor":
+    def _over_array(cls, array: np.ndarray, onnx_type: Optional[OnnxTensorType] = None, dims: Optional[Sequence[int]] = None) -> OnnxTensor:
         """A tensor over a conforming array (see ``as_tensor_array``) without copying it. ``onnx_type``
         and ``dims`` describe memory that holds raw bits (bfloat16, float8, packed int4)."""
         c = calls()
@@ -363,7 +363,7 @@ class OnnxTensor(OnnxValue):
         return tensor
 
     @classmethod
-    def _of_strings(cls, elements: np.ndarray, shape: Sequence[int]) -> "OnnxTensor":
+    def _of_strings(cls, elements: np.ndarray, shape: Sequence[int]) -> OnnxTensor:
         """A string tensor of ``shape`` holding ``elements`` (an object array of str/bytes): allocated
         by the runtime (``CreateTensorAsOrtValue``), filled with ``FillStringTensor``."""
         encoded = encode_elements(elements)  # before anything native: a bad element leaks nothing
@@ -379,7 +379,7 @@ class OnnxTensor(OnnxValue):
         return tensor
 
     @classmethod
-    def _adopt(cls, value_ptr: Any) -> "OnnxTensor":
+    def _adopt(cls, value_ptr: Any) -> OnnxTensor:
         """Own a value the runtime allocated (a step's output). Called right after the native call."""
         tensor = cls.__new__(cls)
         tensor._own(value_ptr, (_calls or calls()).ReleaseValue)
@@ -409,7 +409,7 @@ class OnnxTensor(OnnxValue):
         self._handle()
         return self._owns
 
-    def getBufferRef(self) -> "Optional_[np.ndarray]":
+    def getBufferRef(self) -> Optional_[np.ndarray]:
         """The numpy array a tensor made over a buffer reads and writes: writing into it changes the tensor.
 
         Java: `Optional<Buffer> getBufferRef()`.
@@ -700,7 +700,7 @@ def _shares_buffer(array: np.ndarray, buffer: Any) -> bool:
     return view.c_contiguous and np.may_share_memory(array, np.frombuffer(view, dtype=np.uint8))
 
 
-def adopt_outputs(out_values: Any, count: int) -> "list[Optional[OnnxTensor]]":
+def adopt_outputs(out_values: Any, count: int) -> list[Optional[OnnxTensor]]:
     """Own, at once, every value a run or step allocated in ``out_values[0:count]`` (NULL slots give None)."""
     if count == 1:  # a loss alone: no slice of the C array (a new cdata object)
         value = out_values[0]
@@ -708,7 +708,7 @@ def adopt_outputs(out_values: Any, count: int) -> "list[Optional[OnnxTensor]]":
     return [OnnxTensor._adopt(p) if p else None for p in out_values[0:count]]
 
 
-def check_outputs(status: Any, values: "Sequence[Optional[OnnxTensor]]", context: str) -> None:
+def check_outputs(status: Any, values: Sequence[Optional[OnnxTensor]], context: str) -> None:
     """After a run or step: on failure, release what it produced anyway, then raise."""
     if status:
         for value in values:

@@ -58,7 +58,7 @@ class OnnxTensorType(enum.IntEnum):
     ONNX_TENSOR_ELEMENT_DATA_TYPE_INT4 = 22
 
     @classmethod
-    def mapFromInt(cls, value: int) -> "OnnxTensorType":
+    def mapFromInt(cls, value: int) -> OnnxTensorType:
         """The member with the runtime's number `value`; UNDEFINED for an unknown number.
 
         Java: `static OnnxTensorType mapFromInt(int value)` (by Java's numbering there).
@@ -66,7 +66,7 @@ class OnnxTensorType(enum.IntEnum):
         return _ONNX_TYPES.get(value, cls.ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED)
 
     @classmethod
-    def mapFromJavaType(cls, type: "OnnxJavaType") -> "OnnxTensorType":
+    def mapFromJavaType(cls, type: OnnxJavaType) -> OnnxTensorType:
         """The element type a Java carrier type makes: FLOAT → FLOAT, UINT8 → UINT8, BFLOAT16 → BFLOAT16, ...
 
         UNKNOWN gives UNDEFINED.
@@ -190,7 +190,7 @@ class OnnxJavaType(enum.IntEnum):
         return _JAVA_CLASSES[self]
 
     @classmethod
-    def mapFromInt(cls, value: int) -> "OnnxJavaType":
+    def mapFromInt(cls, value: int) -> OnnxJavaType:
         """The member with Java's number `value`; UNKNOWN for any other number.
 
         Java: `static OnnxJavaType mapFromInt(int value)`.
@@ -201,7 +201,7 @@ class OnnxJavaType(enum.IntEnum):
             return cls.UNKNOWN
 
     @classmethod
-    def mapFromOnnxTensorType(cls, onnxValue: OnnxTensorType) -> "OnnxJavaType":
+    def mapFromOnnxTensorType(cls, onnxValue: OnnxTensorType) -> OnnxJavaType:
         """Java's carrier for an element type.
 
         Unsigned types fold into the signed type of the same width (UINT16 → INT16, UINT32 → INT32,
@@ -213,7 +213,7 @@ class OnnxJavaType(enum.IntEnum):
         return _JAVA_BY_ONNX.get(int(onnxValue), cls.UNKNOWN)
 
     @classmethod
-    def mapFromClass(cls, clazz: Any) -> "OnnxJavaType":
+    def mapFromClass(cls, clazz: Any) -> OnnxJavaType:
         """The carrier of a Python or numpy element type; UNKNOWN for anything else.
 
         `float` → DOUBLE, `int` → INT64, `bool` → BOOL, `str` → STRING, `np.float32` → FLOAT,
@@ -400,7 +400,7 @@ class TensorInfo:
         return np.zeros(self.shape, dtype=dtype)
 
     @staticmethod
-    def constructFromJavaArray(obj: Any) -> "TensorInfo":
+    def constructFromJavaArray(obj: Any) -> TensorInfo:
         """The `TensorInfo` that `OnnxTensor.createTensor(env, obj)` would give `obj`.
 
         Java: `static TensorInfo constructFromJavaArray(Object obj)`.
@@ -421,7 +421,7 @@ class TensorInfo:
         return TensorInfo(onnx_type, array.shape)
 
     @staticmethod
-    def constructFromBuffer(buffer: Any, shape: Sequence[int], type: Any) -> "TensorInfo":
+    def constructFromBuffer(buffer: Any, shape: Sequence[int], type: Any) -> TensorInfo:
         """The `TensorInfo` that `OnnxTensor.createTensor(env, buffer, shape, type)` would give.
 
         Java: `static TensorInfo constructFromBuffer(Buffer buffer, long[] shape, OnnxJavaType type)`.

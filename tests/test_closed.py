@@ -28,7 +28,7 @@ from ort_cffi import (
     RunOptions,
     SessionOptions,
 )
-from ort_cffi.training import OrtCheckpointState
+from ort_cffi import OrtCheckpointState
 
 TINY = ARTIFACTS / "tiny"
 LOSS = "onnx::loss::8"

@@ -3,6 +3,8 @@ RunOptions, setSeed, saving with optimizer state, session-level properties) and 
 that ort_cffi deliberately fixes (java-surface.md)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,8 @@ from ort_cffi import (
     OrtEnvironment,
     OrtErrorCode,
     OrtException,
+    OrtInvalidArgumentException,
+    OrtLoggingLevel,
     OrtTrainingSession,
     RunOptions,
     SessionOptions,
@@ -160,6 +164,45 @@ def test_run_options_are_accepted_everywhere():
         s.optimizerStep(ro)
 
 
+def test_run_options_log_level_is_none_until_set():
+    """The runtime holds -1 until a level is set (the run uses the session's); Java answers VERBOSE,
+    and a direct enum lookup raised ValueError on a fresh RunOptions."""
+    with RunOptions() as ro:
+        assert ro.getLogLevel() is None
+        ro.setLogLevel(OrtLoggingLevel.ORT_LOGGING_LEVEL_VERBOSE)
+        assert ro.getLogLevel() is OrtLoggingLevel.ORT_LOGGING_LEVEL_VERBOSE
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda so, ro: so.setLoggerId(3),
+        lambda so, ro: so.setLoggerId("a\0b"),
+        lambda so, ro: so.addConfigEntry(b"key", "value"),
+        lambda so, ro: so.addConfigEntry("key", None),
+        lambda so, ro: so.setSymbolicDimensionValue(None, 4),
+        lambda so, ro: so.setOptimizationLevel(5),
+        lambda so, ro: so.setOptimizationLevel(True),
+        lambda so, ro: so.setExecutionMode("parallel"),
+        lambda so, ro: so.setSessionLogLevel(99),
+        lambda so, ro: ro.setLogLevel(-1),
+        lambda so, ro: ro.setRunTag(b"tag"),
+        lambda so, ro: ro.setRunTag("a\0b"),
+        lambda so, ro: ro.addRunConfigEntry(3, "x"),
+        lambda so, ro: ro.addRunConfigEntry("x", 3),
+        lambda so, ro: env.createSession(TWOOUT / "training_model.onnx", options=ro),
+    ],
+)
+def test_a_bad_option_is_an_invalid_argument_that_names_it(call):
+    """Before, wrong types leaked AttributeError ('int' object has no attribute 'encode') and unknown
+    enum values a bare ValueError; a str holding NUL was cut short silently by the C string."""
+    with SessionOptions() as so, RunOptions() as ro:
+        with pytest.raises(OrtInvalidArgumentException) as info:
+            call(so, ro)
+    assert info.value.getCode() == OrtErrorCode.ORT_INVALID_ARGUMENT
+    assert re.search(r"logger id|config|dimension|optimization level|execution mode|log level|run tag|options", str(info.value))
+
+
 def test_set_seed_makes_dropout_repeatable():
     data = batch()
 
@@ -306,9 +349,10 @@ def test_wrong_type_property_read_frees_the_value():
     with OrtCheckpointState.loadCheckpoint(TWOOUT / "checkpoint") as state:
         state.addProperty("s", "x" * 10000)
         for _ in range(2000):
-            with pytest.raises(OrtException, match="property 's' is a str, not a int") as info:
+            with pytest.raises(OrtInvalidArgumentException, match="property 's' is a str, not an int") as info:
                 state.getIntProperty("s")
         assert info.value.getCode() == OrtErrorCode.ORT_INVALID_ARGUMENT
+        assert isinstance(info.value, ValueError)
 
 
 def test_caller_checkpoint_stays_callers_and_outlives_an_early_close():
@@ -434,6 +478,21 @@ def test_exceptions_survive_pickling():
                   OrtFileNotFoundException("f", OrtErrorCode.ORT_NO_SUCHFILE)):
         again = pickle.loads(pickle.dumps(error))
         assert type(again) is type(error) and str(again) == str(error) and again.getCode() == error.getCode()
+
+
+def test_an_environment_constructed_directly_is_the_one_get_environment_returns():
+    run_child(
+        """
+        import pytest
+        from ort_cffi import OrtEnvironment, OrtInvalidArgumentException
+        with pytest.raises(OrtInvalidArgumentException, match="logging level"):
+            OrtEnvironment(99)
+        env = OrtEnvironment()
+        assert OrtEnvironment.getEnvironment() is env
+        with pytest.raises(RuntimeError, match="getEnvironment"):
+            OrtEnvironment()
+        """
+    )
 
 
 def test_environment_logging_level_is_taken_from_the_first_call():

@@ -291,7 +291,7 @@ class LocalLearner:
         """Close the session, shared or not: a learner closed is closed for good."""
         self.session.close()
 
-    def __enter__(self) -> "LocalLearner":
+    def __enter__(self) -> LocalLearner:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:

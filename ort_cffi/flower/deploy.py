@@ -74,7 +74,7 @@ def _die_with_parent() -> None:  # pragma: no cover  (runs in the child, between
         pass
 
 
-def _process_table() -> Dict[int, "tuple[int, int]"]:
+def _process_table() -> Dict[int, tuple[int, int]]:
     """pid -> (parent pid, process group) of every process, read from /proc (Linux)."""
     table = {}
     for entry in os.listdir("/proc"):
@@ -176,7 +176,7 @@ class FlowerProcess:
             self.process.kill()
         self.process.wait(30)
 
-    def __enter__(self) -> "FlowerProcess":
+    def __enter__(self) -> FlowerProcess:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:

@@ -60,12 +60,12 @@ class ParameterLayout:
         return self.names != (FLAT_KEY,)
 
     @classmethod
-    def flat(cls, size: int) -> "ParameterLayout":
+    def flat(cls, size: int) -> ParameterLayout:
         """The fallback: one flat array of ``size`` values."""
         return cls((FLAT_KEY,), ((int(size),),))
 
     @classmethod
-    def of_session(cls, session: OrtTrainingSession, training_model: PathLike) -> "ParameterLayout":
+    def of_session(cls, session: OrtTrainingSession, training_model: PathLike) -> ParameterLayout:
         """The layout of ``session``'s trainable parameters. The training model is opened as an ordinary
         ``OrtSession`` (closed again before this returns) for its input names and shapes; the result is
         checked against ``copyParametersToBuffer``, value for value, and falls back to `flat`
@@ -249,7 +249,7 @@ class GlobalModel:
         """Close the session (idempotent)."""
         self.session.close()
 
-    def __enter__(self) -> "GlobalModel":
+    def __enter__(self) -> GlobalModel:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:

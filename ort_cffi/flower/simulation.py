@@ -160,7 +160,7 @@ class LocalSimulation:
             self.superlink = None
         shutil.rmtree(self.home, ignore_errors=True)
 
-    def __enter__(self) -> "LocalSimulation":
+    def __enter__(self) -> LocalSimulation:
         self.start()
         return self
 
