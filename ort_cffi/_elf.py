@@ -21,12 +21,13 @@ which costs about a second on these files, and the first load must stay well und
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import mmap
 import re
 from pathlib import Path
-from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Tuple, cast
+from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -71,6 +72,30 @@ class ApiBaseLocation:
         return dataclasses.asdict(self)
 
 
+@contextlib.contextmanager
+def _damage_reported(path: Path, cleanup: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """Turn what pyelftools and numpy raise on a truncated or damaged file (headers pointing past its
+    end, sections of impossible sizes) into a ``RuntimeLoadError`` naming the file."""
+    from elftools.common.exceptions import ELFError
+
+    try:
+        yield
+    except (ELFError, ValueError, IndexError, OverflowError) as error:
+        cleanup()
+        raise RuntimeLoadError(f"{path} is truncated or damaged: not a readable ELF file ({error})") from error
+
+
+@contextlib.contextmanager
+def _opened(path: str | Path) -> Iterator[_Image]:
+    """The mapped image of ``path``, closed afterwards; damage found while reading it is reported."""
+    image = _Image(Path(path))
+    try:
+        with _damage_reported(image.path):
+            yield image
+    finally:
+        image.close()
+
+
 class _Image:
     """An ELF file mapped read-only, with its loadable segments for address translation."""
 
@@ -99,11 +124,12 @@ class _Image:
             )
         self.machine_tag = machine
         self.machine = _MACHINE[machine]
-        self.loads = [
-            (seg["p_vaddr"], seg["p_filesz"], seg["p_offset"], seg["p_flags"])
-            for seg in self.elf.iter_segments()
-            if seg["p_type"] == "PT_LOAD"
-        ]
+        with _damage_reported(path, self.close):
+            self.loads = [
+                (seg["p_vaddr"], seg["p_filesz"], seg["p_offset"], seg["p_flags"])
+                for seg in self.elf.iter_segments()
+                if seg["p_type"] == "PT_LOAD"
+            ]
 
     def close(self) -> None:
         del self.bytes
@@ -215,12 +241,8 @@ def find_api_base(path: str | Path, version: Optional[str] = None, anchors: Sequ
     are exported symbols to tie the answer to once the file is mapped (the first one present is used;
     by default ``PyInit_onnxruntime_pybind11_state``, then ``OrtGetApiBase``). Raises
     ``RuntimeLoadError`` saying what was not found unless exactly one table matches."""
-    path = Path(path)
-    image = _Image(path)
-    try:
+    with _opened(path) as image:
         return _find(image, version, tuple(anchors) or ("PyInit_onnxruntime_pybind11_state", "OrtGetApiBase"))
-    finally:
-        image.close()
 
 
 def _find(image: _Image, version: Optional[str], anchors: Tuple[str, ...]) -> ApiBaseLocation:
@@ -282,11 +304,8 @@ class Rename:
 
 def cpython_imports(path: str | Path) -> List[str]:
     """The CPython symbols (``Py…``, ``_Py…``) a file imports, in ``.dynsym`` order."""
-    image = _Image(Path(path))
-    try:
+    with _opened(path) as image:
         return [name for name, _, _ in _undefined(image) if name.startswith(("Py", "_Py"))]
-    finally:
-        image.close()
 
 
 _BINDINGS = {0: "STB_LOCAL", 1: "STB_GLOBAL", 2: "STB_WEAK"}
@@ -306,8 +325,7 @@ def plan_renames(path: str | Path, exported: Any, interpreter: str) -> List[Rena
     it lacks is renamed to its successor (``CPYTHON_SUCCESSORS``); a missing import with no known
     successor, a successor the interpreter lacks too, or a name that cannot be rewritten in place
     raises ``RuntimeLoadError`` naming the symbol and ``interpreter``: never a failed ``dlopen``."""
-    image = _Image(Path(path))
-    try:
+    with _opened(path) as image:
         dynstr = image.dynstr_offset()
         renames = []
         missing = []
@@ -331,8 +349,6 @@ def plan_renames(path: str | Path, exported: Any, interpreter: str) -> List[Rena
             )
         _check_not_shared(image, renames)
         return renames
-    finally:
-        image.close()
 
 
 def _string_references(image: _Image) -> List[int]:
@@ -365,8 +381,9 @@ def _check_not_shared(image: _Image, renames: List[Rename]) -> None:
     references = _string_references(image)
     for rename in renames:
         start = rename.dynstr_offset - base
-        inside = [r for r in references if start < r <= start + len(rename.old)]
-        if inside:
+        starts_inside = any(start < r <= start + len(rename.old) for r in references)  # a name that is its tail
+        is_a_tail = start > 0 and image.bytes[rename.dynstr_offset - 1] != 0  # a longer name ends with it
+        if starts_inside or is_a_tail:
             raise RuntimeLoadError(
                 f"cannot rename {rename.old} in {image.path}: another dynamic name shares its bytes"
             )
@@ -387,12 +404,9 @@ def returned_by_export(path: str | Path, name: str) -> Optional[int]:
     """The constant address an exported three-instruction function returns (e.g. ``OrtGetApiBase``,
     which is ``return &ort_api_base;``), decoded statically; None if the symbol or shape is absent.
     An independent check of ``find_api_base`` on libraries that export ``OrtGetApiBase``."""
-    image = _Image(Path(path))
-    try:
+    with _opened(path) as image:
         address = image.exported(name)
         if address is None:
             return None
         (target,) = _returned_addresses(image, np.array([address], dtype=np.int64))
         return int(target) if target >= 0 else None
-    finally:
-        image.close()

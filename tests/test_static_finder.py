@@ -1,12 +1,14 @@
 """The static finder (``ort_cffi._elf``): where ``OrtApiBase`` lies in a runtime file, read from the
-ELF file alone, checked against three independent answers:
+ELF file alone, checked against two independent answers and a record:
 
 - ONNX Runtime's own custom-op hook, in a child that imports onnxruntime (``hook_oracle.py``), on
-  every interpreter where the training wheel imports;
-- the survey of every published training wheel (``ort_cffi/data/runtimes.json``), for each of those
-  files that is present (scripts/test.sh fetches the CPU wheels into .cache/survey);
+  every interpreter where the training wheel imports (the cp310-cp312 wheels);
 - ``OrtGetApiBase`` of the inference library, which exports it: called on x86_64, decoded from its
-  code on aarch64 (no Linux aarch64 training wheel was ever published).
+  code on aarch64 (no Linux aarch64 training wheel was ever published);
+- the survey of every published training wheel (``ort_cffi/data/runtimes.json``), for each of those
+  files that is present (scripts/test.sh fetches the CPU wheels into .cache/survey). The survey was
+  written by this finder (scripts/survey_runtimes.py), so for the wheels no oracle loads here (cp38,
+  cp39, CUDA) it guards against regressions, not against a finder that was wrong from the start.
 
 And the renames of CPython imports that let an older interpreter's build load in this one.
 """
@@ -175,9 +177,10 @@ def test_a_missing_cpython_symbol_is_a_clear_error_never_a_failed_dlopen(tmp_pat
         _elf.plan_renames(extension, lambda name: name != dropped and interpreter_exports(name), "CPython 9.9")
 
 
-def test_renaming_rewrites_only_the_names_and_the_copy_still_loads(tmp_path):
+def test_renaming_rewrites_only_the_names_and_the_finder_reads_the_copy_the_same(tmp_path):
     """Applied to a copy of the cp312 build: the renamed import reads as its successor, every other
-    byte is unchanged, and the file is still a runtime the finder reads the same."""
+    byte is unchanged, and the file is still a runtime the finder reads the same. (That the renamed
+    copy loads and trains is proved on CPython 3.13 by tests/test_cross_interpreter.py.)"""
     row = next(r for r in known_runtimes()["files"] if r["python_tag"] == "cp312" and r["flavour"] == "cpu")
     extension = extract(present_wheel(row["wheel"]), row["extension"], tmp_path)
     renames = _elf.plan_renames(
@@ -196,3 +199,42 @@ def test_renaming_rewrites_only_the_names_and_the_copy_still_loads(tmp_path):
     assert "PyThreadState_GetUnchecked" in _elf.cpython_imports(renamed)
     assert "_PyThreadState_UncheckedGet" not in _elf.cpython_imports(renamed)
     assert _elf.find_api_base(renamed, "1.19.2") == _elf.find_api_base(extension, "1.19.2")
+
+
+def _cp312_extension(tmp_path: Path) -> Path:
+    row = next(r for r in known_runtimes()["files"] if r["python_tag"] == "cp312" and r["flavour"] == "cpu")
+    return extract(present_wheel(row["wheel"]), row["extension"], tmp_path)
+
+
+def test_a_name_that_is_the_tail_of_a_longer_one_is_not_renamed(tmp_path):
+    """Linkers may store a name as the tail of a longer one ("…X_PyThreadState_UncheckedGet"):
+    rewriting it in place would change the longer name too, so the rename is refused."""
+    extension = _cp312_extension(tmp_path)
+    renames = _elf.plan_renames(
+        extension, lambda name: name != "_PyThreadState_UncheckedGet" and (interpreter_exports(name) or name == "PyThreadState_GetUnchecked"),
+        "CPython 3.13 (as this test asks)",
+    )
+    data = bytearray(extension.read_bytes())
+    start = renames[0].dynstr_offset
+    assert data[start - 1] == 0  # in the real file the name stands alone
+    data[start - 1] = ord("X")  # now the name before runs on into it
+    merged = tmp_path / "merged.so"
+    merged.write_bytes(bytes(data))
+    with _elf._opened(merged) as image, pytest.raises(RuntimeLoadError, match="shares its bytes"):
+        _elf._check_not_shared(image, renames)
+
+
+def test_a_truncated_runtime_file_is_a_clear_error(tmp_path, monkeypatch):
+    """Cut to half its size, the file's section headers point past its end: pyelftools' own error
+    leaked before; now the loader refuses the file, naming it, with a RuntimeLoadError."""
+    from ort_cffi._loader import CACHE_ENV, load_library
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    extension = _cp312_extension(tmp_path)
+    cut = tmp_path / "cut" / extension.name
+    cut.parent.mkdir()
+    cut.write_bytes(extension.read_bytes()[: extension.stat().st_size // 2])
+    with pytest.raises(RuntimeLoadError, match="truncated or damaged"):
+        _elf.find_api_base(cut, "1.19.2")
+    with pytest.raises(RuntimeLoadError, match=f"{cut}.*truncated or damaged"):
+        load_library(cut)
