@@ -16,8 +16,9 @@ A wheel's C API is linked into its Python extension but not exported, and the im
 statically (``_elf.find_api_base``: no child process, no ``import onnxruntime``, no compiled code).
 The copy is made once per file and interpreter and kept in the image cache with what was found:
 
-- its sha256 is looked up in the survey of published wheels (``data/runtimes.json``); a known file
-  whose static answer differs from the survey's is refused;
+- its sha256 is looked up in the survey of published wheels (``data/runtimes.json``, written by the
+  same finder when the wheels were surveyed); a known file whose static answer now differs from the
+  survey's is refused;
 - CPython imports the running interpreter no longer exports are renamed to their successors in the
   copy (``_elf.CPYTHON_SUCCESSORS``), so that e.g. the cp312 runtime loads in CPython 3.13;
 - before anything is called through the address, it and the two function pointers it holds are
@@ -58,12 +59,12 @@ LIBRARY_ENV = "ORT_CFFI_LIBRARY"
 TRAINING_WHEELS = ("onnxruntime-training-cpu", "onnxruntime-training")
 EXTENSION_GLOB = "onnxruntime_pybind11_state*.so"
 INSTALL_HINT = (
-    "on CPython 3.8-3.12, `pip install onnxruntime-training-cpu==1.19.2` (ort_cffi's `[cpu]` extra; "
+    "on CPython 3.9-3.12, `pip install onnxruntime-training-cpu==1.19.2` (ort_cffi's `[cpu]` extra; "
     "onnxruntime-training==1.19.2 for CUDA); on any interpreter, `ort-cffi-runtime install` (add --cuda for the CUDA build) fetches "
     "the runtime into ort_cffi's cache; or point ORT_CFFI_LIBRARY at a libonnxruntime.so built with "
     "--enable_training_apis"
 )
-_IMAGE_FORMAT = 2  # bump when what the image cache records changes
+_IMAGE_FORMAT = 3  # bump when what the image cache records changes
 
 # The dynamic loader's own calls, through ctypes: three libc functions do not justify parsing C
 # declarations at every start (cffi's parser costs tens of milliseconds; see _ffi.py).
@@ -259,8 +260,8 @@ def _read_entry(entry: Path, identity: dict) -> Optional[dict]:
     """The cached record if it is readable, complete and for this very file; else None."""
     try:
         record = json.loads((entry / "image.json").read_text())
-        image = entry / Path(identity["file"]).name
-        if record.get("identity") != identity or image.stat().st_size != identity["size"]:
+        image = entry / record["image"]
+        if record.get("identity") != identity or image.parent != entry or image.stat().st_size != identity["size"]:
             return None
         int(record["location"]["api_base"]), int(record["location"]["anchor_address"]), str(record["location"]["anchor"])
         return dict(record)
@@ -308,13 +309,31 @@ def _write_entry(entry: Path, source: RuntimeFile, identity: dict, record: dict,
             os.replace(tmp_link, link)
     data = bytearray(content)
     apply_renames(data, [Rename(**r) for r in record["renames"]])
-    with tempfile.NamedTemporaryFile(dir=entry, prefix=".image.", delete=False) as tmp:
-        tmp.write(data)
-    os.chmod(tmp.name, 0o755)
-    os.replace(tmp.name, entry / source.path.name)
-    with tempfile.NamedTemporaryFile("w", dir=entry, prefix=".record.", delete=False) as record_file:
-        json.dump({"identity": identity, **record}, record_file)
-    os.replace(record_file.name, entry / "image.json")
+    # Each copy gets a new name: the dynamic loader hands back the image already mapped under a path,
+    # so a copy rewritten in place (a refresh after a stale record) would never be mapped anew.
+    # Copies that the new record no longer names are removed; a process that maps one keeps it.
+    image = Path(_write_new_file(entry, f"{source.path.stem}.", ".so", bytes(data), 0o755))
+    _write_new_file(entry, ".record.", ".json", json.dumps({"identity": identity, "image": image.name, **record}).encode(), 0o644, entry / "image.json")
+    for old in entry.glob(f"{source.path.stem}.*.so"):
+        if old != image and not old.is_symlink():
+            old.unlink(missing_ok=True)
+
+
+def _write_new_file(folder: Path, prefix: str, suffix: str, content: bytes, mode: int, target: Optional[Path] = None) -> str:
+    """Write ``content`` to a new file in ``folder`` (renamed over ``target`` if given) and return its
+    path; nothing is left behind when writing fails (a full disk)."""
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=prefix, suffix=suffix, delete=False) as tmp:
+        try:
+            tmp.write(content)
+            tmp.flush()
+            os.chmod(tmp.name, mode)
+            if target is not None:
+                os.replace(tmp.name, target)
+                return str(target)
+        except BaseException:
+            os.unlink(tmp.name)
+            raise
+    return tmp.name
 
 
 def prepare_image(source: RuntimeFile, *, refresh: bool = False) -> tuple[Path, dict]:
@@ -323,7 +342,7 @@ def prepare_image(source: RuntimeFile, *, refresh: bool = False) -> tuple[Path, 
     entry = _entry_dir(identity)
     record = None if refresh else _read_entry(entry, identity)
     if record is not None:
-        return entry / source.path.name, record
+        return entry / record["image"], record
     from filelock import FileLock, Timeout
 
     try:
@@ -341,25 +360,45 @@ def prepare_image(source: RuntimeFile, *, refresh: bool = False) -> tuple[Path, 
         raise RuntimeLoadError(
             f"the image cache at {entry.parent} is not usable ({error}); set {CACHE_ENV} to a writable folder"
         ) from error
-    return entry / source.path.name, record
+    return entry / record["image"], record
 
 
 def _prune_stale_entries(keep: Path) -> None:
     """Remove cached images whose runtime file no longer exists as it was (a reinstalled, removed or
-    deleted runtime): each holds a copy of a large library. Entries of other live files stay."""
+    deleted runtime) or that another format of this cache wrote: each holds a copy of a large
+    library. Entries of other live files stay, and so does any entry another process holds the lock
+    of (it is writing it). Lock files stay too: removing one another process waits on would let two
+    processes hold "the" lock at once; they are empty."""
+    from filelock import FileLock, Timeout
+
     for entry in keep.parent.glob("image-*"):
         if entry == keep or not entry.is_dir():
             continue
         try:
-            identity = json.loads((entry / "image.json").read_text())["identity"]
-            source = Path(identity["file"])
-            if source.is_file() and source.stat().st_size == identity["size"] and source.stat().st_mtime_ns == identity["mtime_ns"]:
-                continue
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # unreadable: stale too
-        shutil.rmtree(entry, ignore_errors=True)
-    for old in keep.parent.glob("runtime-*"):  # the probe cache of ort_cffi 0.1 (format 1)
-        shutil.rmtree(old, ignore_errors=True)
+            with FileLock(str(entry) + ".lock", timeout=0):
+                if _is_stale(entry):
+                    shutil.rmtree(entry, ignore_errors=True)
+        except Timeout:
+            continue
+    for old in keep.parent.glob("runtime-*"):  # the probe cache of ort_cffi 0.1 (format 1), folders and locks
+        if old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
+
+
+def _is_stale(entry: Path) -> bool:
+    try:
+        identity = json.loads((entry / "image.json").read_text())["identity"]
+        source = Path(identity["file"])
+        return not (
+            identity["format"] == _IMAGE_FORMAT
+            and source.is_file()
+            and source.stat().st_size == identity["size"]
+            and source.stat().st_mtime_ns == identity["mtime_ns"]
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return True  # unreadable, or left half-written by a process that died: nobody holds its lock
 
 
 def _image_ranges(image: str) -> list[tuple[int, int, str]]:

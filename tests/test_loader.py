@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -124,6 +125,55 @@ def test_a_wrong_cached_address_is_refused_then_examined_again(tmp_path):
     record_file.write_text(json.dumps(tampered))
     assert load_in_child(env)["version"] == "1.19.2"  # get_runtime() examines the file again instead of failing
     assert json.loads(record_file.read_text())["location"] == record["location"]
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the image is edited as x86_64 RELA entries")
+def test_a_damaged_cached_image_is_replaced_by_a_new_copy_in_the_same_process(tmp_path):
+    """The record is right but the private copy is not (its relocation of OrtApiBase.GetApi points
+    outside the image): the checks refuse it, and the retry in the same process maps a new copy.
+    Before, the retry rewrote the copy under the same path, which the dynamic loader answers with
+    the image already mapped: the retry could never succeed."""
+    import struct
+
+    env, record_file, record = warm_cache(tmp_path)
+    image = record_file.parent / record["image"]
+    location = record["location"]
+    entry = struct.pack("<QQq", location["api_base"], 8, location["get_api"])  # R_X86_64_RELATIVE
+    data = image.read_bytes()
+    assert data.count(entry) == 1
+    image.write_bytes(data.replace(entry, struct.pack("<QQq", location["api_base"], 8, 1 << 40)))
+    report = load_in_child(env)
+    assert report["version"] == "1.19.2" and report["set_seed_null"]
+    fresh = json.loads(record_file.read_text())
+    assert fresh["image"] != record["image"] and report["image"] == str(record_file.parent / fresh["image"])
+    assert not image.exists()  # the damaged copy is gone
+
+
+def test_pruning_leaves_an_entry_another_process_is_writing(tmp_path):
+    """Writing a new entry prunes stale ones, but never one whose lock another process holds (it is
+    being written: it has no record yet)."""
+    from filelock import FileLock
+
+    from ort_cffi._loader import _prune_stale_entries
+
+    busy, crashed, keep = (tmp_path / name for name in ("image-busy", "image-crashed", "image-keep"))
+    for entry in (busy, crashed, keep):
+        entry.mkdir()
+        (entry / "half-written.so").write_bytes(b"x")
+    holder = subprocess.Popen(  # another process: holds the busy entry's lock until its stdin closes
+        [sys.executable, "-c", "import sys\nfrom filelock import FileLock\n"
+         f"with FileLock({str(busy) + '.lock'!r}):\n    print('held', flush=True)\n    sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        _prune_stale_entries(keep)
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
+    assert busy.is_dir() and keep.is_dir() and not crashed.exists()
+    with FileLock(str(busy) + ".lock", timeout=0):  # free again: the next prune may take it
+        pass
 
 
 def test_a_known_file_whose_static_answer_differs_from_the_survey_is_refused(tmp_path):
