@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -29,10 +30,12 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from filelock import Timeout
 
 from ._files import file_sha256
-from ._store import MANIFEST, SELECT_ENV, StoredRuntime, known_runtimes, selected_runtime, store_dir, stored_runtimes
+from ._store import MANIFEST, SELECT_ENV, StoredRuntime, known_runtimes, store_dir, stored_runtimes
 
 __all__ = ["main", "install", "choose_wheel", "RuntimeInstallError"]
 
@@ -177,10 +180,26 @@ def check_loads(runtime: StoredRuntime) -> str:
     return proc.stdout.strip()
 
 
-def install(flavour: str, python_version: Optional[str], wheel: Optional[Path], force: bool) -> StoredRuntime:
+def python_version_arg(text: str) -> Tuple[int, int]:
+    """``--python-version``: "3.12" -> (3, 12)."""
+    match = re.fullmatch(r"(\d+)\.(\d+)", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a CPython version like 3.12")
+    return int(match[1]), int(match[2])
+
+
+def wheel_arg(text: str) -> Path:
+    """``--wheel``: a wheel file that exists."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text} is not a file")
+    return path
+
+
+def install(flavour: str, python_version: Optional[Tuple[int, int]], wheel: Optional[Path], force: bool) -> StoredRuntime:
     """Fetch (or take ``wheel``) and install a runtime into the store; what was installed.
 
-    ``flavour`` is "cpu" or "cuda"; ``python_version`` ("3.12") picks a build other than the nearest
+    ``flavour`` is "cpu" or "cuda"; ``python_version`` ((3, 12)) picks a build other than the nearest
     one. An installed identical runtime is kept unless ``force``. Raises ``RuntimeInstallError``."""
     from filelock import FileLock
 
@@ -188,8 +207,8 @@ def install(flavour: str, python_version: Optional[str], wheel: Optional[Path], 
     if wheel is not None:
         row = row_of_wheel(wheel)
     else:
-        wanted = tuple(int(p) for p in python_version.split(".")[:2]) if python_version else sys.version_info[:2]
-        row = choose_wheel(flavour, (wanted[0], wanted[1]), arch)
+        wanted = python_version or (sys.version_info[0], sys.version_info[1])
+        row = choose_wheel(flavour, wanted, arch)
         glibc = glibc_version()
         if glibc < (2, 27):
             raise RuntimeInstallError(f"the training wheels need glibc 2.27 or newer; this system has {glibc[0]}.{glibc[1]}")
@@ -226,14 +245,17 @@ def describe_default() -> str:
 
 
 def command_list() -> int:
-    """``ort-cffi-runtime list``: the store's runtimes, the one the loader uses marked ``*``."""
+    """``ort-cffi-runtime list``: the store's runtimes, the one the loader uses marked ``*`` (none
+    when it uses an installed wheel or ``$ORT_CFFI_LIBRARY``)."""
+    from ._loader import LIBRARY_ENV, find_runtime_file
+
     runtimes = stored_runtimes()
-    chosen = selected_runtime(runtimes)
+    used = None if os.environ.get(LIBRARY_ENV) else find_runtime_file()[0]
     print(f"runtime store: {store_dir()}")
     if not runtimes:
         print("  (empty: `ort-cffi-runtime install` fetches one)")
     for runtime in runtimes:
-        marker = "*" if chosen is not None and runtime.name == chosen.name else " "
+        marker = "*" if used is not None and used.kind == "fetched" and used.path == runtime.extension_path else " "
         print(f" {marker} {runtime.name:32} {folder_size(runtime.folder) / 2**20:7.1f} MB  from {runtime.wheel}")
     print(f"the loader uses: {describe_default()}")
     return 0
@@ -277,8 +299,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     install_parser = commands.add_parser("install", help="fetch the 1.19.2 training build for this interpreter")
     install_parser.add_argument("--cuda", action="store_true", help="the CUDA build (onnxruntime-training)")
-    install_parser.add_argument("--python-version", help="the CPython whose build to fetch (default: the nearest to this one)")
-    install_parser.add_argument("--wheel", type=Path, help="install from a wheel file already downloaded (checked by hash)")
+    install_parser.add_argument(
+        "--python-version", type=python_version_arg, help="the CPython whose build to fetch, e.g. 3.12 (default: the nearest to this one)"
+    )
+    install_parser.add_argument("--wheel", type=wheel_arg, help="install from a wheel file already downloaded (checked by hash)")
     install_parser.add_argument("--force", action="store_true", help="reinstall even if it is installed")
     commands.add_parser("list", help="the installed runtimes, and which one the loader uses")
     commands.add_parser("path", help="print the runtime file the loader would use")
@@ -300,6 +324,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parser.error("remove: name a runtime, or pass --all")
         return command_remove(args.names, args.all)
     except RuntimeInstallError as error:
+        print(f"ort-cffi-runtime: {error}", file=sys.stderr)
+        return 2
+    except subprocess.TimeoutExpired as error:
+        print(f"ort-cffi-runtime: {error.cmd[0]} did not finish within {error.timeout:g} s", file=sys.stderr)
+        return 2
+    except Timeout as error:  # the store's lock: another install has held it for an hour
+        print(f"ort-cffi-runtime: another ort-cffi-runtime holds {error.lock_file}; try again when it is done", file=sys.stderr)
+        return 2
+    except OSError as error:  # the store or a temporary folder: not writable, full
         print(f"ort-cffi-runtime: {error}", file=sys.stderr)
         return 2
 

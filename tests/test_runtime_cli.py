@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_child
+from ort_cffi._loader import find_training_wheel
 from ort_cffi._store import known_runtimes
 from ort_cffi.runtime import RuntimeInstallError, choose_wheel, machine
 
@@ -66,10 +67,12 @@ def test_install_list_path_load_and_remove_a_fetched_runtime(store):
     )  # the native libraries only: none of the wheel's Python code
 
     assert "already installed" in cli(["install", "--wheel", str(wheel)], store).stdout
-    listed = cli(["list"], store).stdout
-    assert f" * {name}" in listed and row["wheel"] in listed
-
     chosen = dict(store, ORT_CFFI_RUNTIME="cpu")  # the fetched runtime even where a wheel is installed
+    listed = cli(["list"], chosen).stdout
+    assert f" * {name}" in listed and row["wheel"] in listed
+    wheel_installed = find_training_wheel()[0] is not None  # then the loader uses the wheel: no star
+    assert (f" * {name}" in cli(["list"], store).stdout) is not wheel_installed
+
     assert cli(["path"], chosen).stdout.strip() == str(folder / Path(row["extension"]).name)
     report = run_child(
         """
@@ -110,6 +113,28 @@ def test_install_list_path_load_and_remove_a_fetched_runtime(store):
     assert f"removed {name}" in cli(["remove", name], store).stdout
     assert not folder.exists()
     assert "(empty" in cli(["list"], store).stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["install", "--python-version", "3"], "'3' is not a CPython version like 3.12"),
+        (["install", "--python-version", "3.x"], "'3.x' is not a CPython version like 3.12"),
+        (["install", "--wheel", "/nonexistent.whl"], "/nonexistent.whl is not a file"),
+    ],
+)
+def test_a_bad_argument_is_a_one_line_usage_error(store, args, message):
+    """Before, these ended in IndexError, ValueError and FileNotFoundError tracebacks."""
+    proc = cli(args, store, check=False)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_unwritable_store_is_an_error_not_a_traceback(store, tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    row = nearest_row()
+    proc = cli(["install", "--wheel", str(SURVEY_WHEELS / row["wheel"])], dict(store, ORT_CFFI_RUNTIME_DIR=str(blocked / "store")), check=False)
+    assert proc.returncode == 2 and "ort-cffi-runtime:" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_a_wheel_ort_cffi_has_not_surveyed_is_refused(store):
