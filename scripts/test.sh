@@ -2,7 +2,8 @@
 # The test command: creates (or reuses) a virtual environment, installs ort_cffi with everything its
 # tests need, type-checks the package and runs the test suite. Extra arguments go to pytest.
 #
-#   scripts/test.sh                       # CPython 3.11 (python3), the whole suite, in .venv
+#   scripts/test.sh                       # CPython 3.11, the whole suite, in .venv (python3 where
+#                                         # there is no python3.11: the whole suite if it is 3.11)
 #   PYTHON=python3.13 scripts/test.sh     # another interpreter, in .venv-3.13: the loader, raw-layer,
 #                                         # facade and Java-port tests (what needs neither Flower nor
 #                                         # the artifact generator); on 3.13 the runtime is fetched
@@ -10,12 +11,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON=${PYTHON:-python3}
+PYTHON=${PYTHON:-python3.11}
 if ! "$PYTHON" -c "" 2>/dev/null; then  # pyenv's interpreters are not all on PATH: find the named one
   for candidate in "$HOME"/.pyenv/versions/"${PYTHON#python}"*/bin/"$PYTHON"; do
     if [ -x "$candidate" ]; then PYTHON=$candidate; break; fi
   done
 fi
+if ! "$PYTHON" -c "" 2>/dev/null && [ "$PYTHON" = python3.11 ]; then PYTHON=python3; fi
 PY_VERSION=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 FULL_SUITE_VERSION=3.11  # the interpreter the whole suite (federated, oracle, benchmarks' helpers) runs on
 if [ "$PY_VERSION" = "$FULL_SUITE_VERSION" ]; then
@@ -69,6 +71,8 @@ else
   # and the tests that need ONNX Runtime's own Python layer (the hook oracle) cannot run.
   SELECT=()
   if ! "$VENV_PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('onnxruntime') is None)"; then
+    # A store of the tests' own: what the user fetched (another build, --cuda) cannot change what is tested.
+    export ORT_CFFI_RUNTIME_DIR=$PWD/.cache/runtime-store-$PY_VERSION
     "$VENV/bin/ort-cffi-runtime" install
     SELECT=(-m "not needs_onnxruntime_python")
   fi
