@@ -140,9 +140,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         "(ONNX Runtime's linear scheduler); constant: --lr throughout (default: linear)")
     parser.add_argument("--warmup-steps", type=_non_negative_int, metavar="N",
                         help="linear warm-up length in optimizer steps (default: one epoch)")
-    parser.add_argument("--seed", type=int, help="shuffling and runtime seed (default: 0)")
+    parser.add_argument("--seed", type=_non_negative_int, help="shuffling and runtime seed, 0 or more (default: 0)")
     parser.add_argument("--resume", nargs="?", const="", type=str, metavar="CHECKPOINT",
-                        help="continue the run stored in a checkpoint this command wrote (default: OUT/last_checkpoint)")
+                        help="continue the run stored in a checkpoint this command wrote (default: OUT/last_checkpoint); "
+                        "without --out, the run goes on in the checkpoint's folder")
     parser.add_argument("--override", action="store_true",
                         help="with --resume: let the options given replace the run's stored ones")
     parser.add_argument("--export-outputs", nargs="+", metavar="NAME",
@@ -164,6 +165,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
             parser.error(f"{', '.join(given)} choose how --model's artifacts are made: use them with --model")
     if args.override and args.resume is None:
         parser.error("--override applies to --resume only")
+    if args.out is None and args.resume:  # a named checkpoint: its run continues where it was written
+        args.out = Path(args.resume).parent
     if args.out is None:
         name = args.model.stem if args.model is not None else (args.artifacts or DEFAULT_ARTIFACTS).resolve().name
         args.out = Path("runs") / name
@@ -306,7 +309,10 @@ def train(args: argparse.Namespace) -> int:
             notes.append("the checkpoint holds no run configuration (an older ort-cffi-train wrote it): resuming "
                          "with the options given and the defaults")
     config = RunConfig(**options, data=data_id, artifacts=artifacts_id, model=model)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"--out {str(out)!r} cannot be the run's folder: {error.strerror}") from None
 
     # The session, then what the data must look like: its input names come from the session.
     OrtTrainingSession.setSeed(config.seed)
@@ -353,10 +359,11 @@ def train(args: argparse.Namespace) -> int:
         best: Optional[Tuple[float, float]] = None  # the best (accuracy, -loss) so far; accuracy 0 without labels
         steps: List[dict] = []
         epochs: List[dict] = []
+        before: Optional[dict] = None  # the validation before training, kept in metrics.json across resumes
         if resumed is not None:
             if (out / "best_checkpoint").is_file():  # the best to beat is only meaningful beside its file
                 best = resumed.best
-            steps, epochs = load_history(out, epoch, step)
+            steps, epochs, before = load_history(out, epoch, step)
         if config.warmup_steps is None:
             config.warmup_steps = steps_per_epoch
         total_steps = step + max(0, config.epochs - epoch) * steps_per_epoch
@@ -386,7 +393,6 @@ def train(args: argparse.Namespace) -> int:
             print(note)
         print(f"output:    {out}")
 
-        before: Optional[dict] = None
         if resumed is None:  # where the model starts from, on the task at hand
             val_loss, val_acc = evaluate(session, data["val"], names.eval_loss, scores, labels, config.batch_size, drop_last)
             before = {"val_loss": val_loss, "val_accuracy": val_acc}

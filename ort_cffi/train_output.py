@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 from ._files import atomic_write
 
@@ -20,16 +20,18 @@ def write_json(path: Path, data: Any, what: str = "JSON file") -> None:
     atomic_write(str(path), write, what)
 
 
-def load_history(out: Path, epoch: int, step: int) -> Tuple[List[dict], List[dict]]:
+def load_history(out: Path, epoch: int, step: int) -> Tuple[List[dict], List[dict], Optional[dict]]:
     """The step and epoch records of the run being resumed, cut back to the checkpoint's epoch and step
-    (records a crashed run wrote past its last checkpoint would be replaced anyway)."""
+    (records a crashed run wrote past its last checkpoint would be replaced anyway), and its validation
+    before training (None if unknown)."""
     try:
         metrics = json.loads((out / "metrics.json").read_text())
         steps = [s for s in metrics["steps"] if s["step"] <= step]
         epochs = [e for e in metrics["epochs"] if e["epoch"] <= epoch]
-        return steps, epochs
-    except (OSError, ValueError, KeyError, TypeError):
-        return [], []
+        before = metrics.get("before")
+        return steps, epochs, before if isinstance(before, dict) else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return [], [], None
 
 
 def plot(path: Path, steps: List[dict], epochs: List[dict], title: str) -> None:

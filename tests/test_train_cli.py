@@ -246,7 +246,7 @@ def test_missing_inputs_are_named(tmp_path: Path, small_data: Path, capsys: pyte
 
 
 def test_bad_numbers_are_refused_by_argparse(capsys: pytest.CaptureFixture) -> None:
-    for args in (["--epochs", "0"], ["--lr", "-1"], ["--batch-size", "x"]):
+    for args in (["--epochs", "0"], ["--lr", "-1"], ["--batch-size", "x"], ["--seed", "-1"]):  # numpy refused -1 later
         with pytest.raises(SystemExit) as exit_info:
             cli.main(args)
         assert exit_info.value.code == 2
@@ -258,3 +258,11 @@ def test_help_documents_the_dataset_convention(capsys: pytest.CaptureFixture) ->
         cli.main(["--help"])
     text = capsys.readouterr().out
     assert "train_<input>" in text and "val_<input>" in text and "--resume" in text
+
+
+def test_an_out_that_cannot_be_a_folder_is_a_usage_error(tmp_path: Path, small_data: Path, capsys: pytest.CaptureFixture) -> None:
+    """A file where the run's folder should be: a FileExistsError traceback before."""
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    code, _, stderr = run(capsys, "--data", small_data, "--epochs", 1, "--no-plot", "--out", blocked)
+    assert code == 2 and f"--out {str(blocked)!r} cannot be the run's folder" in stderr and "Traceback" not in stderr

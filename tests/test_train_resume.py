@@ -70,6 +70,26 @@ def test_a_resume_keeps_the_learning_rate(tmp_path: Path, small_data: Path, caps
     assert metrics(out)["steps"] == metrics(tmp_path / "straight")["steps"]
 
 
+def test_resuming_a_named_checkpoint_continues_its_run_and_keeps_its_history(tmp_path: Path, small_data: Path,
+                                                                             capsys: pytest.CaptureFixture,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--resume DIR/last_checkpoint` without --out wrote into runs/<artifacts> (another run's folder)
+    and started a new history; and every resume blanked the validation before training."""
+    out = tmp_path / "run"
+    assert run(capsys, "--data", small_data, "--epochs", 1, "--out", out, *QUIET)[0] == 0
+    first = metrics(out)
+    assert first["before"]["val_loss"] > 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # where runs/ would be made
+    code, stdout, stderr = run(capsys, "--resume", out / "last_checkpoint", "--epochs", 2, "--override", *QUIET)
+    assert code == 0, stderr
+    assert f"output:    {out}" in stdout and not (elsewhere / "runs").exists()
+    again = metrics(out)
+    assert again["before"] == first["before"]
+    assert again["epochs"][0] == first["epochs"][0] and [e["epoch"] for e in again["epochs"]] == [1, 2]
+
+
 def test_another_batch_size_is_refused_or_overridden(tmp_path: Path, small_data: Path, capsys: pytest.CaptureFixture) -> None:
     """Resumed with another --batch-size, the run trained at a learning rate of 0 (its schedule counted the
     steps of the new batch size from the start). Now it is refused, or with --override the schedule ends
