@@ -2,9 +2,9 @@
 # The day-one command: creates (or reuses) .venv, installs ort_cffi with the CPU training runtime, the
 # artifacts generator and the trainer's progress bar and plots, then
 #   1. trains the embedded example (an MLP on scikit-learn's 8x8 digits) into runs/demo, and
-#   2. fine-tunes on device what it exported: only the last layer of runs/demo/inference_model.onnx, on
+#   2. fine-tunes on device what it exported: only the last layer of its inference_model.onnx, on
 #      digits shifted one pixel right and down (a task the model has not seen), into runs/finetune.
-# Extra arguments go to the first ort-cffi-train (see ort-cffi-train --help); the second reads runs/demo.
+# Extra arguments go to the first ort-cffi-train (see ort-cffi-train --help); the second reads its output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,8 +16,18 @@ if ! .venv/bin/ort-cffi-runtime path >/dev/null 2>&1; then
   .venv/bin/ort-cffi-runtime install
 fi
 
-# --out first, so that an --out among "$@" wins (argparse keeps the last one).
-.venv/bin/ort-cffi-train --out runs/demo "$@"
+# The first run's folder (runs/demo unless "$@" names another), which the fine-tuning reads; --help and
+# --version only print.
+OUT=runs/demo
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case "${args[i]}" in
+    -h | --help | --version) exec .venv/bin/ort-cffi-train "$@" ;;
+    --out) OUT=${args[i + 1]:-$OUT} ;;
+    --out=*) OUT=${args[i]#--out=} ;;
+  esac
+done
+.venv/bin/ort-cffi-train --out "$OUT" "$@"  # an --out in "$@" comes last and is the same
 
 echo
 if ! .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('onnxruntime') is None)"; then
@@ -38,5 +48,5 @@ for split in ("train", "val"):  # every image moved one pixel right and down
     arrays[f"{split}_input"] = shifted.reshape(-1, 64)
 np.savez("runs/shifted_digits.npz", **arrays)
 EOF
-exec .venv/bin/ort-cffi-train --model runs/demo/inference_model.onnx --data runs/shifted_digits.npz \
+exec .venv/bin/ort-cffi-train --model "$OUT/inference_model.onnx" --data runs/shifted_digits.npz \
   --trainable 'fc2.*' --out runs/finetune
