@@ -212,6 +212,22 @@ def test_fit_and_evaluate_on_the_parameter_buffer(small_data: Path, shared_sessi
     np.testing.assert_array_equal(same, start)
 
 
+def test_each_client_keeps_its_own_session_from_round_to_round(small_data: Path, shared_sessions: None,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A simulation's actor serves many clients: each keeps its own session (its AdamW moments and step
+    count), not one shared with the other clients of the process; the oldest beyond MAX_SESSIONS are closed."""
+    first, second = _learner(small_data, 0), _learner(small_data, 1)
+    assert first.session is not second.session
+    assert _learner(small_data, 0).session is first.session  # the next round: the same client, the same session
+    trained, _ = first.fit(first.parameters(), epochs=1, batch_size=16, lr=0.01)
+    assert not np.array_equal(second.parameters(), trained)  # client 1's session did not take client 0's steps
+    monkeypatch.setattr(flower.client, "MAX_SESSIONS", 2)
+    third = _learner(small_data, 2)  # client 1's session is the least recently used: closed
+    assert second.session.isClosed() and not first.session.isClosed() and not third.session.isClosed()
+    again = _learner(small_data, 1)  # client 1 starts again with a fresh session; now client 0's goes
+    assert not again.session.isClosed() and again.session is not second.session and first.session.isClosed()
+
+
 def test_train_and_evaluate_replies_are_flower_records(small_data: Path, shared_sessions: None) -> None:
     learner = _learner(small_data, 2)
     sent = RecordDict({"arrays": learner.layout.to_record(learner.parameters()),
