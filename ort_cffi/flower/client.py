@@ -366,7 +366,9 @@ def learner_for(settings: ClientSettings, context: Context) -> LocalLearner:
 
 def client_side_clipping(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
     """Flower's ``fixedclipping_mod`` on the train messages that ask for it (those of the client-side DP
-    wrapper carry ``clipping_norm``); every other message passes untouched."""
+    wrapper carry ``clipping_norm``, the norm the server chose); every other message passes untouched.
+    This is not local differential privacy: the server still sees each clipped update without noise, and
+    adds the noise to the aggregate itself."""
     configs = list(msg.content.config_records.values()) if msg.has_content() else []
     if msg.metadata.message_type == MessageType.TRAIN and configs and CLIPPING_NORM in configs[0]:
         return fixedclipping_mod(msg, context, call_next)
