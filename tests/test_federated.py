@@ -492,6 +492,41 @@ def test_cli_errors_come_before_flower_starts(tmp_path: Path, small_data: Path, 
         assert not (tmp_path / name / "logs").exists(), name  # no SuperLink was started
 
 
+def _unfinished_run(out: Path, rounds: int = 4) -> "flower.ServerSettings":
+    """A run of the command's defaults in ``out`` that stopped after round 1 of ``rounds`` (as if killed)."""
+    settings = flower.ServerSettings(artifacts=str(DIGITS.resolve()), clients=10, rounds=rounds, out=str(out))
+    store = RunStore(out)
+    with flower.GlobalModel(DIGITS) as model:
+        doc = new_history(settings.history_config(), layout={}, stateful=False)
+        for server_round in range(2):
+            doc["rounds"].append({"round": server_round, "val_loss": 1.0, "seconds": float(server_round)})
+            store.commit(model, server_round, doc, {})
+    return settings
+
+
+def test_what_the_output_folder_refuses_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--out that is a file, an unfinished run in --out, a resume with other settings, a negative --seed:
+    exit 2 with one line, before Flower starts (so no pointer to Flower's log)."""
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    assert federated.main(["--out", str(afile)]) == 2  # was a FileExistsError traceback
+    assert capsys.readouterr().err == f"error: --out {str(afile)!r} is a file, not a folder\n"
+    out = tmp_path / "run"
+    _unfinished_run(out)
+    assert federated.main(["--out", str(out)]) == 2  # was exit 1, with "(Flower's log: ...)"
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"error: \S+ holds a run that stopped after round 1 of 4: continue it with --resume [^\n]*\n", err), err
+    assert federated.main(["--out", str(out), "--resume", "--rounds", "6"]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"error: cannot resume the run in \S+ with other settings \(rounds 4 -> 6\)[^\n]*\n", err), err
+    assert not (out / "logs").exists()  # Flower never started
+    with pytest.raises(SystemExit) as exit_info:
+        federated.main(["--seed", "-1"])  # was accepted, and numpy's default_rng failed later in every client
+    assert exit_info.value.code == 2 and "argument --seed: must not be negative, got -1" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="seed must not be negative, got -1"):
+        flower.ServerSettings(seed=-1).check()
+
+
 def test_import_ort_cffi_does_not_import_flower() -> None:
     proc = run_child("""
         import sys

@@ -142,6 +142,8 @@ class ServerSettings(RunConfigurable):
             problems.append(f"lr-decay must be cosine or constant, not {self.lr_decay!r}")
         if not (self.lr > 0 and self.round_timeout > 0 and self.connect_timeout > 0):
             problems.append("lr, round-timeout and connect-timeout must be positive")
+        if self.seed < 0:
+            problems.append(f"seed must not be negative, got {self.seed}")
         if problems:
             raise _train.UsageError("; ".join(problems))
         check_strategy(self.strategy_settings(), sampled=self.min_fit)
