@@ -39,7 +39,7 @@ from flwr.serverapp.strategy import (  # noqa: E402
     Krum,
 )
 
-from ort_cffi.flower.store import RunStore, new_history  # noqa: E402
+from ort_cffi.flower.store import RunStore, new_history, run_files  # noqa: E402
 from ort_cffi.flower.updates import update_problem  # noqa: E402
 from ort_cffi.train import UsageError  # noqa: E402
 
@@ -452,6 +452,41 @@ def test_run_files_commit_rounds_and_a_resume_continues_from_the_checkpoint(tmp_
         store.check_fresh()
     with OrtCheckpointState.loadCheckpoint(store.checkpoint) as checkpoint:
         assert checkpoint.getIntProperty("round") == 2
+
+
+def test_a_resume_refuses_a_dataset_or_artifacts_changed_in_place(tmp_path: Path, small_data: Path) -> None:
+    """The history records the sha256 of the dataset and of the artifacts' files: the same paths with other
+    content are refused, naming what changed. A history written before they were recorded resumes."""
+    artifacts, data, out = tmp_path / "artifacts", tmp_path / "data.npz", tmp_path / "out"
+    shutil.copytree(DIGITS, artifacts)
+    shutil.copy(small_data, data)
+    settings = flower.ServerSettings(artifacts=str(artifacts), data=str(data), clients=2, rounds=4, out=str(out))
+    files = run_files(artifacts, data)
+    assert set(files) == {"data", "checkpoint", "train", "eval", "optimizer"}
+    store = RunStore(out)
+    with flower.GlobalModel(artifacts, data) as model:
+        doc = new_history(settings.history_config(), layout={}, stateful=False, files=files)
+        for server_round in range(2):
+            doc["rounds"].append({"round": server_round, "val_loss": 1.0, "seconds": float(server_round)})
+            store.commit(model, server_round, doc, {})
+    assert store.resume_point(settings.history_config(), run_files(artifacts, data))[0] == 1
+    with np.load(data) as saved:  # the dataset rewritten in place: the same path, other labels
+        arrays = {key: saved[key] for key in saved.files}
+    arrays["train_labels"] = arrays["train_labels"][::-1].copy()
+    np.savez(data, **arrays)
+    with pytest.raises(flower.FederatedError, match=r"cannot resume the run in \S+ with files changed since it started "
+                                                    r"\(the dataset: sha256 [0-9a-f]{12}\.\.\. -> [0-9a-f]{12}\.\.\.\): "):
+        store.resume_point(settings.history_config(), run_files(artifacts, data))
+    with open(artifacts / "eval_model.onnx", "ab") as model_file:
+        model_file.write(b"\0")
+    with pytest.raises(UsageError, match=r"with files changed since it started \(the dataset: sha256 .*; the eval model: "
+                                         r"sha256 [0-9a-f]{12}\.\.\. -> [0-9a-f]{12}\.\.\.\)"):
+        flower.preflight(flower.ServerSettings(**{**settings.history_config(), "out": str(out), "resume": True}))
+    old = store.read_history()
+    assert old is not None
+    del old["sha256"]  # as ort_cffi wrote it before: the paths alone are compared
+    store.write_history(old)
+    assert store.resume_point(settings.history_config(), run_files(artifacts, data))[0] == 1
 
 
 # --- before the first round ---------------------------------------------------------------------

@@ -30,7 +30,7 @@ from flwr.serverapp.strategy import Strategy
 from .. import train as _train
 from .config import RunConfigurable
 from .model import FederatedError, GlobalModel, normalize_record
-from .store import INFERENCE, PLOT, RunStore, format_round, new_history, plot_history, save_arrays
+from .store import INFERENCE, PLOT, RunStore, format_round, new_history, plot_history, run_files, save_arrays
 from .strategies import (
     StrategySettings, build_strategy, check_strategy, is_stateful, restore_strategy_state, strategy_state,
 )
@@ -175,7 +175,8 @@ class FederatedServer:
         history then records the error, and the global checkpoint stays at the last completed round."""
         s = self.settings
         s.check()
-        point = self.store.resume_point(s.history_config()) if s.resume else None
+        files = run_files(s.artifacts, s.data)
+        point = self.store.resume_point(s.history_config(), files) if s.resume else None
         if not s.resume:
             self.store.check_fresh()
         exports = [n.strip() for n in s.export_outputs.split(",") if n.strip()] if s.export_outputs else None
@@ -192,11 +193,11 @@ class FederatedServer:
                       "parameters": model.layout.size}
             if point is None:
                 self.store.clear()
-                self.history = new_history(s.history_config(), layout=layout, stateful=stateful)
+                self.history = new_history(s.history_config(), layout=layout, stateful=stateful, files=files)
                 first = 1
             else:
                 done, records, state, saved = point
-                self.history = dict(saved, status="running", error=None, rounds=records, inference=None)
+                self.history = dict(saved, status="running", error=None, rounds=records, inference=None, sha256=files)
                 self.history.setdefault("resumed", []).append(
                     {"after_round": done, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
                 restore_strategy_state(strategy, state)

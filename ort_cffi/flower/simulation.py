@@ -24,7 +24,7 @@ from .. import train as _train
 from . import deploy
 from .model import FederatedError, GlobalModel
 from .server import LOG_MARK, ServerSettings
-from .store import RunStore
+from .store import RunStore, run_files
 
 CLIENT_APP = "ort_cffi.flower:clientapp"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -58,7 +58,7 @@ def preflight(settings: ServerSettings) -> None:
     checkpoint = None
     try:
         if settings.resume:
-            if store.resume_point(settings.history_config()) is not None:
+            if store.resume_point(settings.history_config(), run_files(artifacts, data_path)) is not None:
                 checkpoint = store.checkpoint
         else:
             store.check_fresh()
