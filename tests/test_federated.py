@@ -562,6 +562,20 @@ def test_what_the_output_folder_refuses_is_a_usage_error(tmp_path: Path, capsys:
         flower.ServerSettings(seed=-1).check()
 
 
+def test_flower_processes_keep_the_users_telemetry_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Telemetry and the update check are off unless the user has set them (as the guide says)."""
+    from ort_cffi.flower.deploy import flower_env
+
+    monkeypatch.delenv("FLWR_TELEMETRY_ENABLED", raising=False)
+    monkeypatch.delenv("FLWR_DISABLE_UPDATE_CHECK", raising=False)
+    env = flower_env(tmp_path)
+    assert (env["FLWR_TELEMETRY_ENABLED"], env["FLWR_DISABLE_UPDATE_CHECK"], env["FLWR_HOME"]) == ("0", "1", str(tmp_path))
+    monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "1")
+    monkeypatch.setenv("FLWR_DISABLE_UPDATE_CHECK", "0")
+    env = flower_env(tmp_path)
+    assert (env["FLWR_TELEMETRY_ENABLED"], env["FLWR_DISABLE_UPDATE_CHECK"]) == ("1", "0")
+
+
 def test_import_ort_cffi_does_not_import_flower() -> None:
     proc = run_child("""
         import sys
