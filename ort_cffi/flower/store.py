@@ -106,7 +106,8 @@ class RunStore:
         saved = doc.get("config", {})
         changed = [f"{key} {saved.get(key)!r} -> {config.get(key)!r}" for key in RESUME_KEYS
                    if key in saved and key in config and saved.get(key) != config.get(key)]
-        recorded = doc.get("sha256") if isinstance(doc.get("sha256"), dict) else {}
+        recorded = doc.get("sha256")
+        recorded = recorded if isinstance(recorded, dict) else {}
         altered = [f"{FILE_ROLES.get(role, role)}: sha256 {recorded[role][:12]}... -> {digest[:12]}..."
                    for role, digest in (files or {}).items() if role in recorded and recorded[role] != digest]
         if changed or altered:
