@@ -27,7 +27,7 @@ if sys.version_info < (3, 11):  # Flower 1.42 needs Python 3.11; the extra is no
 from _flower_guard import flower_deprecations, import_flower  # noqa: E402,F401  (the fixture)
 
 federated, flower = import_flower()
-from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict  # noqa: E402
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, Metadata, MetricRecord, RecordDict  # noqa: E402
 from flwr.serverapp.strategy import (  # noqa: E402
     DifferentialPrivacyClientSideFixedClipping,
     DifferentialPrivacyServerSideFixedClipping,
@@ -40,7 +40,7 @@ from flwr.serverapp.strategy import (  # noqa: E402
 )
 
 from ort_cffi.flower.store import RunStore, new_history, run_files  # noqa: E402
-from ort_cffi.flower.updates import update_problem  # noqa: E402
+from ort_cffi.flower.updates import accepted_clients, screen_replies, update_problem  # noqa: E402
 from ort_cffi.train import UsageError  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("error::DeprecationWarning:flwr"), pytest.mark.usefixtures("flower_deprecations")]
@@ -338,6 +338,30 @@ def test_updates_that_cannot_be_averaged_are_named(shared_sessions: None) -> Non
     # an evaluation reply needs no model, and may weigh nothing (a client without validation data)
     assert update_problem((RecordDict({"metrics": MetricRecord({"num-examples": 0, "eval-loss": 0.0})})),
                           layout, train=False) is None
+
+
+def _message(content: RecordDict, message_id: str, src: int, dst: int, reply_to: str = "") -> Message:
+    """A message as the SuperLink delivers it (with its ids set)."""
+    return Message(content=content, metadata=Metadata(run_id=1, message_id=message_id, src_node_id=src, dst_node_id=dst,
+                                                      reply_to_message_id=reply_to, group_id="1", created_at=0.0,
+                                                      ttl=3600.0, message_type=MessageType.TRAIN))
+
+
+def test_the_history_names_accepted_clients_by_node_id_beside_the_name_they_claim(shared_sessions: None) -> None:
+    """A client may claim any name: the history keeps the node the server sent the message to beside it."""
+    session, layout = flower.shared_session(DIGITS)
+    arrays = layout.to_record(session.copyParametersToBuffer(True))
+    sent = [_message(RecordDict({"arrays": arrays}), f"m{node}", 1, node) for node in (11, 22)]
+
+    def reply(to: Message, claim: str) -> Message:
+        content = RecordDict({"arrays": arrays, "metrics": MetricRecord({"num-examples": 10}),
+                              "client": ConfigRecord({"name": claim})})
+        return _message(content, f"r{to.metadata.dst_node_id}", to.metadata.dst_node_id, 1, to.metadata.message_id)
+
+    replies = [reply(sent[0], "client 22"), reply(sent[1], "client 22")]  # node 11 poses as client 22
+    accepted, rejected = screen_replies(sent, replies, layout, train=True, timeout=None, names={})
+    assert len(accepted) == 2 and not rejected
+    assert accepted_clients(sent, accepted) == [{"node": 11, "client": "client 22"}, {"node": 22, "client": "client 22"}]
 
 
 # --- strategies ---------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from .store import INFERENCE, PLOT, RunStore, format_round, new_history, plot_hi
 from .strategies import (
     StrategySettings, build_strategy, check_strategy, is_stateful, restore_strategy_state, strategy_state,
 )
-from .updates import WEIGHT_KEY, Rejection, screen_replies
+from .updates import WEIGHT_KEY, Rejection, accepted_clients, screen_replies
 
 LOG_MARK = "[ort_cffi] "  # the server's own log lines; ort-cffi-federated shows these from Flower's log stream
 Report = Callable[[str], None]
@@ -242,6 +242,7 @@ class FederatedServer:
                 self.report(f"round {server_round}: {self._who(rejection)} left out: {rejection.reason}")
             if len(accepted) < s.min_fit:
                 raise self._too_few(server_round, len(sent), accepted, rejected)
+            clients = accepted_clients(sent, accepted)  # before the strategy, which may empty the replies
             if s.save_updates:
                 self._save_updates(server_round, accepted)
             aggregated, metrics = strategy.aggregate_train(server_round, accepted)
@@ -255,7 +256,7 @@ class FederatedServer:
                 "examples": int(sum(_weight(m) for m in accepted)),
                 "train_loss": _metric(metrics, "train-loss"), "train_accuracy": _metric(metrics, "train-accuracy"),
                 "val_loss": loss, "val_accuracy": accuracy,
-                "accepted": [self._names.get(m.metadata.src_node_id, str(m.metadata.src_node_id)) for m in accepted],
+                "accepted": clients,
                 "failed": [r.to_json() for r in rejected]}
             record.update(self._federated_evaluation(grid, strategy, server_round, arrays, model))
             record["seconds"] = round(time.monotonic() - started, 3)
