@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep every round's accepted client updates in --out/updates (for audits)")
     p.add_argument("--client-app", default=CLIENT_APP, metavar="MODULE:ATTR",
                    help=f"the ClientApp the simulated clients run (default: {CLIENT_APP})")
-    p.add_argument("--seed", type=int, default=0, help="partitions and shuffling (default: 0)")
+    p.add_argument("--seed", type=_train._non_negative_int, default=0, help="partitions and shuffling (default: 0)")
     p.add_argument("--cpus", type=_train._positive_int, metavar="N",
                    help="CPUs the simulation may use, one per client at a time (default: all, at most --clients)")
     p.add_argument("--no-plot", action="store_true", help="do not write federated.png")

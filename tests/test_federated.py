@@ -27,7 +27,7 @@ if sys.version_info < (3, 11):  # Flower 1.42 needs Python 3.11; the extra is no
 from _flower_guard import flower_deprecations, import_flower  # noqa: E402,F401  (the fixture)
 
 federated, flower = import_flower()
-from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict  # noqa: E402
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, Metadata, MetricRecord, RecordDict  # noqa: E402
 from flwr.serverapp.strategy import (  # noqa: E402
     DifferentialPrivacyClientSideFixedClipping,
     DifferentialPrivacyServerSideFixedClipping,
@@ -39,8 +39,8 @@ from flwr.serverapp.strategy import (  # noqa: E402
     Krum,
 )
 
-from ort_cffi.flower.store import RunStore, new_history  # noqa: E402
-from ort_cffi.flower.updates import update_problem  # noqa: E402
+from ort_cffi.flower.store import RunStore, new_history, run_files  # noqa: E402
+from ort_cffi.flower.updates import accepted_clients, screen_replies, update_problem  # noqa: E402
 from ort_cffi.train import UsageError  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("error::DeprecationWarning:flwr"), pytest.mark.usefixtures("flower_deprecations")]
@@ -212,6 +212,22 @@ def test_fit_and_evaluate_on_the_parameter_buffer(small_data: Path, shared_sessi
     np.testing.assert_array_equal(same, start)
 
 
+def test_each_client_keeps_its_own_session_from_round_to_round(small_data: Path, shared_sessions: None,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A simulation's actor serves many clients: each keeps its own session (its AdamW moments and step
+    count), not one shared with the other clients of the process; the oldest beyond MAX_SESSIONS are closed."""
+    first, second = _learner(small_data, 0), _learner(small_data, 1)
+    assert first.session is not second.session
+    assert _learner(small_data, 0).session is first.session  # the next round: the same client, the same session
+    trained, _ = first.fit(first.parameters(), epochs=1, batch_size=16, lr=0.01)
+    assert not np.array_equal(second.parameters(), trained)  # client 1's session did not take client 0's steps
+    monkeypatch.setattr(flower.client, "MAX_SESSIONS", 2)
+    third = _learner(small_data, 2)  # client 1's session is the least recently used: closed
+    assert second.session.isClosed() and not first.session.isClosed() and not third.session.isClosed()
+    again = _learner(small_data, 1)  # client 1 starts again with a fresh session; now client 0's goes
+    assert not again.session.isClosed() and again.session is not second.session and first.session.isClosed()
+
+
 def test_train_and_evaluate_replies_are_flower_records(small_data: Path, shared_sessions: None) -> None:
     learner = _learner(small_data, 2)
     sent = RecordDict({"arrays": learner.layout.to_record(learner.parameters()),
@@ -322,6 +338,30 @@ def test_updates_that_cannot_be_averaged_are_named(shared_sessions: None) -> Non
     # an evaluation reply needs no model, and may weigh nothing (a client without validation data)
     assert update_problem((RecordDict({"metrics": MetricRecord({"num-examples": 0, "eval-loss": 0.0})})),
                           layout, train=False) is None
+
+
+def _message(content: RecordDict, message_id: str, src: int, dst: int, reply_to: str = "") -> Message:
+    """A message as the SuperLink delivers it (with its ids set)."""
+    return Message(content=content, metadata=Metadata(run_id=1, message_id=message_id, src_node_id=src, dst_node_id=dst,
+                                                      reply_to_message_id=reply_to, group_id="1", created_at=0.0,
+                                                      ttl=3600.0, message_type=MessageType.TRAIN))
+
+
+def test_the_history_names_accepted_clients_by_node_id_beside_the_name_they_claim(shared_sessions: None) -> None:
+    """A client may claim any name: the history keeps the node the server sent the message to beside it."""
+    session, layout = flower.shared_session(DIGITS)
+    arrays = layout.to_record(session.copyParametersToBuffer(True))
+    sent = [_message(RecordDict({"arrays": arrays}), f"m{node}", 1, node) for node in (11, 22)]
+
+    def reply(to: Message, claim: str) -> Message:
+        content = RecordDict({"arrays": arrays, "metrics": MetricRecord({"num-examples": 10}),
+                              "client": ConfigRecord({"name": claim})})
+        return _message(content, f"r{to.metadata.dst_node_id}", to.metadata.dst_node_id, 1, to.metadata.message_id)
+
+    replies = [reply(sent[0], "client 22"), reply(sent[1], "client 22")]  # node 11 poses as client 22
+    accepted, rejected = screen_replies(sent, replies, layout, train=True, timeout=None, names={})
+    assert len(accepted) == 2 and not rejected
+    assert accepted_clients(sent, accepted) == [{"node": 11, "client": "client 22"}, {"node": 22, "client": "client 22"}]
 
 
 # --- strategies ---------------------------------------------------------------------------------
@@ -438,6 +478,41 @@ def test_run_files_commit_rounds_and_a_resume_continues_from_the_checkpoint(tmp_
         assert checkpoint.getIntProperty("round") == 2
 
 
+def test_a_resume_refuses_a_dataset_or_artifacts_changed_in_place(tmp_path: Path, small_data: Path) -> None:
+    """The history records the sha256 of the dataset and of the artifacts' files: the same paths with other
+    content are refused, naming what changed. A history written before they were recorded resumes."""
+    artifacts, data, out = tmp_path / "artifacts", tmp_path / "data.npz", tmp_path / "out"
+    shutil.copytree(DIGITS, artifacts)
+    shutil.copy(small_data, data)
+    settings = flower.ServerSettings(artifacts=str(artifacts), data=str(data), clients=2, rounds=4, out=str(out))
+    files = run_files(artifacts, data)
+    assert set(files) == {"data", "checkpoint", "train", "eval", "optimizer"}
+    store = RunStore(out)
+    with flower.GlobalModel(artifacts, data) as model:
+        doc = new_history(settings.history_config(), layout={}, stateful=False, files=files)
+        for server_round in range(2):
+            doc["rounds"].append({"round": server_round, "val_loss": 1.0, "seconds": float(server_round)})
+            store.commit(model, server_round, doc, {})
+    assert store.resume_point(settings.history_config(), run_files(artifacts, data))[0] == 1
+    with np.load(data) as saved:  # the dataset rewritten in place: the same path, other labels
+        arrays = {key: saved[key] for key in saved.files}
+    arrays["train_labels"] = arrays["train_labels"][::-1].copy()
+    np.savez(data, **arrays)
+    with pytest.raises(flower.FederatedError, match=r"cannot resume the run in \S+ with files changed since it started "
+                                                    r"\(the dataset: sha256 [0-9a-f]{12}\.\.\. -> [0-9a-f]{12}\.\.\.\): "):
+        store.resume_point(settings.history_config(), run_files(artifacts, data))
+    with open(artifacts / "eval_model.onnx", "ab") as model_file:
+        model_file.write(b"\0")
+    with pytest.raises(UsageError, match=r"with files changed since it started \(the dataset: sha256 .*; the eval model: "
+                                         r"sha256 [0-9a-f]{12}\.\.\. -> [0-9a-f]{12}\.\.\.\)"):
+        flower.preflight(flower.ServerSettings(**{**settings.history_config(), "out": str(out), "resume": True}))
+    old = store.read_history()
+    assert old is not None
+    del old["sha256"]  # as ort_cffi wrote it before: the paths alone are compared
+    store.write_history(old)
+    assert store.resume_point(settings.history_config(), run_files(artifacts, data))[0] == 1
+
+
 # --- before the first round ---------------------------------------------------------------------
 
 def test_an_eval_model_with_nothing_to_export_fails_before_the_first_round(tmp_path: Path) -> None:
@@ -474,6 +549,55 @@ def test_cli_errors_come_before_flower_starts(tmp_path: Path, small_data: Path, 
     assert "nothing to export for inference after the last round" in capsys.readouterr().err
     for name in "abcd":
         assert not (tmp_path / name / "logs").exists(), name  # no SuperLink was started
+
+
+def _unfinished_run(out: Path, rounds: int = 4) -> "flower.ServerSettings":
+    """A run of the command's defaults in ``out`` that stopped after round 1 of ``rounds`` (as if killed)."""
+    settings = flower.ServerSettings(artifacts=str(DIGITS.resolve()), clients=10, rounds=rounds, out=str(out))
+    store = RunStore(out)
+    with flower.GlobalModel(DIGITS) as model:
+        doc = new_history(settings.history_config(), layout={}, stateful=False)
+        for server_round in range(2):
+            doc["rounds"].append({"round": server_round, "val_loss": 1.0, "seconds": float(server_round)})
+            store.commit(model, server_round, doc, {})
+    return settings
+
+
+def test_what_the_output_folder_refuses_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--out that is a file, an unfinished run in --out, a resume with other settings, a negative --seed:
+    exit 2 with one line, before Flower starts (so no pointer to Flower's log)."""
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    assert federated.main(["--out", str(afile)]) == 2  # was a FileExistsError traceback
+    assert capsys.readouterr().err == f"error: --out {str(afile)!r} is a file, not a folder\n"
+    out = tmp_path / "run"
+    _unfinished_run(out)
+    assert federated.main(["--out", str(out)]) == 2  # was exit 1, with "(Flower's log: ...)"
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"error: \S+ holds a run that stopped after round 1 of 4: continue it with --resume [^\n]*\n", err), err
+    assert federated.main(["--out", str(out), "--resume", "--rounds", "6"]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"error: cannot resume the run in \S+ with other settings \(rounds 4 -> 6\)[^\n]*\n", err), err
+    assert not (out / "logs").exists()  # Flower never started
+    with pytest.raises(SystemExit) as exit_info:
+        federated.main(["--seed", "-1"])  # was accepted, and numpy's default_rng failed later in every client
+    assert exit_info.value.code == 2 and "argument --seed: must not be negative, got -1" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="seed must not be negative, got -1"):
+        flower.ServerSettings(seed=-1).check()
+
+
+def test_flower_processes_keep_the_users_telemetry_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Telemetry and the update check are off unless the user has set them (as the guide says)."""
+    from ort_cffi.flower.deploy import flower_env
+
+    monkeypatch.delenv("FLWR_TELEMETRY_ENABLED", raising=False)
+    monkeypatch.delenv("FLWR_DISABLE_UPDATE_CHECK", raising=False)
+    env = flower_env(tmp_path)
+    assert (env["FLWR_TELEMETRY_ENABLED"], env["FLWR_DISABLE_UPDATE_CHECK"], env["FLWR_HOME"]) == ("0", "1", str(tmp_path))
+    monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "1")
+    monkeypatch.setenv("FLWR_DISABLE_UPDATE_CHECK", "0")
+    env = flower_env(tmp_path)
+    assert (env["FLWR_TELEMETRY_ENABLED"], env["FLWR_DISABLE_UPDATE_CHECK"]) == ("1", "0")
 
 
 def test_import_ort_cffi_does_not_import_flower() -> None:

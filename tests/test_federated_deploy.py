@@ -119,8 +119,10 @@ def test_authenticated_supernodes_train_over_tls_and_the_run_survives_a_killed_o
     history = json.loads((out / "history.json").read_text())
     assert history["status"] == "completed", history.get("error")
     rounds = history["rounds"]
-    assert sorted(rounds[1]["accepted"]) == ["client 0", "client 1", "client 2"] and not rounds[1]["failed"]
-    assert sorted(rounds[2]["accepted"]) == ["client 0", "client 1"]
+    nodes = {f"client {i}": federation.registered[f"node{i}"] for i in range(3)}  # the registered keys' node ids
+    assert sorted((c["client"], c["node"]) for c in rounds[1]["accepted"]) == sorted(nodes.items())
+    assert not rounds[1]["failed"]
+    assert sorted((c["client"], c["node"]) for c in rounds[2]["accepted"]) == sorted(list(nodes.items())[:2])
     (lost,) = rounds[2]["failed"]
     assert lost["client"] == "client 2" and lost["node"] == federation.registered["node2"]
     assert re.search(r"Node Unavailable|no reply", lost["reason"]), lost

@@ -94,7 +94,8 @@ def test_failing_and_broken_clients_are_left_out_named_and_never_averaged_in(
         "client 4": r"failed: .*RuntimeError: this client broke on purpose",
     }
     for record in history["rounds"][1:]:
-        assert sorted(record["accepted"]) == ["client 5", "client 6", "client 7"], record
+        assert sorted(c["client"] for c in record["accepted"]) == ["client 5", "client 6", "client 7"], record
+        assert len({c["node"] for c in record["accepted"]} | {f["node"] for f in record["failed"]}) == 8  # node ids
         assert record["clients"] == 3 and record["examples"] == 150
         failed = {f["client"] or f"node {f['node']}": f["reason"] for f in record["failed"]}
         for client, reason in reasons.items():

@@ -12,9 +12,10 @@ server records and leaves out of the round.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
+from typing import Any, ClassVar, Dict, Hashable, List, Mapping, Optional, Tuple
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
@@ -56,17 +57,27 @@ class ClientSettings(RunConfigurable):
 
 # --- this process's sessions and datasets --------------------------------------------------------
 
+#: The most training sessions one process keeps. A simulation's Ray actor serves any of the federation's
+#: clients, one at a time, and keeps each client's own session (its AdamW moments and step count) from
+#: round to round; so that a large federation does not hold a session per client in every actor, the
+#: sessions beyond this many are closed, least recently used first, and such a client starts again with
+#: a fresh session (fresh moments) when it is next sampled.
+MAX_SESSIONS = 32
+
 _cache_lock = threading.Lock()
-_sessions: Dict[Tuple[str, int], Tuple[OrtTrainingSession, ParameterLayout]] = {}
+_sessions: "OrderedDict[Tuple[str, int, Hashable], Tuple[OrtTrainingSession, ParameterLayout]]" = OrderedDict()
 _datasets: Dict[Tuple[Any, ...], Any] = {}
 
 
-def shared_session(artifacts: PathLike, threads: int = 1, seed: int = 0) -> Tuple[OrtTrainingSession, ParameterLayout]:
-    """This process's training session over ``artifacts`` and its parameter layout: created on first use
-    (the runtime is loaded then, once), reused by every client this process serves, in every round. A
-    simulation's actor serves one client at a time; `close_shared_sessions` releases them."""
+def shared_session(artifacts: PathLike, threads: int = 1, seed: int = 0,
+                   client: Hashable = None) -> Tuple[OrtTrainingSession, ParameterLayout]:
+    """The training session over ``artifacts`` of the client ``client`` (any hashable identity, e.g. its
+    partition or data path) in this process, and its parameter layout: created on first use (the runtime
+    is loaded then, once) and reused for that client in every round, so its optimizer state carries
+    over. Each client has its own; this process keeps the `MAX_SESSIONS` used last (the others are
+    closed). `close_shared_sessions` releases them."""
     folder = Path(artifacts)
-    key = (str(folder.resolve()), int(threads))
+    key = (str(folder.resolve()), int(threads), client)
     with _cache_lock:
         cached = _sessions.get(key)
         if cached is None or cached[0].isClosed():
@@ -83,6 +94,10 @@ def shared_session(artifacts: PathLike, threads: int = 1, seed: int = 0) -> Tupl
                 session.close()
                 raise
             _sessions[key] = cached
+        _sessions.move_to_end(key)
+        while len(_sessions) > MAX_SESSIONS:
+            _, (evicted, _) = _sessions.popitem(last=False)
+            evicted.close()
         return cached
 
 
@@ -153,8 +168,8 @@ class LocalLearner:
     another ``batch_size`` and a client with fewer examples than one batch, and both calls leave out the
     last partial batch (the counts they return are the examples used).
 
-    The session is shared and reused from round to round (`shared_session`), so AdamW's moments
-    carry over from one ``fit`` to the next; only the parameters are replaced by the global model's.
+    A client's session is kept from round to round (`shared_session`, one per client), so AdamW's
+    moments carry over from one ``fit`` to the next; only the parameters are replaced by the global model's.
     """
 
     def __init__(self, session: OrtTrainingSession, data: Mapping[str, Arrays], *, name: str = "client 0",
@@ -319,17 +334,20 @@ def _arrays_and_config(content: RecordDict, name: str) -> Tuple[ArrayRecord, Con
 
 def load_learner(settings: ClientSettings = ClientSettings(), partition_id: Optional[int] = None,
                  num_partitions: Optional[int] = None, data_path: Optional[str] = None) -> LocalLearner:
-    """A learner over this process's shared session and its local data: partition ``partition_id`` of
-    ``num_partitions`` of the settings' dataset, or all of ``data_path``. The session stays shared (do not
-    close it unless you mean to close it for every learner of this process)."""
-    session, layout = shared_session(settings.artifacts, settings.threads, settings.seed)
-    data, fixed_batch = local_data(settings, session, partition_id, num_partitions, data_path)
+    """A learner over this client's session in this process (`shared_session`) and its local data:
+    partition ``partition_id`` of ``num_partitions`` of the settings' dataset, or all of ``data_path``.
+    The session stays cached for the client's next round (do not close it unless you mean to end the
+    client's optimizer state)."""
     if data_path:
+        client: Hashable = ("data-path", str(Path(data_path).resolve()))
         name = f"client {Path(data_path).name}"
     elif partition_id is not None:
+        client = ("partition", settings.data, partition_id, num_partitions)
         name = f"client {partition_id}"
     else:
-        name = "client"
+        client, name = ("all", settings.data), "client"
+    session, layout = shared_session(settings.artifacts, settings.threads, settings.seed, client)
+    data, fixed_batch = local_data(settings, session, partition_id, num_partitions, data_path)
     return LocalLearner(session, data, name=name, order_id=partition_id or 0, fixed_batch=fixed_batch, layout=layout)
 
 
@@ -348,7 +366,9 @@ def learner_for(settings: ClientSettings, context: Context) -> LocalLearner:
 
 def client_side_clipping(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
     """Flower's ``fixedclipping_mod`` on the train messages that ask for it (those of the client-side DP
-    wrapper carry ``clipping_norm``); every other message passes untouched."""
+    wrapper carry ``clipping_norm``, the norm the server chose); every other message passes untouched.
+    This is not local differential privacy: the server still sees each clipped update without noise, and
+    adds the noise to the aggregate itself."""
     configs = list(msg.content.config_records.values()) if msg.has_content() else []
     if msg.metadata.message_type == MessageType.TRAIN and configs and CLIPPING_NORM in configs[0]:
         return fixedclipping_mod(msg, context, call_next)

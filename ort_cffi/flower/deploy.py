@@ -55,12 +55,14 @@ def flower_command(name: str) -> str:
 
 
 def flower_env(home: Path, extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """The environment of a Flower process: its own ``FLWR_HOME``, no telemetry, no update check (nothing
-    leaves the machine), Ray's GPU notice silenced, and this interpreter's ``bin`` first on ``PATH`` (the
-    SuperLink and SuperNodes start Flower's other commands by name)."""
+    """The environment of a Flower process: its own ``FLWR_HOME``, no telemetry and no update check unless
+    the environment sets ``FLWR_TELEMETRY_ENABLED`` or ``FLWR_DISABLE_UPDATE_CHECK`` (the user's values are
+    kept), Ray's GPU notice silenced, and this interpreter's ``bin`` first on ``PATH`` (the SuperLink and
+    SuperNodes start Flower's other commands by name)."""
     env = dict(os.environ)
-    env.update({"FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
-                "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", "PYTHONUNBUFFERED": "1"})
+    env.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    env.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+    env.update({"FLWR_HOME": str(home), "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", "PYTHONUNBUFFERED": "1"})
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.update(extra or {})
     return env

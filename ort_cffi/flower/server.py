@@ -30,11 +30,11 @@ from flwr.serverapp.strategy import Strategy
 from .. import train as _train
 from .config import RunConfigurable
 from .model import FederatedError, GlobalModel, normalize_record
-from .store import INFERENCE, PLOT, RunStore, format_round, new_history, plot_history, save_arrays
+from .store import INFERENCE, PLOT, RunStore, format_round, new_history, plot_history, run_files, save_arrays
 from .strategies import (
     StrategySettings, build_strategy, check_strategy, is_stateful, restore_strategy_state, strategy_state,
 )
-from .updates import WEIGHT_KEY, Rejection, screen_replies
+from .updates import WEIGHT_KEY, Rejection, accepted_clients, screen_replies
 
 LOG_MARK = "[ort_cffi] "  # the server's own log lines; ort-cffi-federated shows these from Flower's log stream
 Report = Callable[[str], None]
@@ -142,6 +142,8 @@ class ServerSettings(RunConfigurable):
             problems.append(f"lr-decay must be cosine or constant, not {self.lr_decay!r}")
         if not (self.lr > 0 and self.round_timeout > 0 and self.connect_timeout > 0):
             problems.append("lr, round-timeout and connect-timeout must be positive")
+        if self.seed < 0:
+            problems.append(f"seed must not be negative, got {self.seed}")
         if problems:
             raise _train.UsageError("; ".join(problems))
         check_strategy(self.strategy_settings(), sampled=self.min_fit)
@@ -173,7 +175,8 @@ class FederatedServer:
         history then records the error, and the global checkpoint stays at the last completed round."""
         s = self.settings
         s.check()
-        point = self.store.resume_point(s.history_config()) if s.resume else None
+        files = run_files(s.artifacts, s.data)
+        point = self.store.resume_point(s.history_config(), files) if s.resume else None
         if not s.resume:
             self.store.check_fresh()
         exports = [n.strip() for n in s.export_outputs.split(",") if n.strip()] if s.export_outputs else None
@@ -190,11 +193,11 @@ class FederatedServer:
                       "parameters": model.layout.size}
             if point is None:
                 self.store.clear()
-                self.history = new_history(s.history_config(), layout=layout, stateful=stateful)
+                self.history = new_history(s.history_config(), layout=layout, stateful=stateful, files=files)
                 first = 1
             else:
                 done, records, state, saved = point
-                self.history = dict(saved, status="running", error=None, rounds=records, inference=None)
+                self.history = dict(saved, status="running", error=None, rounds=records, inference=None, sha256=files)
                 self.history.setdefault("resumed", []).append(
                     {"after_round": done, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
                 restore_strategy_state(strategy, state)
@@ -239,6 +242,7 @@ class FederatedServer:
                 self.report(f"round {server_round}: {self._who(rejection)} left out: {rejection.reason}")
             if len(accepted) < s.min_fit:
                 raise self._too_few(server_round, len(sent), accepted, rejected)
+            clients = accepted_clients(sent, accepted)  # before the strategy, which may empty the replies
             if s.save_updates:
                 self._save_updates(server_round, accepted)
             aggregated, metrics = strategy.aggregate_train(server_round, accepted)
@@ -252,7 +256,7 @@ class FederatedServer:
                 "examples": int(sum(_weight(m) for m in accepted)),
                 "train_loss": _metric(metrics, "train-loss"), "train_accuracy": _metric(metrics, "train-accuracy"),
                 "val_loss": loss, "val_accuracy": accuracy,
-                "accepted": [self._names.get(m.metadata.src_node_id, str(m.metadata.src_node_id)) for m in accepted],
+                "accepted": clients,
                 "failed": [r.to_json() for r in rejected]}
             record.update(self._federated_evaluation(grid, strategy, server_round, arrays, model))
             record["seconds"] = round(time.monotonic() - started, 3)

@@ -24,17 +24,18 @@ from .. import train as _train
 from . import deploy
 from .model import FederatedError, GlobalModel
 from .server import LOG_MARK, ServerSettings
-from .store import RunStore
+from .store import RunStore, run_files
 
 CLIENT_APP = "ort_cffi.flower:clientapp"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def preflight(settings: ServerSettings) -> None:
-    """Everything that would stop the run later, checked now (``UsageError``, ``StrategyError``,
-    ``FederatedError``): the settings, artifacts, dataset, enough training samples for the clients, the
-    batch size a model may fix, the inference export, and what the output folder holds (an unfinished run
-    is only continued with ``resume``, and only with its own settings)."""
+    """Everything that would stop the run later, checked now (``UsageError``, ``StrategyError``): the
+    settings, artifacts, dataset, enough training samples for the clients, the batch size a model may fix,
+    the inference export, the output folder (made now), and what it holds (an unfinished run is only
+    continued with ``resume``, and only with its own settings): Flower has not started, so each is a
+    usage error."""
     settings.check()
     artifacts = Path(settings.artifacts)
     _train.find_artifacts(artifacts)
@@ -44,13 +45,25 @@ def preflight(settings: ServerSettings) -> None:
         raise _train.UsageError(
             f"--clients {settings.clients} is more than the {n_train} training samples of dataset {str(data_path)!r}: "
             f"every client needs training data, so use at most {n_train} clients")
-    store = RunStore(Path(settings.out))
+    out = Path(settings.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise _train.UsageError(f"--out {str(out)!r} is a file, not a folder") from None
+    except OSError as exc:
+        raise _train.UsageError(f"--out {str(out)!r} cannot be made: {exc.strerror or exc}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise _train.UsageError(f"--out {str(out)!r} is not a folder this process may write to")
+    store = RunStore(out)
     checkpoint = None
-    if settings.resume:
-        if store.resume_point(settings.history_config()) is not None:
-            checkpoint = store.checkpoint
-    else:
-        store.check_fresh()
+    try:
+        if settings.resume:
+            if store.resume_point(settings.history_config(), run_files(artifacts, data_path)) is not None:
+                checkpoint = store.checkpoint
+        else:
+            store.check_fresh()
+    except FederatedError as exc:  # what --out holds does not fit the settings
+        raise _train.UsageError(str(exc)) from None
     exports = [n.strip() for n in settings.export_outputs.split(",") if n.strip()] if settings.export_outputs else None
     with GlobalModel(artifacts, data_path, checkpoint=checkpoint, export_outputs=exports) as model:
         if model.fixed_batch is not None and settings.batch_size != model.fixed_batch:

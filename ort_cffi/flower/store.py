@@ -2,7 +2,8 @@
 moment can be resumed from its last completed round:
 
 - ``global_checkpoint``: the global model with a ``round`` property (the commit point of a round);
-- ``history.json``: the run's settings, its status and one record per round (who was left out and why);
+- ``history.json``: the run's settings, the sha256 of its dataset and artifacts (`run_files`), its status
+  and one record per round (who was left out and why);
 - ``server_state/round-N.npz``: a stateful strategy's state (FedAdam's moments) after round N.
 
 Each file is written to a temporary file and renamed over the old one. A round is committed in the order
@@ -23,7 +24,7 @@ import numpy as np
 from .. import __version__
 from .. import train as _train
 from .._errors import OrtException
-from .._files import atomic_write
+from .._files import atomic_write, file_sha256
 from ..checkpoint import OrtCheckpointState
 from .model import FederatedError, GlobalModel
 
@@ -34,6 +35,20 @@ CHECKPOINT, HISTORY, STATE_DIR, PLOT, INFERENCE = (
 RESUME_KEYS = ("artifacts", "data", "clients", "rounds", "local_epochs", "batch_size", "lr", "lr_decay", "seed",
                "partitioning", "alpha", "strategy", "proximal_mu", "trim_beta", "krum_f", "server_lr",
                "dp_clipping", "dp_noise", "dp_side", "fraction_fit")
+
+#: The run's files whose content a resume compares (`run_files`), and how a refusal names them.
+FILE_ROLES = {"data": "the dataset", "checkpoint": "the artifacts' checkpoint", "train": "the training model",
+              "eval": "the eval model", "optimizer": "the optimizer model"}
+
+
+def run_files(artifacts: Any, data: Any = None) -> Dict[str, str]:
+    """The sha256 of a run's dataset (``data``, default: the one .npz in ``artifacts``) and of its four
+    artifact files, by role (`FILE_ROLES`): what ``history.json`` records, so that a resume can refuse
+    files changed in place. Raises ``UsageError`` for a file that is missing."""
+    folder = Path(artifacts)
+    paths = _train.find_artifacts(folder)
+    dataset = _train.find_dataset(Path(data) if data else None, folder)
+    return {role: file_sha256(path) for role, path in {"data": dataset, **paths}.items()}
 
 
 class RunStore:
@@ -76,11 +91,14 @@ class RunStore:
             f"{self.out} holds a run that stopped after round {done} of {total}: continue it with --resume "
             "(run-config resume=true), or write to another output folder")
 
-    def resume_point(self, config: Mapping[str, Any]) -> Optional[Tuple[int, List[Dict[str, Any]], Dict[str, np.ndarray], Dict[str, Any]]]:
+    def resume_point(self, config: Mapping[str, Any], files: Optional[Mapping[str, str]] = None
+                     ) -> Optional[Tuple[int, List[Dict[str, Any]], Dict[str, np.ndarray], Dict[str, Any]]]:
         """What a resumed server continues from: the checkpoint's round, the history's records up to it,
         the strategy's state after it, and the saved history document; None when there is nothing to
         resume (no checkpoint yet). Raises `FederatedError` when the saved run's settings differ
-        from ``config`` in a key of `RESUME_KEYS`, or its files are inconsistent."""
+        from ``config`` in a key of `RESUME_KEYS`, when the content of its dataset or artifacts differs
+        from ``files`` (`run_files`; a history written before ort_cffi recorded them has only the paths
+        compared), or when its files are inconsistent."""
         done = self.checkpoint_round()
         doc = self.read_history()
         if done is None or doc is None:
@@ -88,10 +106,16 @@ class RunStore:
         saved = doc.get("config", {})
         changed = [f"{key} {saved.get(key)!r} -> {config.get(key)!r}" for key in RESUME_KEYS
                    if key in saved and key in config and saved.get(key) != config.get(key)]
-        if changed:
+        recorded = doc.get("sha256")
+        recorded = recorded if isinstance(recorded, dict) else {}
+        altered = [f"{FILE_ROLES.get(role, role)}: sha256 {recorded[role][:12]}... -> {digest[:12]}..."
+                   for role, digest in (files or {}).items() if role in recorded and recorded[role] != digest]
+        if changed or altered:
+            reasons = ([f"with other settings ({'; '.join(changed)})"] if changed else []) + (
+                [f"with files changed since it started ({'; '.join(altered)})"] if altered else [])
             raise FederatedError(
-                f"cannot resume the run in {self.out} with other settings ({'; '.join(changed)}): resume with "
-                "the run's own settings, or write a new run to another output folder")
+                f"cannot resume the run in {self.out} {' and '.join(reasons)}: resume with the run's own settings "
+                "and files, or write a new run to another output folder")
         records = [r for r in doc.get("rounds", []) if isinstance(r, dict) and r.get("round", math.inf) <= done]
         if [r["round"] for r in records] != list(range(done + 1)):
             raise FederatedError(f"{self.history_path} lacks records of rounds 0..{done}, which {self.checkpoint} "
@@ -141,11 +165,13 @@ class RunStore:
                     old.unlink(missing_ok=True)
 
 
-def new_history(config: Mapping[str, Any], *, layout: Mapping[str, Any], stateful: bool) -> Dict[str, Any]:
-    """A fresh history document: settings, the model's layout, status ``running``, no rounds yet."""
+def new_history(config: Mapping[str, Any], *, layout: Mapping[str, Any], stateful: bool,
+                files: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+    """A fresh history document: settings, the sha256 of the run's ``files`` (`run_files`), the model's
+    layout, status ``running``, no rounds yet."""
     return {"ort_cffi": __version__, "status": "running", "error": None, "config": dict(config),
-            "layout": dict(layout), "stateful": stateful, "resumed": [], "rounds": [], "inference": None,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "sha256": dict(files or {}), "layout": dict(layout), "stateful": stateful, "resumed": [], "rounds": [],
+            "inference": None, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
 def _jsonable(value: Any) -> Any:

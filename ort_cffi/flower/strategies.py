@@ -52,7 +52,8 @@ class StrategySettings:
     ``krum_f`` Krum's number of hostile clients to tolerate; ``server_lr`` FedAdam's eta. With
     ``dp_clipping`` set, Flower's fixed-clipping DP wrapper clips each client's update to that L2 norm
     (on the server, or on the clients with ``dp_side="client"``) and adds Gaussian noise of standard
-    deviation ``dp_noise * dp_clipping / sampled clients`` to the aggregate.
+    deviation ``dp_noise * dp_clipping / sampled clients`` to the aggregate, on the server (central DP
+    either way: the server sees every update without noise).
     """
 
     name: str = "fedavg"

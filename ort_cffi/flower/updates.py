@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from flwr.app import Message, RecordDict
 
@@ -36,12 +36,32 @@ class Rejection:
 
 
 def client_name(message: Message) -> Optional[str]:
-    """The name a reply gives its client (its ``client`` ConfigRecord), if any."""
+    """The name a reply gives its client (its ``client`` ConfigRecord), if any: the client's own claim,
+    which any client can make (`reply_node` is the node the reply came from)."""
     if not message.has_content():
         return None
     record = message.content.config_records.get("client")
     name = record.get("name") if record is not None else None
     return str(name) if name is not None else None
+
+
+def sent_to(sent: Iterable[Message]) -> Dict[str, int]:
+    """The node each of the server's messages went to, by message id."""
+    return {m.metadata.message_id: m.metadata.dst_node_id for m in sent}
+
+
+def reply_node(reply: Message, nodes: Mapping[str, int]) -> int:
+    """The Flower node id of the client a reply answers for: the node the server sent the message it
+    answers to (``nodes``, `sent_to`). The reply's own source may be the SuperLink itself (an error
+    reply for a node that went offline)."""
+    return nodes.get(reply.metadata.reply_to_message_id, reply.metadata.src_node_id)
+
+
+def accepted_clients(sent: Iterable[Message], accepted: Iterable[Message]) -> List[Dict[str, object]]:
+    """The history's record of a round's accepted replies: each one's Flower node id (`reply_node`: the
+    SuperLink's identity of the node, not the client's word) and the name the reply claims (`client_name`)."""
+    nodes = sent_to(sent)
+    return [{"node": reply_node(m, nodes), "client": client_name(m)} for m in accepted]
 
 
 def error_text(reason: Optional[str], limit: int = 400) -> str:
@@ -86,13 +106,11 @@ def screen_replies(sent: Iterable[Message], replies: Iterable[Message], layout: 
     accepted: List[Message] = []
     rejected: List[Rejection] = []
     sent = list(sent)
-    # A reply names the message it answers; its source may be the SuperLink itself (an error reply for a
-    # node that went offline), so the client is the destination of the message answered.
-    origin = {m.metadata.message_id: m.metadata.dst_node_id for m in sent}
+    nodes = sent_to(sent)
     answered = set()
     for message in replies:
         answered.add(message.metadata.reply_to_message_id)
-        node = origin.get(message.metadata.reply_to_message_id, message.metadata.src_node_id)
+        node = reply_node(message, nodes)
         name = client_name(message)
         if name is not None:
             names[node] = name
@@ -105,7 +123,7 @@ def screen_replies(sent: Iterable[Message], replies: Iterable[Message], layout: 
             continue
         accepted.append(message)
     # Replies that weigh nothing (a client without validation data) are averaged with nothing either.
-    weighted, odd = _same_metric_keys([m for m in accepted if _weight(m) > 0], names)
+    weighted, odd = _same_metric_keys([m for m in accepted if _weight(m) > 0], nodes, names)
     accepted = weighted + [m for m in accepted if _weight(m) <= 0]
     rejected.extend(odd)
     for message in sent:
@@ -121,7 +139,8 @@ def _weight(message: Message) -> float:
     return float(value) if isinstance(value, (int, float)) else 0.0
 
 
-def _same_metric_keys(accepted: List[Message], names: Dict[int, str]) -> Tuple[List[Message], List[Rejection]]:
+def _same_metric_keys(accepted: List[Message], nodes: Mapping[str, int],
+                      names: Dict[int, str]) -> Tuple[List[Message], List[Rejection]]:
     """Flower's strategies refuse a whole round whose replies' metrics differ in their keys: keep the
     replies with the most common key set, reject the others."""
     keysets = [tuple(sorted(m.content[METRICS_KEY].keys())) for m in accepted]
@@ -129,7 +148,7 @@ def _same_metric_keys(accepted: List[Message], names: Dict[int, str]) -> Tuple[L
         return accepted, []
     common = max(set(keysets), key=keysets.count)
     kept = [m for m, keys in zip(accepted, keysets) if keys == common]
-    odd = [Rejection(m.metadata.src_node_id, names.get(m.metadata.src_node_id),
+    odd = [Rejection(reply_node(m, nodes), names.get(reply_node(m, nodes)),
                      f"update rejected: its metrics are {list(keys)}, the other clients' {list(common)}")
            for m, keys in zip(accepted, keysets) if keys != common]
     return kept, odd
