@@ -205,7 +205,7 @@ def settings_from_args(args: argparse.Namespace) -> Dict[str, Any]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``ort-cffi-federated``: 0 when the run completed, 1 when it failed, 2 for a usage error, 130 on Ctrl-C."""
     args = parse_args(argv)
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)  # stop Flower's processes on the way out, as Ctrl-C does
     try:
@@ -240,7 +240,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     except (FederatedError, OrtException, RuntimeError, ValueError) as exc:
         message = re.sub(r"^(FederatedError|UsageError): ", "", str(exc))
-        hint = "" if args.verbose else f"\n(Flower's log: {args.out / 'logs' / 'run.log'}; --verbose shows it as it runs)"
+        log = args.out / "logs" / "run.log"
+        flower_ran = log.is_file() and log.stat().st_mtime >= started_at  # not for what failed before Flower started
+        hint = f"\n(Flower's log: {log}; --verbose shows it as it runs)" if flower_ran and not args.verbose else ""
         print(f"error: {message}{hint}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
