@@ -14,7 +14,7 @@ from ._files import PathOrBytes, native_path, read_model
 from ._optional import Optional_
 from ._inputs import ANY_INPUT, checked_input
 from ._signature import InputSpec, check_symbolic, model_inputs
-from .tensor import OnnxTensor, OnnxValue, TensorInfo, TypeInfo, adopt_outputs, check_outputs
+from .tensor import OnnxTensor, OnnxValue, TensorInfo, TypeInfo, adopt_outputs, check_outputs, detach_aliased
 
 
 
@@ -380,6 +380,9 @@ class OrtSession(NativeHandle):
             raise
         self._input_pos = {n: i for i, n in enumerate(self._input_names)}
         self._output_pos = {n: i for i, n in enumerate(self._output_names)}
+        # Outputs that are inputs (a graph input listed as an output): the runtime returns them over
+        # the input's memory, so each run copies them (see detach_aliased). Usually none: no cost.
+        self._aliased = frozenset(n for n in self._output_names if n in self._input_pos)
         try:
             self._input_specs = self._read_input_specs(path, data)
         except BaseException:
@@ -593,6 +596,8 @@ class OrtSession(NativeHandle):
             finally:
                 unpin_all(in_use)
             check_outputs(status, values, "Run")
+            if self._aliased:
+                detach_aliased(values, [i for i, n in enumerate(wanted) if n in self._aliased])
         finally:
             for tensor in made:
                 tensor.close()

@@ -36,6 +36,7 @@ from .tensor import (
     adopt_outputs,
     as_tensor_array,
     check_outputs,
+    detach_aliased,
 )
 
 from .checkpoint import INT64_MIN, INT64_MAX, OrtCheckpointState, _check_name
@@ -63,7 +64,7 @@ class _ModelPlan:
     """What one model (training or eval) needs per step, computed once at construction."""
 
     __slots__ = ("kind", "what", "input_names", "output_names", "input_pos", "output_pos", "in_values", "out_values",
-                 "step", "everything", "cached", "specs", "pairs", "dims_by_position")
+                 "step", "everything", "cached", "specs", "pairs", "dims_by_position", "aliased")
 
     def __init__(
         self, kind: str, input_names: Tuple[str, ...], output_names: Tuple[str, ...], step: Any, specs: Dict[str, InputSpec]
@@ -78,6 +79,9 @@ class _ModelPlan:
         self.out_values = ffi.new("OrtValue*[]", max(len(output_names), 1))
         self.step = step  # the TrainStep or EvalStep function pointer, looked up once
         self.everything = _Selection(output_names, tuple(range(len(output_names))), (), everything=True)
+        # Positions of outputs that are inputs (a graph input listed as an output): the runtime returns
+        # them over the input's memory, so each step copies them (see detach_aliased). Usually none.
+        self.aliased = tuple(i for i, n in enumerate(output_names) if n in self.input_pos)
         self.cached: Tuple[Any, Optional[_Selection]] = (None, None)  # (request names, selection): one read, one write
         # Each input's signature, by position (checked before every step), and the pairs of
         # (position, axis) that share a symbolic dimension such as the batch size: (a, axis a, b, axis b).
@@ -556,6 +560,8 @@ class OrtTrainingSession(NativeHandle):
                 tensor.close()
         if status:
             check_outputs(status, produced, f"{plan.kind} step")
+        if plan.aliased:
+            detach_aliased(produced, [p for p in plan.aliased if selection.everything or p in selection.wanted])
         if selection.everything:
             return Result(plan.output_names, produced, None, plan.output_pos)  # type: ignore[arg-type]  # none is None
         for position, value in enumerate(produced):

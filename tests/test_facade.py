@@ -503,3 +503,46 @@ def test_environment_logging_level_is_taken_from_the_first_call():
         assert OrtEnvironment.getEnvironment() is env
         """
     )
+
+
+def _model_returning_its_input() -> bytes:
+    """A model with no nodes whose input x is also its output (valid ONNX)."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])
+    graph = helper.make_graph([], "identity", [x], [x])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9).SerializeToString()
+
+
+def test_an_output_that_is_an_input_is_a_value_of_its_own():
+    """ONNX Runtime returns such an output over the input's memory: the caller's later writes into
+    its array (or the tensor's buffer) once showed in the Result. Java gives the output its own value."""
+    with env.createSession(_model_returning_its_input()) as s:
+        x = np.arange(4, dtype=np.float32)
+        with s.run({"x": x}) as result:
+            x[:] = 5
+            np.testing.assert_array_equal(result["x"].getValue(), [0, 1, 2, 3])
+        with OnnxTensor.createTensor(env, np.arange(4, dtype=np.float32)) as tensor, s.run({"x": tensor}) as result:
+            tensor.getBufferRef().get()[:] = 7
+            np.testing.assert_array_equal(result[0].getValue(), [0, 1, 2, 3])
+            assert result[0].getInfo().shape == (4,)
+
+
+def test_a_step_output_that_is_an_input_is_a_value_of_its_own(tmp_path):
+    import onnx
+
+    paths = []
+    for name in ("training_model.onnx", "eval_model.onnx"):
+        model = onnx.load(str(TWOOUT / name))
+        model.graph.output.append(next(i for i in model.graph.input if i.name == "input"))
+        onnx.save(model, str(tmp_path / name))
+        paths.append(str(tmp_path / name))
+    with env.createTrainingSession(str(TWOOUT / "checkpoint"), *paths, None) as s:
+        for step in (s.trainStep, s.evalStep):
+            data = batch()
+            expected = data["input"].copy()
+            for extra in ((), (["input"],), ({"input", "onnx::loss::20"},)):
+                with step(data, *extra) as result:
+                    data["input"][:] = 5
+                    np.testing.assert_array_equal(result["input"].getValue(), expected)
+                data["input"][:] = expected
