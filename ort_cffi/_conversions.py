@@ -289,7 +289,8 @@ def buffer_array(buffer: Any, shape: Any, type: Any = None) -> Tuple[np.ndarray,
     storage = storage_dtype(onnx_type)
     assert storage is not None  # element_type refused the rest
     native = source.dtype.newbyteorder("=") if source.dtype.byteorder not in ("=", "|") else source.dtype
-    if native == storage or native == NUMPY_DTYPES.get(onnx_type):
+    values = NUMPY_DTYPES.get(onnx_type)  # None for the types numpy lacks (and np.dtype("float64") == None is True)
+    if native == storage or (values is not None and native == values):
         array = as_tensor_array(source, "the buffer")
         needed = count if onnx_type not in PACKED_TYPES else byte_size(onnx_type, count)
         if array.size != needed:

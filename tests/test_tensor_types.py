@@ -25,6 +25,7 @@ from ort_cffi import (
     OnnxTensorType,
     OrtEnvironment,
     OrtException,
+    OrtInvalidArgumentException,
     TensorInfo,
 )
 from ort_cffi.tensor_info import BITS_TYPES, NUMPY_DTYPES, byte_size
@@ -146,6 +147,8 @@ def test_onnx_java_type_mapping() -> None:
     assert TensorInfo.constructFromBuffer(bytes(10), [5], J.BFLOAT16).onnxType == T.ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16
     with pytest.raises(OrtException, match="needs 5 elements"):
         TensorInfo.constructFromBuffer(bytes(9), [5], J.BFLOAT16)
+    with pytest.raises(OrtInvalidArgumentException, match="holds float64 but the element type is ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16"):
+        TensorInfo.constructFromBuffer(np.array([1.0, 2.0]), [2], J.BFLOAT16)
 
 
 # --- the types numpy lacks: bfloat16, float8, int4 (child process) -----------------------------------
@@ -438,6 +441,10 @@ def buffers_of_the_wrong_size_or_type_are_refused() -> None:
         (object(), [1], None, "bytes-like"),
         ([1.5, 2.5], [2], OnnxJavaType.INT32, "cannot make"),
         (bytes(4), [2], "FLOAT16", "OnnxJavaType or OnnxTensorType"),
+        # float64 memory for a type numpy lacks: once read as its raw bits without a byte-count check
+        (np.array([1.0, 2.0]), [2], OnnxJavaType.BFLOAT16, "holds float64"),
+        (np.array([1.0, 2.0]), [2], T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN, "holds float64"),
+        (np.array([1.0, 2.0]), [4], T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT4, "holds float64"),
     ]:
         with pytest.raises(OrtException, match=fragment):
             OnnxTensor.createTensor(env(), buffer, shape, type_) if type_ is not None else OnnxTensor.createTensor(env(), buffer, shape)
