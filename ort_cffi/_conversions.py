@@ -264,10 +264,7 @@ def buffer_array(buffer: Any, shape: Any, type: Any = None) -> Tuple[np.ndarray,
             dtype = NUMPY_DTYPES.get(onnx_type)
             if dtype is None or inferred == STRING:
                 raise OrtException.invalid_argument(f"data of {inferred.name} cannot make a {onnx_type.name} tensor")
-            try:
-                source = source.astype(dtype, casting="same_kind")
-            except TypeError as exc:
-                raise OrtException.invalid_argument(f"data of {inferred.name} cannot make a {onnx_type.name} tensor: {exc}") from None
+            source = _cast_data(source, inferred, dtype, onnx_type)
     else:
         view = _buffer_view(buffer)
         if view is None:
@@ -308,6 +305,32 @@ def buffer_array(buffer: Any, shape: Any, type: Any = None) -> Tuple[np.ndarray,
     if onnx_type not in PACKED_TYPES:
         array = array.reshape(dims)
     return array, onnx_type, dims, not np.may_share_memory(array, source)
+
+
+def _cast_data(source: np.ndarray, inferred: OnnxTensorType, dtype: np.dtype, onnx_type: OnnxTensorType) -> np.ndarray:
+    """Python data (``source``, numpy's reading of it) as ``dtype``: an integer must fit in the integer
+    type, a finite number must stay finite in the float type (numpy's casts wrap or overflow silently);
+    a cast across kinds (float to int) is refused."""
+    if source.dtype.kind in "iu" and dtype.kind in "iu":
+        limits = np.iinfo(dtype)
+        outside = (source < limits.min) | (source > limits.max)
+        if outside.any():
+            value = source.reshape(-1)[int(np.argmax(outside.reshape(-1)))]
+            raise OrtException.invalid_argument(
+                f"the data holds {int(value)}, which does not fit in {onnx_type.name} ({limits.min} to {limits.max})"
+            )
+        return source.astype(dtype)
+    try:
+        with np.errstate(over="ignore"):
+            result = source.astype(dtype, casting="same_kind")
+    except TypeError as exc:
+        raise OrtException.invalid_argument(f"data of {inferred.name} cannot make a {onnx_type.name} tensor: {exc}") from None
+    if dtype.kind == "f" and source.dtype.kind in "iuf":
+        overflowed = np.isinf(result) & np.isfinite(source)
+        if overflowed.any():
+            value = source.reshape(-1)[int(np.argmax(overflowed.reshape(-1)))]
+            raise OrtException.invalid_argument(f"the data holds {value.item()!r}, which does not fit in {onnx_type.name}")
+    return result
 
 
 def _name(obj: Any) -> str:

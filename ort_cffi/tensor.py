@@ -307,7 +307,9 @@ class OnnxTensor(OnnxValue):
                 list, an object of another kind, an int beyond int64, a complex or other unsupported
                 dtype, an object array holding anything but `str` and `bytes`); `shape` is not a
                 sequence of ints, has a negative dimension or does not match the buffer's size; `type`
-                is no `OnnxJavaType` or `OnnxTensorType` member, or is given without `shape`.
+                is no `OnnxJavaType` or `OnnxTensorType` member, or is given without `shape`, or is
+                not what the buffer's dtype holds, or a number in Python data does not fit in it
+                (the message names the number).
         """
         if shape is None and type is None:
             if isinstance(data, np.ndarray):  # a buffer: zero-copy when its layout allows

@@ -445,6 +445,12 @@ def buffers_of_the_wrong_size_or_type_are_refused() -> None:
         (np.array([1.0, 2.0]), [2], OnnxJavaType.BFLOAT16, "holds float64"),
         (np.array([1.0, 2.0]), [2], T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN, "holds float64"),
         (np.array([1.0, 2.0]), [4], T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT4, "holds float64"),
+        # Python numbers that do not fit the element type: numpy's cast once wrapped or overflowed them
+        ([300, 2**40], [2], OnnxJavaType.INT8, "holds 300, which does not fit in ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8"),
+        ([2, -1], [2], T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, "holds -1"),
+        ([2**63], [1], OnnxJavaType.INT64, "holds 9223372036854775808"),
+        ([1.0, 1e300], [2], OnnxJavaType.FLOAT, "holds 1e\\+300"),
+        ([100000, 1], [2], OnnxJavaType.FLOAT16, "holds 100000,"),
     ]:
         with pytest.raises(OrtException, match=fragment):
             OnnxTensor.createTensor(env(), buffer, shape, type_) if type_ is not None else OnnxTensor.createTensor(env(), buffer, shape)
@@ -454,6 +460,10 @@ def buffers_of_the_wrong_size_or_type_are_refused() -> None:
         assert tensor.getInfo().onnxType == T.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8 and not tensor.writable
     with OnnxTensor.createTensor(env(), bytearray(b"\x01\x00\x02\x00"), [2], OnnxJavaType.INT16) as tensor:
         assert tensor.getValue().tolist() == [1, 2] and tensor.writable
+    for data, type_ in (([127, -128], OnnxJavaType.INT8), ([0, 255], T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8),
+                        ([2**64 - 1], T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64), ([float("inf"), 65504.0], OnnxJavaType.FLOAT16)):
+        with OnnxTensor.createTensor(env(), data, [len(data)], type_) as tensor:  # the extremes fit
+            assert tensor.getValue().tolist() == data
 
 
 @pytest.mark.parametrize("name", cases(__name__))
