@@ -28,7 +28,7 @@ from ._handles import NativeHandle, pin_all, process, read_names, unpin_all
 from .capi import check_status, ffi, get_runtime
 from .options import RunOptions, SessionOptions
 from ._files import PathLike, PathOrBytes, atomic_write, fspath, native_path, read_model
-from .session import NameSet, Result
+from .session import NameSet, Result, _check_names
 from ._inputs import ANY_INPUT, checked_input
 from ._signature import InputSpec, check_symbolic, model_inputs
 from .tensor import (
@@ -429,7 +429,7 @@ class OrtTrainingSession(NativeHandle):
             if pinned is None:
                 return plan.everything, []
         elif isinstance(requested, str) or not isinstance(requested, Iterable):
-            raise OrtException.invalid_argument("requestedOutputs is a collection of output names")
+            raise OrtException.invalid_argument(f"requestedOutputs is a collection of output names, not {type(requested).__name__}")
         pinned_tensors: List[OnnxTensor] = []
         if pinned is not None:
             if type(pinned) is not dict and not isinstance(pinned, Mapping):
@@ -455,7 +455,9 @@ class OrtTrainingSession(NativeHandle):
     @staticmethod
     def _new_selection(plan: _ModelPlan, request: Tuple[Any, bool, Any]) -> _Selection:
         requested, unordered, pinned_names = request
+        _check_names(requested or ())
         pinned_names = pinned_names or ()
+        _check_names(pinned_names, "pinned output names")
         if requested is None:
             wanted: List[str] = []
         elif unordered:  # a set has no order of its own (it varies per process): use the model's
@@ -888,8 +890,8 @@ class OrtTrainingSession(NativeHandle):
         Raises:
             OrtClosedException: The session is closed.
             OrtFileNotFoundException: The folder of `outputPath` does not exist.
-            OrtInvalidArgumentException: No output name is given (Java: `IllegalArgumentException`), a
-                name is not a `str` without NUL, `outputPath` is empty or not a path, or the session has
+            OrtInvalidArgumentException: No output name is given (Java: `IllegalArgumentException`),
+                `outputNames` is neither a `str` nor a list or tuple, a name is not a `str` without NUL, `outputPath` is empty or not a path, or the session has
                 no eval model.
             OrtException: The eval model was loaded from bytes (code `ORT_NOT_IMPLEMENTED`: ONNX Runtime
                 1.19 cannot export then), or the runtime fails the export (e.g. an output name the eval
@@ -898,6 +900,10 @@ class OrtTrainingSession(NativeHandle):
         path = fspath(outputPath, "export path")
         if isinstance(outputNames, str):
             outputNames = [outputNames]
+        elif not isinstance(outputNames, Iterable):
+            raise OrtException.invalid_argument(
+                f"outputNames is a list or tuple of output names, or one str; not {type(outputNames).__name__}"
+            )
         names = list(outputNames)
         if not names:
             raise OrtException.invalid_argument("exportModelForInference needs at least one output name")
