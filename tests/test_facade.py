@@ -191,6 +191,13 @@ def test_run_options_log_level_is_none_until_set():
         lambda so, ro: ro.addRunConfigEntry(3, "x"),
         lambda so, ro: ro.addRunConfigEntry("x", 3),
         lambda so, ro: env.createSession(TWOOUT / "training_model.onnx", options=ro),
+        # a lone surrogate (what os.fsdecode makes of undecodable bytes): a bare UnicodeEncodeError once
+        lambda so, ro: so.setLoggerId("log \udcff"),
+        lambda so, ro: so.addConfigEntry("key \udcff", "value"),
+        lambda so, ro: so.addConfigEntry("key", "value \udcff"),
+        lambda so, ro: so.setSymbolicDimensionValue("batch \udcff", 4),
+        lambda so, ro: ro.setRunTag("tag \udcff"),
+        lambda so, ro: ro.addRunConfigEntry("key", "value \udcff"),
     ],
 )
 def test_a_bad_option_is_an_invalid_argument_that_names_it(call):
@@ -546,3 +553,36 @@ def test_a_step_output_that_is_an_input_is_a_value_of_its_own(tmp_path):
                     data["input"][:] = 5
                     np.testing.assert_array_equal(result["input"].getValue(), expected)
                 data["input"][:] = expected
+
+
+def test_a_name_utf8_cannot_encode_is_an_invalid_argument_that_names_it():
+    """A lone surrogate in a property name or value, a parameter name or an export output name raised
+    a bare UnicodeEncodeError."""
+    with session() as s:
+        state = s.getCheckpointState()
+        for call in (
+            lambda: state.addProperty("name \udcff", 1),
+            lambda: state.addProperty("name", "value \udcff"),
+            lambda: s.addProperty("name \udcff", 1.5),
+            lambda: s.getIntProperty("name \udcff"),
+            lambda: state.getStringProperty("name \udcff"),
+            lambda: state.getParameter("fc1.weight \udcff"),
+            lambda: s.exportModelForInference("/tmp/never.onnx", ["logits \udcff"]),
+        ):
+            with pytest.raises(OrtInvalidArgumentException, match=r"'(name|value|fc1\.weight|logits) \\udcff' is not valid Unicode"):
+                call()
+
+
+def test_an_environment_name_with_nul_or_a_lone_surrogate_is_refused():
+    """'ab\\x00cd' was cut short at the NUL by the C string; '\\udcff' raised a bare UnicodeEncodeError."""
+    run_child(
+        """
+        import pytest
+        from ort_cffi import OrtEnvironment, OrtInvalidArgumentException
+        with pytest.raises(OrtInvalidArgumentException, match="environment name .*NUL"):
+            OrtEnvironment.getEnvironment("ab\\x00cd")
+        with pytest.raises(OrtInvalidArgumentException, match="environment name .*not valid Unicode"):
+            OrtEnvironment.getEnvironment(None, "ab\\udcff")
+        assert OrtEnvironment.getEnvironment("ab").getVersion()
+        """
+    )
