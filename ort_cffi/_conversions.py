@@ -117,7 +117,13 @@ def _buffer_view(obj: Any) -> Optional[np.ndarray]:
     if view.format in _RAW_FORMATS:
         raw = np.frombuffer(view, dtype=np.uint8) if view.c_contiguous else np.array(view, dtype=np.uint8).reshape(-1)
         return raw.view(np.int8)
-    return np.asarray(view)
+    try:
+        return np.asarray(view)
+    except (TypeError, ValueError):  # a format numpy cannot read: pointers, wide characters, ...
+        raise OrtException.invalid_argument(
+            f"cannot make a tensor from a {_name(obj)} buffer of format {view.format!r}, which numpy cannot read: "
+            "give a numpy array, or a buffer of numbers or raw bytes"
+        ) from None
 
 
 def _leaf_kind(value: Any) -> Optional[str]:

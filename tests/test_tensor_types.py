@@ -456,6 +456,12 @@ def buffers_of_the_wrong_size_or_type_are_refused() -> None:
             OnnxTensor.createTensor(env(), buffer, shape, type_) if type_ is not None else OnnxTensor.createTensor(env(), buffer, shape)
     with pytest.raises(OrtException, match="needs a shape"):
         OnnxTensor.createTensor(env(), bytes(4), None, OnnxJavaType.INT8)
+    import ctypes
+
+    for unreadable in ((ctypes.c_wchar * 3)(), (ctypes.c_void_p * 3)(), (ctypes.POINTER(ctypes.c_int) * 3)()):
+        for extra in ((), ([3],), ([3], OnnxJavaType.INT8)):  # numpy's ValueError leaked before
+            with pytest.raises(OrtInvalidArgumentException, match=f"{type(unreadable).__name__} buffer of format '.+', which numpy cannot read"):
+                OnnxTensor.createTensor(env(), unreadable, *extra)
     with OnnxTensor.createTensor(env(), bytes(2), [2]) as tensor:  # raw bytes without a type: Java's ByteBuffer, INT8
         assert tensor.getInfo().onnxType == T.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8 and not tensor.writable
     with OnnxTensor.createTensor(env(), bytearray(b"\x01\x00\x02\x00"), [2], OnnxJavaType.INT16) as tensor:
