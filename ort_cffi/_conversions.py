@@ -117,7 +117,13 @@ def _buffer_view(obj: Any) -> Optional[np.ndarray]:
     if view.format in _RAW_FORMATS:
         raw = np.frombuffer(view, dtype=np.uint8) if view.c_contiguous else np.array(view, dtype=np.uint8).reshape(-1)
         return raw.view(np.int8)
-    return np.asarray(view)
+    try:
+        return np.asarray(view)
+    except (TypeError, ValueError):  # a format numpy cannot read: pointers, wide characters, ...
+        raise OrtException.invalid_argument(
+            f"cannot make a tensor from a {_name(obj)} buffer of format {view.format!r}, which numpy cannot read: "
+            "give a numpy array, or a buffer of numbers or raw bytes"
+        ) from None
 
 
 def _leaf_kind(value: Any) -> Optional[str]:
@@ -264,10 +270,7 @@ def buffer_array(buffer: Any, shape: Any, type: Any = None) -> Tuple[np.ndarray,
             dtype = NUMPY_DTYPES.get(onnx_type)
             if dtype is None or inferred == STRING:
                 raise OrtException.invalid_argument(f"data of {inferred.name} cannot make a {onnx_type.name} tensor")
-            try:
-                source = source.astype(dtype, casting="same_kind")
-            except TypeError as exc:
-                raise OrtException.invalid_argument(f"data of {inferred.name} cannot make a {onnx_type.name} tensor: {exc}") from None
+            source = _cast_data(source, inferred, dtype, onnx_type)
     else:
         view = _buffer_view(buffer)
         if view is None:
@@ -289,7 +292,8 @@ def buffer_array(buffer: Any, shape: Any, type: Any = None) -> Tuple[np.ndarray,
     storage = storage_dtype(onnx_type)
     assert storage is not None  # element_type refused the rest
     native = source.dtype.newbyteorder("=") if source.dtype.byteorder not in ("=", "|") else source.dtype
-    if native == storage or native == NUMPY_DTYPES.get(onnx_type):
+    values = NUMPY_DTYPES.get(onnx_type)  # None for the types numpy lacks (and np.dtype("float64") == None is True)
+    if native == storage or (values is not None and native == values):
         array = as_tensor_array(source, "the buffer")
         needed = count if onnx_type not in PACKED_TYPES else byte_size(onnx_type, count)
         if array.size != needed:
@@ -307,6 +311,32 @@ def buffer_array(buffer: Any, shape: Any, type: Any = None) -> Tuple[np.ndarray,
     if onnx_type not in PACKED_TYPES:
         array = array.reshape(dims)
     return array, onnx_type, dims, not np.may_share_memory(array, source)
+
+
+def _cast_data(source: np.ndarray, inferred: OnnxTensorType, dtype: np.dtype, onnx_type: OnnxTensorType) -> np.ndarray:
+    """Python data (``source``, numpy's reading of it) as ``dtype``: an integer must fit in the integer
+    type, a finite number must stay finite in the float type (numpy's casts wrap or overflow silently);
+    a cast across kinds (float to int) is refused."""
+    if source.dtype.kind in "iu" and dtype.kind in "iu":
+        limits = np.iinfo(dtype)
+        outside = (source < limits.min) | (source > limits.max)
+        if outside.any():
+            value = source.reshape(-1)[int(np.argmax(outside.reshape(-1)))]
+            raise OrtException.invalid_argument(
+                f"the data holds {int(value)}, which does not fit in {onnx_type.name} ({limits.min} to {limits.max})"
+            )
+        return source.astype(dtype)
+    try:
+        with np.errstate(over="ignore"):
+            result = source.astype(dtype, casting="same_kind")
+    except TypeError as exc:
+        raise OrtException.invalid_argument(f"data of {inferred.name} cannot make a {onnx_type.name} tensor: {exc}") from None
+    if dtype.kind == "f" and source.dtype.kind in "iuf":
+        overflowed = np.isinf(result) & np.isfinite(source)
+        if overflowed.any():
+            value = source.reshape(-1)[int(np.argmax(overflowed.reshape(-1)))]
+            raise OrtException.invalid_argument(f"the data holds {value.item()!r}, which does not fit in {onnx_type.name}")
+    return result
 
 
 def _name(obj: Any) -> str:

@@ -165,6 +165,17 @@ class OrtException(Exception):
         return OrtInvalidArgumentException(message, OrtErrorCode.ORT_INVALID_ARGUMENT)
 
 
+def utf8(text: str, what: str) -> bytes:
+    """``text`` as UTF-8, or ``OrtInvalidArgumentException`` naming ``what`` when it cannot be encoded
+    (a lone surrogate such as ``"\\udcff"``, which ``os.fsdecode`` makes of undecodable bytes)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise OrtException.invalid_argument(
+            f"{what} {text!r} is not valid Unicode: {exc.reason} at index {exc.start}, which UTF-8 cannot encode"
+        ) from None
+
+
 def _rebuild(cls: type[OrtException], message: str, code: int) -> OrtException:
     exc = cls.__new__(cls)  # no __init__: the subclasses take other arguments
     Exception.__init__(exc, message)

@@ -20,7 +20,7 @@ import threading
 import weakref
 from typing import Any, Callable, Optional, Sequence
 
-from ._errors import OrtClosedException, OrtException
+from ._errors import OrtClosedException, OrtException, utf8
 from .capi import check_status, ffi, get_runtime
 
 # Guards pin counts and the closed/released transitions. Re-entrant: garbage collection may run a
@@ -243,7 +243,7 @@ class Env(_ProcessHandle):
     def __init__(self, log_level: int = 2, log_id: str = "ort_cffi") -> None:
         rt = get_runtime()
         out = ffi.new("OrtEnv**")
-        check_status(rt.api.CreateEnv(log_level, log_id.encode(), out), "CreateEnv")
+        check_status(rt.api.CreateEnv(log_level, utf8(log_id, "the environment name"), out), "CreateEnv")
         self._own(out[0], rt.api.ReleaseEnv)
 
 

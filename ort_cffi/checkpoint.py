@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 
 import numpy as np
 
-from ._errors import OrtException
+from ._errors import OrtException, utf8
 from ._files import PathLike, atomic_write, existing_file, fspath, native_path
 from ._handles import NativeHandle, process
 from .capi import check_status, ffi, get_runtime
@@ -55,7 +55,7 @@ def _check_name(name: Any, what: str = "property name") -> bytes:
         raise OrtException.invalid_argument(f"the {what} must be a str, not {type(name).__name__}")
     if "\0" in name:
         raise OrtException.invalid_argument(f"the {what} {name!r} contains a NUL character")
-    return name.encode()
+    return utf8(name, f"the {what}")
 
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import threading
 from typing import Any, Optional, Union
 
-from ._errors import OrtException
 from ._handles import process
 from .capi import get_runtime
-from .options import OrtLoggingLevel, SessionOptions, _member
+from .options import OrtLoggingLevel, SessionOptions, _member, _text
 from ._files import PathLike, PathOrBytes
 from .session import OrtSession
 from .checkpoint import OrtAllocator, OrtCheckpointState
@@ -39,8 +38,8 @@ class OrtEnvironment:
                 raise RuntimeError("OrtEnvironment is a singleton: use OrtEnvironment.getEnvironment()")
             if loggingLevel is not None:
                 loggingLevel = _member(OrtLoggingLevel, loggingLevel, "the environment's logging level")
-            if name is not None and not isinstance(name, str):
-                raise OrtException.invalid_argument(f"the environment name must be a str, not {type(name).__name__}")
+            if name is not None:
+                _text(name, "the environment name")  # a str that UTF-8 encodes, without NUL (it would cut the C string short)
             process.env(loggingLevel, name)  # fails here, clearly, if the runtime cannot be loaded
             self.defaultAllocator = OrtAllocator(process.allocator())
             OrtEnvironment._instance = self  # constructed directly or not, it is the one getEnvironment() returns
@@ -67,7 +66,7 @@ class OrtEnvironment:
 
         Raises:
             OrtInvalidArgumentException: On the first call, `loggingLevel` is no `OrtLoggingLevel`, or
-                `name` is not a `str`.
+                `name` is not a `str`, holds a NUL character or is not valid Unicode (a lone surrogate).
             RuntimeLoadError: The runtime cannot be loaded: `RuntimeNotFoundError` (none found; the
                 message lists where it looked), `TrainingApiUnavailableError`, `UnsupportedRuntimeError`.
         """

@@ -4,7 +4,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Optional, Type, TypeVar
 
-from ._errors import OrtException
+from ._errors import OrtException, utf8
 from ._files import fspath, native_path
 from ._handles import NativeHandle
 from .capi import check_status, ffi, get_runtime
@@ -103,7 +103,7 @@ def _text(value: Any, what: str) -> bytes:
         raise OrtException.invalid_argument(f"{what} must be a str, not {type(value).__name__}")
     if "\0" in value:
         raise OrtException.invalid_argument(f"{what} must not hold a NUL character: {value!r}")
-    return value.encode()
+    return utf8(value, what)
 
 
 _Member = TypeVar("_Member", bound=enum.Enum)

@@ -14,7 +14,7 @@ from ._files import PathOrBytes, native_path, read_model
 from ._optional import Optional_
 from ._inputs import ANY_INPUT, checked_input
 from ._signature import InputSpec, check_symbolic, model_inputs
-from .tensor import OnnxTensor, OnnxValue, TensorInfo, TypeInfo, adopt_outputs, check_outputs
+from .tensor import OnnxTensor, OnnxValue, TensorInfo, TypeInfo, adopt_outputs, check_outputs, detach_aliased
 
 
 
@@ -331,6 +331,13 @@ class Result:
 _Result = Result
 
 
+def _check_names(names: Iterable[Any], what: str = "requested output names") -> None:
+    """Refuse a name that is not a ``str`` (an unhashable one would raise a bare TypeError)."""
+    for name in names:
+        if not isinstance(name, str):
+            raise OrtException.invalid_argument(f"the {what} must be str, not {type(name).__name__}: {name!r}")
+
+
 class OrtSession(NativeHandle):
     """An inference session on the same runtime as the training sessions.
 
@@ -380,6 +387,9 @@ class OrtSession(NativeHandle):
             raise
         self._input_pos = {n: i for i, n in enumerate(self._input_names)}
         self._output_pos = {n: i for i, n in enumerate(self._output_names)}
+        # Outputs that are inputs (a graph input listed as an output): the runtime returns them over
+        # the input's memory, so each run copies them (see detach_aliased). Usually none: no cost.
+        self._aliased = frozenset(n for n in self._output_names if n in self._input_pos)
         try:
             self._input_specs = self._read_input_specs(path, data)
         except BaseException:
@@ -550,15 +560,21 @@ class OrtSession(NativeHandle):
             raise OrtException.invalid_argument(f"unknown input names {unknown}; the model's inputs are {list(self._input_names)}")
         if not inputs:
             raise OrtException.invalid_argument(f"no inputs given; the model's inputs are {list(self._input_names)}")
-        if isinstance(requestedOutputs, str):
-            raise OrtException.invalid_argument("requestedOutputs is a collection of output names")
+        requested: List[Any] = []
         if requestedOutputs is None:
             wanted = list(self._output_names)
-        elif isinstance(requestedOutputs, (set, frozenset)):  # no order of its own: the model's
-            wanted = [n for n in self._output_names if n in requestedOutputs]
         else:
-            wanted = list(dict.fromkeys(requestedOutputs))
-        unknown = [n for n in (requestedOutputs or ()) if n not in self._output_pos]
+            if isinstance(requestedOutputs, str) or not isinstance(requestedOutputs, Iterable):
+                raise OrtException.invalid_argument(
+                    f"requestedOutputs is a collection of output names, not {type(requestedOutputs).__name__}"
+                )
+            requested = list(requestedOutputs)
+            _check_names(requested)
+            if isinstance(requestedOutputs, (set, frozenset)):  # no order of its own: the model's
+                wanted = [n for n in self._output_names if n in requestedOutputs]
+            else:
+                wanted = list(dict.fromkeys(requested))
+        unknown = [n for n in requested if n not in self._output_pos]
         if unknown or not wanted:
             raise OrtException.invalid_argument(
                 f"unknown or no requested outputs {unknown}; the model's outputs are {list(self._output_names)}"
@@ -593,6 +609,8 @@ class OrtSession(NativeHandle):
             finally:
                 unpin_all(in_use)
             check_outputs(status, values, "Run")
+            if self._aliased:
+                detach_aliased(values, [i for i, n in enumerate(wanted) if n in self._aliased])
         finally:
             for tensor in made:
                 tensor.close()

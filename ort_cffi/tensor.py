@@ -307,7 +307,9 @@ class OnnxTensor(OnnxValue):
                 list, an object of another kind, an int beyond int64, a complex or other unsupported
                 dtype, an object array holding anything but `str` and `bytes`); `shape` is not a
                 sequence of ints, has a negative dimension or does not match the buffer's size; `type`
-                is no `OnnxJavaType` or `OnnxTensorType` member, or is given without `shape`.
+                is no `OnnxJavaType` or `OnnxTensorType` member, or is given without `shape`, or is
+                not what the buffer's dtype holds, or a number in Python data does not fit in it
+                (the message names the number).
         """
         if shape is None and type is None:
             if isinstance(data, np.ndarray):  # a buffer: zero-copy when its layout allows
@@ -706,6 +708,45 @@ def adopt_outputs(out_values: Any, count: int) -> list[Optional[OnnxTensor]]:
         value = out_values[0]
         return [OnnxTensor._adopt(value) if value else None]
     return [OnnxTensor._adopt(p) if p else None for p in out_values[0:count]]
+
+
+def _own_copy(ptr: Any, info: TensorInfo) -> OnnxTensor:
+    """A tensor over a numpy copy of the memory of the value ``ptr`` (a numeric tensor described by ``info``)."""
+    storage = storage_dtype(info.onnxType)
+    assert storage is not None  # not a string: the caller keeps those
+    nbytes = byte_size(info.onnxType, info.getNumElements())
+    copy = np.empty(nbytes // storage.itemsize, storage)
+    if nbytes:
+        data = _scratch.data
+        check_status((_calls or calls()).GetTensorMutableData(ptr, data), "GetTensorMutableData")
+        ffi.memmove(ffi.from_buffer(copy), data[0], nbytes)
+    if info.onnxType not in BITS_TYPES:
+        copy = copy.reshape(info.shape)
+    return OnnxTensor._over_array(copy, info.onnxType, info.shape)
+
+
+def detach_aliased(values: list[Optional[OnnxTensor]], positions: Iterable[int]) -> None:
+    """Give each output at ``positions`` (a graph input the model also lists as an output) memory of
+    its own. ONNX Runtime returns such an output as the input's own tensor, over the memory the input
+    was made over: the caller's numpy array, or the copy ort_cffi made of it, which is freed when
+    that array or tensor goes away, and which the caller's later writes change. The output is
+    replaced by a tensor over a copy, and closed; a string tensor, whose strings the runtime owns
+    and shares, is kept. On failure every value is closed."""
+    try:
+        for position in positions:
+            value = values[position]
+            if value is None:  # a pinned output: the caller's own tensor
+                continue
+            info = _value_tensor_info(value._ptr)
+            if info.onnxType == STRING:
+                continue
+            values[position] = _own_copy(value._ptr, info)
+            value.close()
+    except BaseException:
+        for value in values:
+            if value is not None:
+                value.close()
+        raise
 
 
 def check_outputs(status: Any, values: Sequence[Optional[OnnxTensor]], context: str) -> None:

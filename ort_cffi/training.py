@@ -28,7 +28,7 @@ from ._handles import NativeHandle, pin_all, process, read_names, unpin_all
 from .capi import check_status, ffi, get_runtime
 from .options import RunOptions, SessionOptions
 from ._files import PathLike, PathOrBytes, atomic_write, fspath, native_path, read_model
-from .session import NameSet, Result
+from .session import NameSet, Result, _check_names
 from ._inputs import ANY_INPUT, checked_input
 from ._signature import InputSpec, check_symbolic, model_inputs
 from .tensor import (
@@ -36,6 +36,7 @@ from .tensor import (
     adopt_outputs,
     as_tensor_array,
     check_outputs,
+    detach_aliased,
 )
 
 from .checkpoint import INT64_MIN, INT64_MAX, OrtCheckpointState, _check_name
@@ -63,7 +64,7 @@ class _ModelPlan:
     """What one model (training or eval) needs per step, computed once at construction."""
 
     __slots__ = ("kind", "what", "input_names", "output_names", "input_pos", "output_pos", "in_values", "out_values",
-                 "step", "everything", "cached", "specs", "pairs", "dims_by_position")
+                 "step", "everything", "cached", "specs", "pairs", "dims_by_position", "aliased")
 
     def __init__(
         self, kind: str, input_names: Tuple[str, ...], output_names: Tuple[str, ...], step: Any, specs: Dict[str, InputSpec]
@@ -78,6 +79,9 @@ class _ModelPlan:
         self.out_values = ffi.new("OrtValue*[]", max(len(output_names), 1))
         self.step = step  # the TrainStep or EvalStep function pointer, looked up once
         self.everything = _Selection(output_names, tuple(range(len(output_names))), (), everything=True)
+        # Positions of outputs that are inputs (a graph input listed as an output): the runtime returns
+        # them over the input's memory, so each step copies them (see detach_aliased). Usually none.
+        self.aliased = tuple(i for i, n in enumerate(output_names) if n in self.input_pos)
         self.cached: Tuple[Any, Optional[_Selection]] = (None, None)  # (request names, selection): one read, one write
         # Each input's signature, by position (checked before every step), and the pairs of
         # (position, axis) that share a symbolic dimension such as the batch size: (a, axis a, b, axis b).
@@ -425,7 +429,7 @@ class OrtTrainingSession(NativeHandle):
             if pinned is None:
                 return plan.everything, []
         elif isinstance(requested, str) or not isinstance(requested, Iterable):
-            raise OrtException.invalid_argument("requestedOutputs is a collection of output names")
+            raise OrtException.invalid_argument(f"requestedOutputs is a collection of output names, not {type(requested).__name__}")
         pinned_tensors: List[OnnxTensor] = []
         if pinned is not None:
             if type(pinned) is not dict and not isinstance(pinned, Mapping):
@@ -451,7 +455,9 @@ class OrtTrainingSession(NativeHandle):
     @staticmethod
     def _new_selection(plan: _ModelPlan, request: Tuple[Any, bool, Any]) -> _Selection:
         requested, unordered, pinned_names = request
+        _check_names(requested or ())
         pinned_names = pinned_names or ()
+        _check_names(pinned_names, "pinned output names")
         if requested is None:
             wanted: List[str] = []
         elif unordered:  # a set has no order of its own (it varies per process): use the model's
@@ -556,6 +562,8 @@ class OrtTrainingSession(NativeHandle):
                 tensor.close()
         if status:
             check_outputs(status, produced, f"{plan.kind} step")
+        if plan.aliased:
+            detach_aliased(produced, [p for p in plan.aliased if selection.everything or p in selection.wanted])
         if selection.everything:
             return Result(plan.output_names, produced, None, plan.output_pos)  # type: ignore[arg-type]  # none is None
         for position, value in enumerate(produced):
@@ -882,8 +890,8 @@ class OrtTrainingSession(NativeHandle):
         Raises:
             OrtClosedException: The session is closed.
             OrtFileNotFoundException: The folder of `outputPath` does not exist.
-            OrtInvalidArgumentException: No output name is given (Java: `IllegalArgumentException`), a
-                name is not a `str` without NUL, `outputPath` is empty or not a path, or the session has
+            OrtInvalidArgumentException: No output name is given (Java: `IllegalArgumentException`),
+                `outputNames` is neither a `str` nor a list or tuple, a name is not a `str` without NUL, `outputPath` is empty or not a path, or the session has
                 no eval model.
             OrtException: The eval model was loaded from bytes (code `ORT_NOT_IMPLEMENTED`: ONNX Runtime
                 1.19 cannot export then), or the runtime fails the export (e.g. an output name the eval
@@ -892,6 +900,10 @@ class OrtTrainingSession(NativeHandle):
         path = fspath(outputPath, "export path")
         if isinstance(outputNames, str):
             outputNames = [outputNames]
+        elif not isinstance(outputNames, Iterable):
+            raise OrtException.invalid_argument(
+                f"outputNames is a list or tuple of output names, or one str; not {type(outputNames).__name__}"
+            )
         names = list(outputNames)
         if not names:
             raise OrtException.invalid_argument("exportModelForInference needs at least one output name")

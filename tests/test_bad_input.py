@@ -27,6 +27,7 @@ from ort_cffi import (
     OrtCheckpointState,
     OrtEnvironment,
     OrtException,
+    OrtInvalidArgumentException,
     OrtTrainingSession,
     RunOptions,
     SessionOptions,
@@ -226,6 +227,11 @@ def unknown_requested_output_names() -> None:
                 step(BATCH if session is S else TW_BATCH, requestedOutputs=good)
             with raises(kind=ValueError):
                 step(BATCH if session is S else TW_BATCH, set())
+            for requested, named in (([["x"]], "list"), ([good, None], "NoneType"), ((1,), "int")):  # once a bare TypeError
+                with raises("must be str", named, kind=OrtInvalidArgumentException):
+                    step(BATCH if session is S else TW_BATCH, requested)
+            with raises("requestedOutputs", "int", kind=OrtInvalidArgumentException):
+                step(BATCH if session is S else TW_BATCH, requestedOutputs=5)
     assert_still_works()
 
 
@@ -551,8 +557,8 @@ def export_with_unknown_or_no_output_names() -> None:
     for names in ([], (), [""]):
         with raises(kind=ValueError):
             S.exportModelForInference(target, names)
-    for names in (None, [None], [1]):
-        with raises(kind=(OrtException, TypeError)):
+    for names, named in ((None, "NoneType"), (5, "int"), ([None], "NoneType"), ([1], "int")):  # once a bare TypeError
+        with raises(named, kind=OrtInvalidArgumentException):
             S.exportModelForInference(target, names)
     _no_leftovers(folder, before)
     with raises(str(TMP / "no-folder"), kind=FileNotFoundError):
@@ -769,7 +775,7 @@ def bad_step_arguments() -> None:
                     step(BATCH, extra)
             with raises(kind=OrtException):
                 step(BATCH, runOptions=options)
-            with raises(kind=(OrtException, TypeError)):
+            with raises(kind=OrtInvalidArgumentException):
                 step(BATCH, pinnedOutputs=[1])
 
 
@@ -840,6 +846,13 @@ def inference_session_bad_input() -> None:
             session.run(BATCH, {"nope"})
         with raises(kind=ValueError):
             session.run(BATCH, [])
+        for requested, named in ((5, "int"), ([["x"]], "list"), ([TINY_LOSS, None], "NoneType")):  # once a bare TypeError
+            with raises(named, kind=OrtInvalidArgumentException):
+                session.run(BATCH, requestedOutputs=requested)
+        with raises("list", kind=OrtInvalidArgumentException):
+            session.run(BATCH, [[TINY_LOSS]])
+        with session.run(BATCH, requestedOutputs=iter([TINY_LOSS])) as result:  # any iterable of names
+            assert result.keys() == [TINY_LOSS]
         for array in (BATCH["input"].astype(np.float64), np.zeros((4, 100), np.float32), np.zeros((4, 784, 1), np.float32)):
             with raises(kind=OrtException):
                 session.run(with_(BATCH, input=array))

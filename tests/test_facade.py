@@ -191,6 +191,13 @@ def test_run_options_log_level_is_none_until_set():
         lambda so, ro: ro.addRunConfigEntry(3, "x"),
         lambda so, ro: ro.addRunConfigEntry("x", 3),
         lambda so, ro: env.createSession(TWOOUT / "training_model.onnx", options=ro),
+        # a lone surrogate (what os.fsdecode makes of undecodable bytes): a bare UnicodeEncodeError once
+        lambda so, ro: so.setLoggerId("log \udcff"),
+        lambda so, ro: so.addConfigEntry("key \udcff", "value"),
+        lambda so, ro: so.addConfigEntry("key", "value \udcff"),
+        lambda so, ro: so.setSymbolicDimensionValue("batch \udcff", 4),
+        lambda so, ro: ro.setRunTag("tag \udcff"),
+        lambda so, ro: ro.addRunConfigEntry("key", "value \udcff"),
     ],
 )
 def test_a_bad_option_is_an_invalid_argument_that_names_it(call):
@@ -501,5 +508,81 @@ def test_environment_logging_level_is_taken_from_the_first_call():
         from ort_cffi import OrtEnvironment, OrtLoggingLevel
         env = OrtEnvironment.getEnvironment(OrtLoggingLevel.ORT_LOGGING_LEVEL_ERROR, "my-app")
         assert OrtEnvironment.getEnvironment() is env
+        """
+    )
+
+
+def _model_returning_its_input() -> bytes:
+    """A model with no nodes whose input x is also its output (valid ONNX)."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])
+    graph = helper.make_graph([], "identity", [x], [x])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9).SerializeToString()
+
+
+def test_an_output_that_is_an_input_is_a_value_of_its_own():
+    """ONNX Runtime returns such an output over the input's memory: the caller's later writes into
+    its array (or the tensor's buffer) once showed in the Result. Java gives the output its own value."""
+    with env.createSession(_model_returning_its_input()) as s:
+        x = np.arange(4, dtype=np.float32)
+        with s.run({"x": x}) as result:
+            x[:] = 5
+            np.testing.assert_array_equal(result["x"].getValue(), [0, 1, 2, 3])
+        with OnnxTensor.createTensor(env, np.arange(4, dtype=np.float32)) as tensor, s.run({"x": tensor}) as result:
+            tensor.getBufferRef().get()[:] = 7
+            np.testing.assert_array_equal(result[0].getValue(), [0, 1, 2, 3])
+            assert result[0].getInfo().shape == (4,)
+
+
+def test_a_step_output_that_is_an_input_is_a_value_of_its_own(tmp_path):
+    import onnx
+
+    paths = []
+    for name in ("training_model.onnx", "eval_model.onnx"):
+        model = onnx.load(str(TWOOUT / name))
+        model.graph.output.append(next(i for i in model.graph.input if i.name == "input"))
+        onnx.save(model, str(tmp_path / name))
+        paths.append(str(tmp_path / name))
+    with env.createTrainingSession(str(TWOOUT / "checkpoint"), *paths, None) as s:
+        for step in (s.trainStep, s.evalStep):
+            data = batch()
+            expected = data["input"].copy()
+            for extra in ((), (["input"],), ({"input", "onnx::loss::20"},)):
+                with step(data, *extra) as result:
+                    data["input"][:] = 5
+                    np.testing.assert_array_equal(result["input"].getValue(), expected)
+                data["input"][:] = expected
+
+
+def test_a_name_utf8_cannot_encode_is_an_invalid_argument_that_names_it():
+    """A lone surrogate in a property name or value, a parameter name or an export output name raised
+    a bare UnicodeEncodeError."""
+    with session() as s:
+        state = s.getCheckpointState()
+        for call in (
+            lambda: state.addProperty("name \udcff", 1),
+            lambda: state.addProperty("name", "value \udcff"),
+            lambda: s.addProperty("name \udcff", 1.5),
+            lambda: s.getIntProperty("name \udcff"),
+            lambda: state.getStringProperty("name \udcff"),
+            lambda: state.getParameter("fc1.weight \udcff"),
+            lambda: s.exportModelForInference("/tmp/never.onnx", ["logits \udcff"]),
+        ):
+            with pytest.raises(OrtInvalidArgumentException, match=r"'(name|value|fc1\.weight|logits) \\udcff' is not valid Unicode"):
+                call()
+
+
+def test_an_environment_name_with_nul_or_a_lone_surrogate_is_refused():
+    """'ab\\x00cd' was cut short at the NUL by the C string; '\\udcff' raised a bare UnicodeEncodeError."""
+    run_child(
+        """
+        import pytest
+        from ort_cffi import OrtEnvironment, OrtInvalidArgumentException
+        with pytest.raises(OrtInvalidArgumentException, match="environment name .*NUL"):
+            OrtEnvironment.getEnvironment("ab\\x00cd")
+        with pytest.raises(OrtInvalidArgumentException, match="environment name .*not valid Unicode"):
+            OrtEnvironment.getEnvironment(None, "ab\\udcff")
+        assert OrtEnvironment.getEnvironment("ab").getVersion()
         """
     )

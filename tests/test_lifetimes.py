@@ -21,7 +21,7 @@ import pytest
 
 from _childcases import artifact_session, case, cases, check
 from conftest import ARTIFACTS, run_child, tiny_batch
-from ort_cffi import OnnxTensor, OrtCheckpointState, OrtEnvironment, OrtException
+from ort_cffi import OnnxTensor, OrtCheckpointState, OrtEnvironment, OrtException, OrtTrainingSession
 
 TINY = ARTIFACTS / "tiny"
 LOSS_NAME = "onnx::loss::8"
@@ -322,6 +322,106 @@ def environment_reference_dropped() -> None:
     with artifact_session("tiny") as second:
         second.trainStep(BATCH).close()
     session.close()
+
+
+# --- outputs that are inputs -------------------------------------------------------------------------
+# A model may list a graph input as an output (valid ONNX): ONNX Runtime then returns the input's own
+# tensor, over the memory the input was made over (the caller's array, or ort_cffi's copy of it).
+
+
+def _passthrough_model() -> bytes:
+    """x (float), h (bfloat16), q (int4) and s (string) are outputs as well as inputs; y = x + 1."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    names = {"x": TensorProto.FLOAT, "h": TensorProto.BFLOAT16, "q": TensorProto.INT4, "s": TensorProto.STRING}
+    values = [helper.make_tensor_value_info(n, t, [None]) for n, t in names.items()]
+    one = helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "one"], ["y"])], "passthrough", values,
+        [values[0], helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])] + values[1:], [one],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def _passthrough_training(tmp: Path) -> OrtTrainingSession:
+    """The tiny artifacts with the graph input ``input`` also an output of the training and eval models."""
+    import onnx
+
+    paths = []
+    for name in ("training_model.onnx", "eval_model.onnx"):
+        model = onnx.load(str(TINY / name))
+        model.graph.output.append(next(i for i in model.graph.input if i.name == "input"))
+        onnx.save(model, str(tmp / name))
+        paths.append(str(tmp / name))
+    return OrtEnvironment.getEnvironment().createTrainingSession(str(TINY / "checkpoint"), *paths, None)
+
+
+@case
+def run_output_that_is_an_input_outlives_the_input() -> None:
+    """It once read freed memory (a segfault): the input array, or the tensor that owned its copy,
+    went away while the Result still read it."""
+    from ort_cffi import OnnxJavaType, OnnxTensorType
+
+    env = OrtEnvironment.getEnvironment()
+    big = np.arange(4_000_000, dtype=np.float32)  # 16 MB: freed with munmap, so a use-after-free faults
+    bf16 = np.array([0x3F80, 0x4000], np.uint16)  # 1.0, 2.0
+    int4 = np.array([0x21, 0x03], np.uint8)  # 1, 2, 3
+    with env.createSession(_passthrough_model()) as session:
+        def inputs(x):
+            return {
+                "x": x,
+                "h": OnnxTensor.createTensor(env, bf16.copy().view(np.uint8), [2], OnnxJavaType.BFLOAT16),
+                "q": OnnxTensor.createTensor(env, int4.copy(), [3], OnnxTensorType.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT4),
+                "s": OnnxTensor.createTensor(env, ["a", "b"]),
+            }
+
+        given = inputs(big.copy())  # every input dropped after the run, the array included
+        result = session.run(given)
+        OnnxTensor.close(given)
+        del given
+        gc.collect()
+        blocks = churn(big.nbytes, 4)
+        np.testing.assert_array_equal(result["x"].getValue(), big)
+        np.testing.assert_array_equal(result["y"].getValue(), big + 1)
+        np.testing.assert_array_equal(result["h"].getValue(), [1.0, 2.0])
+        np.testing.assert_array_equal(result["q"].getValue(), [1, 2, 3])
+        assert result["s"].getValue().tolist() == ["a", "b"]
+        result.close()
+        del blocks
+        given = inputs(OnnxTensor.createTensor(env, big[::2]))  # strided: the tensor owns a copy
+        assert given["x"].ownsBuffer()
+        with session.run(given, ["x"]) as result:
+            OnnxTensor.close(given)
+            del given
+            gc.collect()
+            blocks = churn(big.nbytes // 2, 4)
+            np.testing.assert_array_equal(result[0].getValue(), big[::2])
+        del blocks
+
+
+@case
+def train_and_eval_output_that_is_an_input_outlives_the_input() -> None:
+    with _passthrough_training(TMP) as session:
+        for step in (session.trainStep, session.evalStep):
+            array = BIG_BATCH["input"].copy()
+            result = step({"input": array, "labels": BIG_BATCH["labels"]})
+            del array
+            gc.collect()
+            blocks = churn(BIG_BATCH["input"].nbytes)
+            np.testing.assert_array_equal(result["input"].getValue(), BIG_BATCH["input"])
+            result.close()
+            del blocks
+            tensor = OnnxTensor.createTensor(OrtEnvironment.getEnvironment(), BIG_BATCH["input"].copy())
+            with step({"input": tensor, "labels": BIG_BATCH["labels"]}, ["input"]) as result:
+                tensor.close()
+                del tensor
+                gc.collect()
+                blocks = churn(BIG_BATCH["input"].nbytes)
+                np.testing.assert_array_equal(result[0].getValue(), BIG_BATCH["input"])
+            del blocks
 
 
 # --- interpreter exit (each a whole child program) -----------------------------------------------

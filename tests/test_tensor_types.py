@@ -25,6 +25,7 @@ from ort_cffi import (
     OnnxTensorType,
     OrtEnvironment,
     OrtException,
+    OrtInvalidArgumentException,
     TensorInfo,
 )
 from ort_cffi.tensor_info import BITS_TYPES, NUMPY_DTYPES, byte_size
@@ -146,6 +147,8 @@ def test_onnx_java_type_mapping() -> None:
     assert TensorInfo.constructFromBuffer(bytes(10), [5], J.BFLOAT16).onnxType == T.ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16
     with pytest.raises(OrtException, match="needs 5 elements"):
         TensorInfo.constructFromBuffer(bytes(9), [5], J.BFLOAT16)
+    with pytest.raises(OrtInvalidArgumentException, match="holds float64 but the element type is ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16"):
+        TensorInfo.constructFromBuffer(np.array([1.0, 2.0]), [2], J.BFLOAT16)
 
 
 # --- the types numpy lacks: bfloat16, float8, int4 (child process) -----------------------------------
@@ -438,15 +441,35 @@ def buffers_of_the_wrong_size_or_type_are_refused() -> None:
         (object(), [1], None, "bytes-like"),
         ([1.5, 2.5], [2], OnnxJavaType.INT32, "cannot make"),
         (bytes(4), [2], "FLOAT16", "OnnxJavaType or OnnxTensorType"),
+        # float64 memory for a type numpy lacks: once read as its raw bits without a byte-count check
+        (np.array([1.0, 2.0]), [2], OnnxJavaType.BFLOAT16, "holds float64"),
+        (np.array([1.0, 2.0]), [2], T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN, "holds float64"),
+        (np.array([1.0, 2.0]), [4], T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT4, "holds float64"),
+        # Python numbers that do not fit the element type: numpy's cast once wrapped or overflowed them
+        ([300, 2**40], [2], OnnxJavaType.INT8, "holds 300, which does not fit in ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8"),
+        ([2, -1], [2], T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, "holds -1"),
+        ([2**63], [1], OnnxJavaType.INT64, "holds 9223372036854775808"),
+        ([1.0, 1e300], [2], OnnxJavaType.FLOAT, "holds 1e\\+300"),
+        ([100000, 1], [2], OnnxJavaType.FLOAT16, "holds 100000,"),
     ]:
         with pytest.raises(OrtException, match=fragment):
             OnnxTensor.createTensor(env(), buffer, shape, type_) if type_ is not None else OnnxTensor.createTensor(env(), buffer, shape)
     with pytest.raises(OrtException, match="needs a shape"):
         OnnxTensor.createTensor(env(), bytes(4), None, OnnxJavaType.INT8)
+    import ctypes
+
+    for unreadable in ((ctypes.c_wchar * 3)(), (ctypes.c_void_p * 3)(), (ctypes.POINTER(ctypes.c_int) * 3)()):
+        for extra in ((), ([3],), ([3], OnnxJavaType.INT8)):  # numpy's ValueError leaked before
+            with pytest.raises(OrtInvalidArgumentException, match=f"{type(unreadable).__name__} buffer of format '.+', which numpy cannot read"):
+                OnnxTensor.createTensor(env(), unreadable, *extra)
     with OnnxTensor.createTensor(env(), bytes(2), [2]) as tensor:  # raw bytes without a type: Java's ByteBuffer, INT8
         assert tensor.getInfo().onnxType == T.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8 and not tensor.writable
     with OnnxTensor.createTensor(env(), bytearray(b"\x01\x00\x02\x00"), [2], OnnxJavaType.INT16) as tensor:
         assert tensor.getValue().tolist() == [1, 2] and tensor.writable
+    for data, type_ in (([127, -128], OnnxJavaType.INT8), ([0, 255], T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8),
+                        ([2**64 - 1], T.ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64), ([float("inf"), 65504.0], OnnxJavaType.FLOAT16)):
+        with OnnxTensor.createTensor(env(), data, [len(data)], type_) as tensor:  # the extremes fit
+            assert tensor.getValue().tolist() == data
 
 
 @pytest.mark.parametrize("name", cases(__name__))
