@@ -81,8 +81,8 @@ def test_deterministic_compute_is_accepted_and_keeps_the_outputs(digits_model):
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda o: o.setSymbolicDimensionValue("", 1), "non-empty str"),
-        (lambda o: o.setSymbolicDimensionValue(b"batch", 1), "non-empty str"),
+        (lambda o: o.setSymbolicDimensionValue("", 1), "the dimension name must not be empty"),
+        (lambda o: o.setSymbolicDimensionValue(b"batch", 1), "the dimension name must be a str, not bytes"),
         (lambda o: o.setSymbolicDimensionValue("batch", -1), "must be in"),
         (lambda o: o.setSymbolicDimensionValue("batch", True), "must be an int"),
         (lambda o: o.setDeterministicCompute(1), "takes a bool"),
