@@ -16,6 +16,7 @@ loads in the runtime.
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import json
@@ -426,9 +427,20 @@ def generate_artifacts(
                               nominal_checkpoint, loss_input_names)
     path, data, label = _model_bytes_or_path(model)
     folder = Path(os.fsdecode(os.fspath(artifact_directory))) if artifact_directory is not None else Path.cwd()
+    created = not folder.exists()
     _writable_folder(folder)
-    interpreter, how = generator_python(python)
+    try:
+        return _generate(folder, path, data, label, options, prefix, python, check)
+    except BaseException:
+        if created:  # a failed generation leaves no trace: not even the folder it made, if still empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
 
+
+def _generate(folder: Path, path: Optional[Path], data: Optional[bytes], label: str, options: Dict[str, Any],
+              prefix: str, python: Optional[Union[str, os.PathLike[str]]], check: bool) -> GeneratedArtifacts:
+    interpreter, how = generator_python(python)
     source = path
     work = Path(tempfile.mkdtemp(dir=folder, prefix=".ort_cffi-artifacts-"))
     try:
