@@ -81,6 +81,20 @@ def fixed_batch_artifacts(tmp_path: Path, batch: int) -> Path:
     return folder
 
 
+def passthrough_models(artifacts: Path, tmp_path: Path) -> "list[str]":
+    """The training and eval models of ``artifacts`` with the graph input ``input`` also listed as an
+    output (the runtime returns such an output over the input's memory), written into ``tmp_path``."""
+    import onnx
+
+    paths = []
+    for name in ("training_model.onnx", "eval_model.onnx"):
+        model = onnx.load(str(artifacts / name))
+        model.graph.output.append(next(i for i in model.graph.input if i.name == "input"))
+        onnx.save(model, str(tmp_path / name))
+        paths.append(str(tmp_path / name))
+    return paths
+
+
 def run_child(code: str, *, env: "dict | None" = None, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter; a crash there fails the test, not the test run."""
     full_env = dict(os.environ)

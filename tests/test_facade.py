@@ -21,7 +21,7 @@ from ort_cffi import (
     SessionOptions,
 )
 
-from conftest import ARTIFACTS, run_child
+from conftest import ARTIFACTS, passthrough_models, run_child
 
 env = OrtEnvironment.getEnvironment()
 TWOOUT = ARTIFACTS / "twoout"
@@ -536,14 +536,7 @@ def test_an_output_that_is_an_input_is_a_value_of_its_own():
 
 
 def test_a_step_output_that_is_an_input_is_a_value_of_its_own(tmp_path):
-    import onnx
-
-    paths = []
-    for name in ("training_model.onnx", "eval_model.onnx"):
-        model = onnx.load(str(TWOOUT / name))
-        model.graph.output.append(next(i for i in model.graph.input if i.name == "input"))
-        onnx.save(model, str(tmp_path / name))
-        paths.append(str(tmp_path / name))
+    paths = passthrough_models(TWOOUT, tmp_path)
     with env.createTrainingSession(str(TWOOUT / "checkpoint"), *paths, None) as s:
         for step in (s.trainStep, s.evalStep):
             data = batch()

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from _childcases import artifact_session, case, cases, check
-from conftest import ARTIFACTS, run_child, tiny_batch
+from conftest import ARTIFACTS, passthrough_models, run_child, tiny_batch
 from ort_cffi import OnnxTensor, OrtCheckpointState, OrtEnvironment, OrtException, OrtTrainingSession
 
 TINY = ARTIFACTS / "tiny"
@@ -348,14 +348,7 @@ def _passthrough_model() -> bytes:
 
 def _passthrough_training(tmp: Path) -> OrtTrainingSession:
     """The tiny artifacts with the graph input ``input`` also an output of the training and eval models."""
-    import onnx
-
-    paths = []
-    for name in ("training_model.onnx", "eval_model.onnx"):
-        model = onnx.load(str(TINY / name))
-        model.graph.output.append(next(i for i in model.graph.input if i.name == "input"))
-        onnx.save(model, str(tmp / name))
-        paths.append(str(tmp / name))
+    paths = passthrough_models(TINY, tmp)
     return OrtEnvironment.getEnvironment().createTrainingSession(str(TINY / "checkpoint"), *paths, None)
 
 
