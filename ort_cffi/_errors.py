@@ -165,6 +165,16 @@ class OrtException(Exception):
         return OrtInvalidArgumentException(message, OrtErrorCode.ORT_INVALID_ARGUMENT)
 
 
+def c_string(value: Any, what: str) -> bytes:
+    """``value`` as the bytes of a C string: a ``str`` without NUL (which would cut it short) that
+    UTF-8 can encode; else ``OrtInvalidArgumentException`` naming ``what`` ("the run tag")."""
+    if not isinstance(value, str):
+        raise OrtException.invalid_argument(f"{what} must be a str, not {type(value).__name__}")
+    if "\0" in value:
+        raise OrtException.invalid_argument(f"{what} must not hold a NUL character: {value!r}")
+    return utf8(value, what)
+
+
 def utf8(text: str, what: str) -> bytes:
     """``text`` as UTF-8, or ``OrtInvalidArgumentException`` naming ``what`` when it cannot be encoded
     (a lone surrogate such as ``"\\udcff"``, which ``os.fsdecode`` makes of undecodable bytes)."""

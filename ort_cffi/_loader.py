@@ -321,7 +321,8 @@ def _write_entry(entry: Path, source: RuntimeFile, identity: dict, record: dict,
 
 def _write_new_file(folder: Path, prefix: str, suffix: str, content: bytes, mode: int, target: Optional[Path] = None) -> str:
     """Write ``content`` to a new file in ``folder`` (renamed over ``target`` if given) and return its
-    path; nothing is left behind when writing fails (a full disk)."""
+    path; nothing is left behind when writing fails (a full disk). Not ``_files.atomic_write``: this is
+    a cache, checked when read (identity, size), so it skips the fsyncs that would slow a cold load."""
     with tempfile.NamedTemporaryFile(dir=folder, prefix=prefix, suffix=suffix, delete=False) as tmp:
         try:
             tmp.write(content)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 
 import numpy as np
 
-from ._errors import OrtException, utf8
+from ._errors import OrtException, c_string
 from ._files import PathLike, atomic_write, existing_file, fspath, native_path
 from ._handles import NativeHandle, process
 from .capi import check_status, ffi, get_runtime
@@ -48,14 +48,6 @@ class OrtAllocator:
 
     def __repr__(self) -> str:
         return "<OrtAllocator default CPU>"
-
-
-def _check_name(name: Any, what: str = "property name") -> bytes:
-    if not isinstance(name, str):
-        raise OrtException.invalid_argument(f"the {what} must be a str, not {type(name).__name__}")
-    if "\0" in name:
-        raise OrtException.invalid_argument(f"the {what} {name!r} contains a NUL character")
-    return utf8(name, f"the {what}")
 
 
 
@@ -211,7 +203,7 @@ class OrtCheckpointState(NativeHandle):
         self._add_property(propertyName, propertyValue, via_session=False)
 
     def _add_property(self, propertyName: str, propertyValue: Union[int, float, str], via_session: bool) -> None:
-        name = _check_name(propertyName)
+        name = c_string(propertyName, "the property name")
         value = propertyValue
         if isinstance(value, (bool, np.bool_)):
             raise OrtException.invalid_argument(f"property {propertyName!r}: bool is not a property type (use int)")
@@ -226,7 +218,7 @@ class OrtCheckpointState(NativeHandle):
                 raise OrtException.invalid_argument(f"property {propertyName!r}: {as_float} overflows a float32")
             kind, native = 1, ffi.new("float*", as_float)
         elif isinstance(value, str):
-            kind, native = 2, ffi.new("char[]", _check_name(value, "property value"))
+            kind, native = 2, ffi.new("char[]", c_string(value, "the property value"))
         else:
             raise OrtException.invalid_argument(
                 f"property {propertyName!r}: values are int, float or str, not {type(value).__name__}"
@@ -243,7 +235,7 @@ class OrtCheckpointState(NativeHandle):
         if len(args) != 1:
             raise OrtException.invalid_argument("property getters take ([allocator,] name)")
         property_name = args[0]
-        name = _check_name(property_name)
+        name = c_string(property_name, "the property name")
         allocator = process.allocator()
         kind = ffi.new("enum OrtPropertyType*")
         value = ffi.new("void**")
@@ -344,7 +336,7 @@ class OrtCheckpointState(NativeHandle):
             OrtInvalidArgumentException: No open training session is bound to the state, the name is
                 not a `str` without NUL, or the checkpoint has no parameter of that name.
         """
-        name = _check_name(parameterName, "parameter name")
+        name = c_string(parameterName, "the parameter name")
         out = ffi.new("OrtTensorTypeAndShapeInfo**")
         with self._lock:
             check_status(
@@ -370,7 +362,7 @@ class OrtCheckpointState(NativeHandle):
             OrtInvalidArgumentException: No open training session is bound to the state, the name is
                 not a `str` without NUL, or the checkpoint has no parameter of that name.
         """
-        name = _check_name(parameterName, "parameter name")
+        name = c_string(parameterName, "the parameter name")
         out = ffi.new("OrtValue**")
         with self._lock:
             check_status(
@@ -397,7 +389,7 @@ class OrtCheckpointState(NativeHandle):
                 not a `str` without NUL, the checkpoint has no parameter of that name, or `parameter`
                 is not an array of the parameter's dtype and shape.
         """
-        name = _check_name(parameterName, "parameter name")
+        name = c_string(parameterName, "the parameter name")
         info = self.getParameterTypeAndShape(parameterName)
         array = as_tensor_array(parameter, f"parameter {parameterName!r}")
         if DTYPE_TO_ONNX[array.dtype] != info.onnxType or tuple(array.shape) != info.shape:

@@ -7,7 +7,8 @@ from typing import Any, Optional, Union
 
 from ._handles import process
 from .capi import get_runtime
-from .options import OrtLoggingLevel, SessionOptions, _member, _text
+from ._errors import c_string
+from .options import OrtLoggingLevel, SessionOptions, _member
 from ._files import PathLike, PathOrBytes
 from .session import OrtSession
 from .checkpoint import OrtAllocator, OrtCheckpointState
@@ -39,7 +40,7 @@ class OrtEnvironment:
             if loggingLevel is not None:
                 loggingLevel = _member(OrtLoggingLevel, loggingLevel, "the environment's logging level")
             if name is not None:
-                _text(name, "the environment name")  # a str that UTF-8 encodes, without NUL (it would cut the C string short)
+                c_string(name, "the environment name")  # a str that UTF-8 encodes, without NUL (it would cut the C string short)
             process.env(loggingLevel, name)  # fails here, clearly, if the runtime cannot be loaded
             self.defaultAllocator = OrtAllocator(process.allocator())
             OrtEnvironment._instance = self  # constructed directly or not, it is the one getEnvironment() returns

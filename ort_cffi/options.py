@@ -4,7 +4,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Optional, Type, TypeVar
 
-from ._errors import OrtException, utf8
+from ._errors import OrtException, c_string
 from ._files import fspath, native_path
 from ._handles import NativeHandle
 from .capi import check_status, ffi, get_runtime
@@ -95,15 +95,6 @@ def _check_int(value: Any, what: str, low: int, high: int = 2**31 - 1) -> int:
     if not low <= value <= high:
         raise OrtException.invalid_argument(f"{what} must be in [{low}, {high}], got {value}")
     return value
-
-
-def _text(value: Any, what: str) -> bytes:
-    """``value`` as the UTF-8 bytes of a C string: a ``str`` without NUL (which would cut it short)."""
-    if not isinstance(value, str):
-        raise OrtException.invalid_argument(f"{what} must be a str, not {type(value).__name__}")
-    if "\0" in value:
-        raise OrtException.invalid_argument(f"{what} must not hold a NUL character: {value!r}")
-    return utf8(value, what)
 
 
 _Member = TypeVar("_Member", bound=enum.Enum)
@@ -219,7 +210,7 @@ class SessionOptions(NativeHandle):
             OrtInvalidArgumentException: The key or the value is not a `str` without NUL, or the runtime refuses
                 them: a key empty or longer than 128 characters, a value longer than 2048.
         """
-        key, value = _text(configKey, "a config key"), _text(configValue, "a config value")
+        key, value = c_string(configKey, "a config key"), c_string(configValue, "a config value")
         self._call(self._rt.api.AddSessionConfigEntry, key, value, context=f"AddSessionConfigEntry({configKey!r})")
         self._entries[configKey] = configValue
 
@@ -281,7 +272,7 @@ class SessionOptions(NativeHandle):
             OrtClosedException: The options are closed.
             OrtInvalidArgumentException: `loggerId` is not a `str` without NUL.
         """
-        self._call(self._rt.api.SetSessionLogId, _text(loggerId, "the logger id"), context="SetSessionLogId")
+        self._call(self._rt.api.SetSessionLogId, c_string(loggerId, "the logger id"), context="SetSessionLogId")
 
     def setMemoryPatternOptimization(self, enabled: bool) -> None:
         """Turn the runtime's memory pattern optimization on or off (`EnableMemPattern`/`DisableMemPattern`).
@@ -375,7 +366,7 @@ class SessionOptions(NativeHandle):
             OrtInvalidArgumentException: `dimensionName` is not a non-empty `str` without NUL, or
                 `dimensionValue` is not an int in that range.
         """
-        name = _text(dimensionName, "the dimension name")
+        name = c_string(dimensionName, "the dimension name")
         if not name:
             raise OrtException.invalid_argument("the dimension name must not be empty")
         value = _check_int(dimensionValue, f"the value of dimension {dimensionName!r}", 0, 2**63 - 1)
@@ -523,7 +514,7 @@ class RunOptions(NativeHandle):
             OrtClosedException: The options are closed.
             OrtInvalidArgumentException: `runTag` is not a `str` without NUL.
         """
-        self._call(self._rt.api.RunOptionsSetRunTag, _text(runTag, "the run tag"), context="RunOptionsSetRunTag")
+        self._call(self._rt.api.RunOptionsSetRunTag, c_string(runTag, "the run tag"), context="RunOptionsSetRunTag")
 
     def getRunTag(self) -> str:
         """The run's tag (`RunOptionsGetRunTag`); `""` until set.
@@ -574,5 +565,5 @@ class RunOptions(NativeHandle):
             OrtInvalidArgumentException: The key or the value is not a `str` without NUL, or the runtime
                 refuses the entry: a key empty or longer than 128 characters, a value longer than 2048.
         """
-        key, value = _text(configKey, "a run config key"), _text(configValue, "a run config value")
+        key, value = c_string(configKey, "a run config key"), c_string(configValue, "a run config value")
         self._call(self._rt.api.AddRunConfigEntry, key, value, context=f"AddRunConfigEntry({configKey!r})")

@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._errors import OrtClosedException, OrtErrorCode, OrtException
+from ._errors import OrtClosedException, OrtErrorCode, OrtException, c_string
 from ._handles import NativeHandle, pin_all, process, read_names, unpin_all
 from .capi import check_status, ffi, get_runtime
 from .options import RunOptions, SessionOptions
@@ -39,7 +39,7 @@ from .tensor import (
     detach_aliased,
 )
 
-from .checkpoint import INT64_MIN, INT64_MAX, OrtCheckpointState, _check_name
+from .checkpoint import INT64_MIN, INT64_MAX, OrtCheckpointState
 
 
 _CheckpointState = OrtCheckpointState
@@ -562,7 +562,7 @@ class OrtTrainingSession(NativeHandle):
                 tensor.close()
         if status:
             check_outputs(status, produced, f"{plan.kind} step")
-        if plan.aliased:
+        if plan.aliased:  # the inputs' memory is still alive: the caller's arrays, and ours in `made`
             detach_aliased(produced, [p for p in plan.aliased if selection.everything or p in selection.wanted])
         if selection.everything:
             return Result(plan.output_names, produced, None, plan.output_pos)  # type: ignore[arg-type]  # none is None
@@ -907,7 +907,7 @@ class OrtTrainingSession(NativeHandle):
         names = list(outputNames)
         if not names:
             raise OrtException.invalid_argument("exportModelForInference needs at least one output name")
-        encoded = [ffi.new("char[]", _check_name(n, "output name")) for n in names]
+        encoded = [ffi.new("char[]", c_string(n, "the output name")) for n in names]
         with self._lock:
             session = self._handle()
             if not self._has_eval:
