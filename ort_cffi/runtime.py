@@ -232,13 +232,25 @@ def folder_size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
 
 
-def describe_default() -> str:
-    """Which runtime the loader would pick in this environment, in words (no loading)."""
+def loader_choice() -> Tuple[Optional[str], Any, List[str]]:
+    """What the loader would load in this environment, without loading it: ``$ORT_CFFI_LIBRARY`` if
+    set, else the runtime file the default search settles on (a ``RuntimeFile``, or None) and the
+    places it tried."""
     from ._loader import LIBRARY_ENV, find_runtime_file
 
-    if os.environ.get(LIBRARY_ENV):
-        return f"${LIBRARY_ENV} = {os.environ[LIBRARY_ENV]}"
+    explicit = os.environ.get(LIBRARY_ENV)
+    if explicit:
+        return explicit, None, []
     source, tried = find_runtime_file()
+    return None, source, tried
+
+
+def describe_choice(explicit: Optional[str], source: Any, tried: List[str]) -> str:
+    """`loader_choice`'s answer in words."""
+    from ._loader import LIBRARY_ENV
+
+    if explicit:
+        return f"${LIBRARY_ENV} = {explicit}"
     if source is None:
         return "none found:\n  - " + "\n  - ".join(tried)
     return f"{source.description}: {source.path}"
@@ -247,28 +259,25 @@ def describe_default() -> str:
 def command_list() -> int:
     """``ort-cffi-runtime list``: the store's runtimes, the one the loader uses marked ``*`` (none
     when it uses an installed wheel or ``$ORT_CFFI_LIBRARY``)."""
-    from ._loader import LIBRARY_ENV, find_runtime_file
-
+    choice = loader_choice()
+    used = choice[1]
     runtimes = stored_runtimes()
-    used = None if os.environ.get(LIBRARY_ENV) else find_runtime_file()[0]
     print(f"runtime store: {store_dir()}")
     if not runtimes:
         print("  (empty: `ort-cffi-runtime install` fetches one)")
     for runtime in runtimes:
         marker = "*" if used is not None and used.kind == "fetched" and used.path == runtime.extension_path else " "
         print(f" {marker} {runtime.name:32} {folder_size(runtime.folder) / 2**20:7.1f} MB  from {runtime.wheel}")
-    print(f"the loader uses: {describe_default()}")
+    print(f"the loader uses: {describe_choice(*choice)}")
     return 0
 
 
 def command_path() -> int:
     """``ort-cffi-runtime path``: print the runtime file the loader would use (exit 1 when none)."""
-    from ._loader import LIBRARY_ENV, find_runtime_file
-
-    if os.environ.get(LIBRARY_ENV):
-        print(os.environ[LIBRARY_ENV])
+    explicit, source, tried = loader_choice()
+    if explicit:
+        print(explicit)
         return 0
-    source, tried = find_runtime_file()
     if source is None:
         print("no training runtime found:\n  - " + "\n  - ".join(tried), file=sys.stderr)
         return 1
