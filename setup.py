@@ -1,5 +1,5 @@
 """ort_cffi: a cffi (ABI mode) binding to ONNX Runtime's on-device training C API."""
-from setuptools import setup
+from setuptools import find_packages, setup
 
 TRAINING_RUNTIME = "1.19.2"  # the last training build on PyPI; the table layout ort_cffi declares
 # Where pip can install that build: it was published for CPython 3.8-3.12 (CUDA: 3.8-3.11), Linux
@@ -38,7 +38,9 @@ setup(
     python_requires=">=3.9",
     # The C declarations live as text in the top-level include/ folder and ship inside the
     # package as ort_cffi/include/*.h.
-    packages=["ort_cffi", "ort_cffi.flower", "ort_cffi.include"],
+    # Folders by layer: _native (loader, declarations, tables, handles), _facade (the Java classes), the
+    # applications (artifacts, trainer, runtime, flower) and cli (the four commands).
+    packages=find_packages(include=["ort_cffi", "ort_cffi.*"]) + ["ort_cffi.include"],
     package_dir={"ort_cffi.include": "include"},
     package_data={"ort_cffi": ["py.typed", "data/*", "data/*/*"], "ort_cffi.include": ["*.h"]},
     install_requires=[
@@ -79,10 +81,10 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "ort-cffi-train=ort_cffi.train:main",
-            "ort-cffi-federated=ort_cffi.federated:main",
-            "ort-cffi-runtime=ort_cffi.runtime:main",
-            "ort-cffi-artifacts=ort_cffi.artifacts_cli:main",
+            "ort-cffi-train=ort_cffi.cli.train:main",
+            "ort-cffi-federated=ort_cffi.cli.federated:main",
+            "ort-cffi-runtime=ort_cffi.cli.runtime:main",
+            "ort-cffi-artifacts=ort_cffi.cli.artifacts:main",
         ]
     },
 )

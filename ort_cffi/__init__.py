@@ -4,7 +4,7 @@
 Layers: ``_loader`` (find the runtime) → ``capi`` (raw tables, ``get_runtime()``) → ``_handles``
 (ownership, the environment) → the facade re-exported here.
 """
-from ._errors import (
+from ort_cffi._native.errors import (
     OrtClosedException,
     OrtErrorCode,
     OrtException,
@@ -15,14 +15,14 @@ from ._errors import (
     TrainingApiUnavailableError,
     UnsupportedRuntimeError,
 )
-from .environment import OrtEnvironment
-from .options import OrtLoggingLevel, RunOptions, SessionOptions
-from .session import NodeInfo, OrtSession, Result
-from .fp16 import Fp16Conversions
-from .tensor import OnnxTensor, OnnxValue
-from .tensor_info import OnnxJavaType, OnnxTensorType, OnnxValueType, TensorInfo
-from .checkpoint import OrtAllocator, OrtCheckpointState
-from .training import OrtTrainingSession
+from ort_cffi._facade.sessions.environment import OrtEnvironment
+from ort_cffi._facade.sessions.options import OrtLoggingLevel, RunOptions, SessionOptions
+from ort_cffi._facade.sessions.session import NodeInfo, OrtSession, Result
+from ort_cffi._facade.tensors.fp16 import Fp16Conversions
+from ort_cffi._facade.tensors.tensor import OnnxTensor, OnnxValue
+from ort_cffi._facade.tensors.tensor_info import OnnxJavaType, OnnxTensorType, OnnxValueType, TensorInfo
+from ort_cffi._facade.sessions.checkpoint import OrtAllocator, OrtCheckpointState
+from ort_cffi._facade.sessions.training import OrtTrainingSession
 
 __version__ = "0.1.0"
 __all__ = [

@@ -22,9 +22,10 @@ try:
     print("loaded?!")
 except TrainingApiUnavailableError as error:
     print(platform.machine(), "error as expected:", str(error)[:160])
-from ort_cffi import _loader, _elf
+from ort_cffi._native import loader as _loader
+from ort_cffi._native import elf as _elf
 # What the loader did, step by step, in this aarch64 process:
-from ort_cffi._loader import RuntimeFile, prepare_image, _dlopen, _dlsym
+from ort_cffi._native.loader import RuntimeFile, prepare_image, _dlopen, _dlsym
 from pathlib import Path
 if "pybind11" in path:
     image, record = prepare_image(RuntimeFile(Path(path), "extension", None, "aarch64 check"))

@@ -38,7 +38,7 @@ fi
 echo "== fine-tuning the exported model's last layer on shifted digits =="
 .venv/bin/python - <<'EOF'
 import numpy as np
-from ort_cffi.train_data import DEFAULT_ARTIFACTS
+from ort_cffi.trainer.data import DEFAULT_ARTIFACTS
 with np.load(DEFAULT_ARTIFACTS / "digits.npz") as data:
     arrays = dict(data)
 for split in ("train", "val"):  # every image moved one pixel right and down

@@ -6,7 +6,7 @@ training builds ever published), it records the file name, size and sha256 PyPI 
 Linux wheel it then downloads the file (with pip, which checks PyPI's hash), and records the
 runtime extension inside it (``onnxruntime/capi/onnxruntime_pybind11_state*.so``): its sha256,
 size, the CPython symbols it imports, and where its ``OrtApiBase`` lies as ort_cffi's static
-finder reads it (``ort_cffi._elf.find_api_base``). The loader refuses a known file whose static
+finder reads it (``ort_cffi._native.elf.find_api_base``). The loader refuses a known file whose static
 answer differs from this table; ``ort-cffi-runtime install`` picks the wheel to fetch from it.
 
 Wheels that are not ELF (macOS, Windows) are listed with the reason they are not surveyed. ONNX
@@ -34,8 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ort_cffi import _elf  # noqa: E402  (the static finder under survey)
-from ort_cffi._files import file_sha256  # noqa: E402
+from ort_cffi._native import elf as _elf  # noqa: E402  (the static finder under survey)
+from ort_cffi._native.files import file_sha256  # noqa: E402
 
 VERSION = "1.19.2"
 DISTRIBUTIONS = {"onnxruntime-training-cpu": "cpu", "onnxruntime-training": "cuda"}

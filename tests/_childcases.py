@@ -171,7 +171,7 @@ def child_main(module: str, names: List[str]) -> None:
     import traceback
 
     mod = importlib.import_module(module)
-    from ort_cffi._handles import live_handles
+    from ort_cffi._native.handles import live_handles
 
     setup = getattr(mod, "child_setup", None)
     if setup is not None:

@@ -18,14 +18,15 @@ DEPRECATION = re.compile(r"DEPRECATED FEATURE|\bis deprecated\b|\bare deprecated
 
 
 def import_flower() -> Tuple[Any, Any]:
-    """``ort_cffi.federated`` and ``ort_cffi.flower``, with telemetry off. Flower imports typer, which warns
+    """``ort_cffi.cli.federated`` and ``ort_cffi.flower``, with telemetry off. Flower imports typer, which warns
     about click's deprecations while it loads (not Flower's own): those are let through at import."""
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"(typer|click)(\.|$)")
         warnings.filterwarnings("error", category=DeprecationWarning, module=r"flwr(\.|$)")
-        from ort_cffi import federated, flower
+        from ort_cffi import flower
+        from ort_cffi.cli import federated
     return federated, flower
 
 

@@ -49,7 +49,7 @@ def artifacts() -> Path:
 def no_native_leaks():
     """Every test must leave no native handle alive (the environment and memory info excepted)."""
     yield
-    from ort_cffi._handles import live_handles
+    from ort_cffi._native.handles import live_handles
 
     gc.collect()
     left = live_handles()

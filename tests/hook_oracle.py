@@ -4,7 +4,7 @@ The training wheel's documented hook (``SessionOptions.register_custom_ops_libra
 ``path`` and calls its exported ``RegisterCustomOps(OrtSessionOptions*, const OrtApiBase*)``. The
 small library built here is such a library: it remembers the ``OrtApiBase*`` it is handed. A child
 process that imports onnxruntime and runs the hook therefore learns where the runtime's
-``OrtApiBase`` really is, independently of ``ort_cffi._elf``. ort_cffi itself never compiles or
+``OrtApiBase`` really is, independently of ``ort_cffi._native.elf``. ort_cffi itself never compiles or
 runs this: it was the loader's method before the static finder, and is kept only to check it.
 """
 from __future__ import annotations

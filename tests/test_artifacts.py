@@ -15,8 +15,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import DIGITS, ROOT, run_child
-from ort_cffi import OrtEnvironment, artifacts_cli
-from ort_cffi import _artifacts_child as child
+from ort_cffi import OrtEnvironment
+from ort_cffi.cli import artifacts as artifacts_cli
+from ort_cffi.artifacts import _child as child
 from ort_cffi.artifacts import (
     ENV_PYTHON,
     ArtifactsInputError,

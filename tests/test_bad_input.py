@@ -1007,7 +1007,7 @@ def test_the_harness_reports_a_native_abort() -> None:
         f"""
         from ort_cffi import OrtEnvironment
         from ort_cffi.capi import ffi, get_runtime
-        from ort_cffi._handles import process
+        from ort_cffi._native.handles import process
         env = OrtEnvironment.getEnvironment()
         session = env.createTrainingSession({str(TINY / 'checkpoint')!r}, {str(TINY / 'training_model.onnx')!r})
         out = ffi.new("char**")

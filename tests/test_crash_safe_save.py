@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import ort_cffi.checkpoint as checkpoint
+import ort_cffi._facade.sessions.checkpoint as checkpoint
 from _childcases import artifact_session
 from conftest import ARTIFACTS, ROOT, run_child, tiny_batch
 from ort_cffi import OrtCheckpointState, OrtEnvironment, OrtErrorCode, OrtException

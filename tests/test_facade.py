@@ -479,7 +479,7 @@ def test_exceptions_survive_pickling():
     """Errors cross processes (multiprocessing, Ray): each comes back with its type, text and code."""
     import pickle
 
-    from ort_cffi._errors import OrtClosedException, OrtFileNotFoundException
+    from ort_cffi._native.errors import OrtClosedException, OrtFileNotFoundException
 
     for error in (OrtClosedException("OrtTrainingSession"), OrtException("m", OrtErrorCode.ORT_FAIL),
                   OrtFileNotFoundException("f", OrtErrorCode.ORT_NO_SUCHFILE)):

@@ -41,7 +41,7 @@ from flwr.serverapp.strategy import (  # noqa: E402
 
 from ort_cffi.flower.store import RunStore, new_history, run_files  # noqa: E402
 from ort_cffi.flower.updates import accepted_clients, screen_replies, update_problem  # noqa: E402
-from ort_cffi.train import UsageError  # noqa: E402
+from ort_cffi.trainer import SetupError  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("error::DeprecationWarning:flwr"), pytest.mark.usefixtures("flower_deprecations")]
 
@@ -307,7 +307,7 @@ def test_a_fixed_batch_model_takes_whole_batches(tmp_path: Path, small_data: Pat
         assert names == ["logits"] and inference_accuracy == pytest.approx(accuracy)
     settings = flower.ServerSettings(artifacts=str(artifacts), data=str(small_data), clients=3, batch_size=32,
                                      out=str(tmp_path / "out"))
-    with pytest.raises(UsageError, match="the model's inputs fix the batch size at 16: pass --batch-size 16"):
+    with pytest.raises(SetupError, match="the model's inputs fix the batch size at 16: pass --batch-size 16"):
         flower.preflight(settings)
 
 
@@ -437,7 +437,7 @@ def test_settings_come_from_the_run_config() -> None:
         flower.ServerSettings().with_run_config({"plot": "perhaps"})
     assert flower.ServerSettings(clients=10).min_fit == 5 and flower.ServerSettings(clients=3).min_fit == 2
     assert flower.ServerSettings(clients=10, fraction_fit=0.5).min_fit == 3
-    with pytest.raises(UsageError, match="min-fit-clients 4 must be between 1 and the 3 clients a round samples"):
+    with pytest.raises(SetupError, match="min-fit-clients 4 must be between 1 and the 3 clients a round samples"):
         flower.ServerSettings(clients=3, min_fit_clients=4).check()
     assert type(flower.clientapp).__name__ == "ClientApp" and type(flower.serverapp).__name__ == "ServerApp"
 
@@ -503,7 +503,7 @@ def test_a_resume_refuses_a_dataset_or_artifacts_changed_in_place(tmp_path: Path
         store.resume_point(settings.history_config(), run_files(artifacts, data))
     with open(artifacts / "eval_model.onnx", "ab") as model_file:
         model_file.write(b"\0")
-    with pytest.raises(UsageError, match=r"with files changed since it started \(the dataset: sha256 .*; the eval model: "
+    with pytest.raises(SetupError, match=r"with files changed since it started \(the dataset: sha256 .*; the eval model: "
                                          r"sha256 [0-9a-f]{12}\.\.\. -> [0-9a-f]{12}\.\.\.\)"):
         flower.preflight(flower.ServerSettings(**{**settings.history_config(), "out": str(out), "resume": True}))
     old = store.read_history()
@@ -522,14 +522,14 @@ def test_an_eval_model_with_nothing_to_export_fails_before_the_first_round(tmp_p
     artifacts = loss_only_artifacts(tmp_path)
     out = tmp_path / "out"
     settings = flower.ServerSettings(artifacts=str(artifacts), clients=2, rounds=1, out=str(out))
-    with pytest.raises(UsageError, match=r"the eval model's only output is the loss \('onnx::loss::2'\), so there is "
+    with pytest.raises(SetupError, match=r"the eval model's only output is the loss \('onnx::loss::2'\), so there is "
                                          r"nothing to export for inference after the last round: name the inference "
                                          r"model's outputs with --export-outputs"):
         flower.preflight(settings)
     assert not list(out.glob("*")) if out.exists() else True  # nothing written, no Flower process started
     flower.preflight(flower.ServerSettings(artifacts=str(artifacts), clients=2, rounds=1, out=str(out),
                                            export_outputs="logits"))
-    with pytest.raises(UsageError, match="cannot export nowhere for inference"):
+    with pytest.raises(SetupError, match="cannot export nowhere for inference"):
         flower.preflight(flower.ServerSettings(artifacts=str(artifacts), clients=2, rounds=1, out=str(out),
                                                export_outputs="nowhere"))
 
@@ -582,7 +582,7 @@ def test_what_the_output_folder_refuses_is_a_usage_error(tmp_path: Path, capsys:
     with pytest.raises(SystemExit) as exit_info:
         federated.main(["--seed", "-1"])  # was accepted, and numpy's default_rng failed later in every client
     assert exit_info.value.code == 2 and "argument --seed: must not be negative, got -1" in capsys.readouterr().err
-    with pytest.raises(UsageError, match="seed must not be negative, got -1"):
+    with pytest.raises(SetupError, match="seed must not be negative, got -1"):
         flower.ServerSettings(seed=-1).check()
 
 
@@ -603,7 +603,7 @@ def test_flower_processes_keep_the_users_telemetry_settings(tmp_path: Path, monk
 def test_import_ort_cffi_does_not_import_flower() -> None:
     proc = run_child("""
         import sys
-        import ort_cffi, ort_cffi.train, ort_cffi.federated
+        import ort_cffi, ort_cffi.cli.train, ort_cffi.cli.federated
         print(sorted(m for m in ("flwr", "ray") if m in sys.modules))
     """)
     assert proc.stdout.strip() == "[]"
@@ -617,7 +617,7 @@ def test_missing_extra_is_a_clear_error() -> None:
             import ort_cffi.flower
         except ImportError as exc:
             print("import:", exc)
-        from ort_cffi import federated
+        from ort_cffi.cli import federated
         print("exit:", federated.main(["--rounds", "1"]))
     """)
     assert "import: ort_cffi.flower needs Flower (the flwr package)" in proc.stdout

@@ -201,7 +201,7 @@ def test_default_run_reaches_the_target(tmp_path: Path) -> None:
     out = tmp_path / "default"
     proc = run_child(f"""
         import sys
-        from ort_cffi.federated import main
+        from ort_cffi.cli.federated import main
         sys.exit(main(["--out", {str(out)!r}]))
     """, timeout=900)
     lines = ROUND_LINE.findall(proc.stdout)
@@ -230,7 +230,7 @@ def test_stopping_the_command_mid_run_stops_every_flower_and_ray_process(small_d
     """SIGTERM (or Ctrl-C) while rounds run: the command stops with 130 and leaves nothing running.
     Flower's SuperExec makes a session of its own and the simulation's Ray processes live in it, so
     they are stopped by process group: before that, they outlived the command for minutes."""
-    args = [sys.executable, "-m", "ort_cffi.federated", "--data", str(small_data), "--clients", "3", "--rounds", "200",
+    args = [sys.executable, "-m", "ort_cffi.cli.federated", "--data", str(small_data), "--clients", "3", "--rounds", "200",
             "--batch-size", "16", "--fraction-evaluate", "0", "--cpus", "2", "--out", str(tmp_path / "run")]
     seen: List[str] = []
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(ROOT))
@@ -256,7 +256,7 @@ def test_a_killed_server_resumes_from_its_last_completed_round(small_data: Path,
     with every round and restored."""
     out = tmp_path / "run"
     slow = write_hostile_app(apps, "slow_from_round_3", {0: "slow"}, from_round=3)
-    args = [sys.executable, "-m", "ort_cffi.federated", "--data", str(small_data), "--clients", "3", "--rounds", "5",
+    args = [sys.executable, "-m", "ort_cffi.cli.federated", "--data", str(small_data), "--clients", "3", "--rounds", "5",
             "--batch-size", "16", "--fraction-evaluate", "0", "--cpus", "2", "--strategy", "fedadam", "--out", str(out),
             "--client-app", slow]
     seen: List[str] = []
@@ -287,7 +287,7 @@ def test_a_killed_server_resumes_from_its_last_completed_round(small_data: Path,
         assert checkpoint.getIntProperty("round") == done
     assert (out / "server_state" / f"round-{done}.npz").is_file()
 
-    resumed = subprocess.run([sys.executable, "-m", "ort_cffi.federated", "--out", str(out), "--resume"],
+    resumed = subprocess.run([sys.executable, "-m", "ort_cffi.cli.federated", "--out", str(out), "--resume"],
                              capture_output=True, text=True, cwd=str(ROOT), timeout=900)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "(resuming)" in resumed.stdout and f"resuming after round {done} of 5" in resumed.stdout

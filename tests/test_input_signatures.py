@@ -24,7 +24,7 @@ from onnx import TensorProto, helper
 from _childcases import artifact_session, case, cases, check
 from conftest import ARTIFACTS, DIGITS, ROOT, fixed_batch_artifacts, run_child, tiny_batch
 from ort_cffi import OnnxTensor, OnnxTensorType, OrtClosedException, OrtEnvironment, OrtException
-from ort_cffi._signature import graph_inputs, model_inputs
+from ort_cffi._facade.sessions.signature import graph_inputs, model_inputs
 
 SETTINGS = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck), print_blob=True)
 TINY = ARTIFACTS / "tiny"
@@ -269,7 +269,7 @@ def test_refused_inputs_leave_no_runtime_log_line() -> None:
         from _childcases import artifact_session
         from conftest import tiny_batch
         from ort_cffi import OrtException
-        from ort_cffi._inputs import ANY_INPUT
+        from ort_cffi._facade.sessions.inputs import ANY_INPUT
         batch = tiny_batch()
         mismatch = dict(batch, labels=batch["labels"][:3])
         with artifact_session("tiny") as session:

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 import ort_cffi
-from ort_cffi.options import ExecutionMode, OptLevel
-from ort_cffi.session import Entry, NameSet, Optional_
+from ort_cffi._facade.sessions.options import ExecutionMode, OptLevel
+from ort_cffi._facade.sessions.session import Entry, NameSet, Optional_
 
 from conftest import ROOT
 

@@ -23,7 +23,7 @@ import pytest
 from _childcases import artifact_session, case, cases, check, rss_bytes
 from conftest import ARTIFACTS, ROOT, run_child, tiny_batch
 from ort_cffi import OnnxTensor, OrtEnvironment
-from ort_cffi._handles import live_handles
+from ort_cffi._native.handles import live_handles
 from ort_cffi import OrtCheckpointState
 
 TINY = ARTIFACTS / "tiny"

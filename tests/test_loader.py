@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_child
-from ort_cffi._loader import find_runtime_file
+from ort_cffi._native.loader import find_runtime_file
 
 INFERENCE_LIBS = ROOT / ".cache"
 
@@ -111,8 +111,8 @@ def test_a_wrong_cached_address_is_refused_then_examined_again(tmp_path):
     record_file.write_text(json.dumps(tampered))
     out = run_child(
         """
-        from ort_cffi._loader import find_runtime_file, load_extension
-        from ort_cffi._errors import UnsupportedRuntimeError
+        from ort_cffi._native.loader import find_runtime_file, load_extension
+        from ort_cffi._native.errors import UnsupportedRuntimeError
         source, _ = find_runtime_file()
         try:
             load_extension(source)
@@ -154,7 +154,7 @@ def test_pruning_leaves_an_entry_another_process_is_writing(tmp_path):
     being written: it has no record yet)."""
     from filelock import FileLock
 
-    from ort_cffi._loader import _prune_stale_entries
+    from ort_cffi._native.loader import _prune_stale_entries
 
     busy, crashed, keep = (tmp_path / name for name in ("image-busy", "image-crashed", "image-keep"))
     for entry in (busy, crashed, keep):
@@ -182,7 +182,7 @@ def test_a_known_file_whose_static_answer_differs_from_the_survey_is_refused(tmp
     table is altered in the child (the runtime file stays real)."""
     proc = run_child(
         """
-        from ort_cffi import _store
+        from ort_cffi._native import store as _store
         from ort_cffi.capi import get_runtime
         from ort_cffi import RuntimeLoadError
         survey = _store.known_runtimes()
@@ -247,7 +247,7 @@ def test_wheel_whose_version_does_not_match_its_image_is_refused(tmp_path):
     proc = run_child(
         """
         import dataclasses
-        from ort_cffi._loader import find_runtime_file, load_extension
+        from ort_cffi._native.loader import find_runtime_file, load_extension
         from ort_cffi import RuntimeLoadError
         source, _ = find_runtime_file()
         claimed = dataclasses.replace(source, version="1.18.0")

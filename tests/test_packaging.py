@@ -28,8 +28,8 @@ def test_the_wheel_is_pure_python_and_builds_without_a_compiler(tmp_path):
         names = archive.namelist()
     assert not [n for n in names if n.endswith((".so", ".pyd", ".c"))]
     for needed in ("ort_cffi/include/ort_c_api.h", "ort_cffi/include/ort_training_c_api.h",
-                   "ort_cffi/data/runtimes.json", "ort_cffi/_elf.py", "ort_cffi/runtime.py", "ort_cffi/py.typed"):
+                   "ort_cffi/data/runtimes.json", "ort_cffi/_native/elf.py", "ort_cffi/runtime/installer.py", "ort_cffi/py.typed"):
         assert needed in names, needed
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     with zipfile.ZipFile(wheel) as archive:
-        assert "ort-cffi-runtime = ort_cffi.runtime:main" in archive.read(entry_points).decode()
+        assert "ort-cffi-runtime = ort_cffi.cli.runtime:main" in archive.read(entry_points).decode()

@@ -157,14 +157,15 @@ def test_a_whole_train_step_with_raw_calls(java_data):
 
 
 def test_the_generated_declarations_are_the_headers():
-    """ort_cffi/_ffi_abi.py (cffi's out-of-line ABI mode, made by scripts/make_ffi.py) is exactly what
+    """ort_cffi/_native/ffi_abi.py (cffi's out-of-line ABI mode, made by scripts/make_ffi.py) is exactly what
     the headers in include/ give, and it is the one in use: a stale module would mean declarations
     other than the headers' (the loader would then parse the headers instead, slowly)."""
     import subprocess
     import sys
 
     from conftest import ROOT
-    from ort_cffi import _ffi, _ffi_abi
+    from ort_cffi._native import ffi as _ffi
+    from ort_cffi._native import ffi_abi as _ffi_abi
 
     check = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_ffi.py"), "--check"], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_child
-from ort_cffi._loader import find_training_wheel
-from ort_cffi._store import known_runtimes
+from ort_cffi._native.loader import find_training_wheel
+from ort_cffi._native.store import known_runtimes
 from ort_cffi.runtime import RuntimeInstallError, choose_wheel, machine
 
 SURVEY_WHEELS = ROOT / ".cache" / "survey"

@@ -1,4 +1,4 @@
-"""The static finder (``ort_cffi._elf``): where ``OrtApiBase`` lies in a runtime file, read from the
+"""The static finder (``ort_cffi._native.elf``): where ``OrtApiBase`` lies in a runtime file, read from the
 ELF file alone, checked against two independent answers and a record:
 
 - ONNX Runtime's own custom-op hook, in a child that imports onnxruntime (``hook_oracle.py``), on
@@ -23,9 +23,10 @@ import pytest
 
 from conftest import ROOT, run_child
 from hook_oracle import build, onnxruntime_importable, probe
-from ort_cffi import RuntimeLoadError, _elf
-from ort_cffi._loader import find_training_wheel, interpreter_exports, interpreter_name
-from ort_cffi._store import known_runtimes
+from ort_cffi import RuntimeLoadError
+from ort_cffi._native import elf as _elf
+from ort_cffi._native.loader import find_training_wheel, interpreter_exports, interpreter_name
+from ort_cffi._native.store import known_runtimes
 
 SURVEY_WHEELS = ROOT / ".cache" / "survey"
 FIELDS = ("machine", "api_base", "get_api", "get_version_string", "version", "anchor", "anchor_address")
@@ -227,7 +228,7 @@ def test_a_name_that_is_the_tail_of_a_longer_one_is_not_renamed(tmp_path):
 def test_a_truncated_runtime_file_is_a_clear_error(tmp_path, monkeypatch):
     """Cut to half its size, the file's section headers point past its end: pyelftools' own error
     leaked before; now the loader refuses the file, naming it, with a RuntimeLoadError."""
-    from ort_cffi._loader import CACHE_ENV, load_library
+    from ort_cffi._native.loader import CACHE_ENV, load_library
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     extension = _cp312_extension(tmp_path)

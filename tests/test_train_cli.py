@@ -15,8 +15,9 @@ import pytest
 
 from conftest import DIGITS, ROOT, fixed_batch_artifacts
 from ort_cffi import OrtCheckpointState, OrtEnvironment
-from ort_cffi import train as cli
-from ort_cffi import train_loop
+from ort_cffi.cli import train as cli
+from ort_cffi.trainer import loop as train_loop
+from ort_cffi.trainer.output import write_json
 
 ACCURACY_LINE = re.compile(r"^inference model accuracy on validation: (\d\.\d{4})$", re.M)
 
@@ -120,7 +121,7 @@ def test_resume_after_interruption_continues_exactly(
 def test_default_run_reaches_95_percent(tmp_path: Path) -> None:
     """No arguments at all, as a user types it: the embedded digits example into runs/digits."""
     proc = subprocess.run(
-        [sys.executable, "-m", "ort_cffi.train", "--no-progress"],
+        [sys.executable, "-m", "ort_cffi.cli.train", "--no-progress"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr
@@ -209,10 +210,10 @@ def test_metrics_are_written_crash_safe(tmp_path: Path) -> None:
     target = tmp_path / "metrics.json"
     other = tmp_path / "metrics.json.tmp"  # the name every run used to share
     other.write_text("another run's")
-    cli.write_json(target, {"a": 1}, "metrics")
+    write_json(target, {"a": 1}, "metrics")
     assert json.loads(target.read_text()) == {"a": 1} and other.read_text() == "another run's"
     with pytest.raises(TypeError):
-        cli.write_json(target, {"a": object()}, "metrics")
+        write_json(target, {"a": object()}, "metrics")
     assert json.loads(target.read_text()) == {"a": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json", "metrics.json.tmp"]
 

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import DIGITS
 from ort_cffi import OrtEnvironment
-from ort_cffi import train as cli
+from ort_cffi.cli import train as cli
 
 ACCURACY = re.compile(r"^inference model accuracy on validation: (\d\.\d{4})$", re.M)
 BEFORE = re.compile(r"^before training: val loss [\d.]+  val acc (\d\.\d{4})$", re.M)

@@ -21,8 +21,8 @@ import pytest
 
 from conftest import DIGITS, ROOT
 from ort_cffi import OrtCheckpointState
-from ort_cffi import train as cli
-from ort_cffi import train_loop
+from ort_cffi.cli import train as cli
+from ort_cffi.trainer import loop as train_loop
 
 QUIET = ["--no-plot"]
 
@@ -202,7 +202,7 @@ def test_the_progress_bar_only_on_a_terminal(tmp_path: Path, small_data: Path, c
     primary, secondary = pty.openpty()
     fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))  # tqdm draws nothing in 0 columns
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ort_cffi.train", "--data", str(small_data), "--epochs", "1", "--out", str(tmp_path / "b"),
+        [sys.executable, "-m", "ort_cffi.cli.train", "--data", str(small_data), "--epochs", "1", "--out", str(tmp_path / "b"),
          "--no-plot"], stdout=subprocess.DEVNULL, stderr=secondary, env={**os.environ, "PYTHONPATH": str(ROOT)})
     os.close(secondary)
     seen = b""

@@ -33,7 +33,7 @@ except ImportError as exc:  # flwr missing (or too old for these names)
         name="flwr",
     ) from exc
 
-from .client import (  # noqa: E402
+from ort_cffi.flower.client import (  # noqa: E402
     ClientSettings,
     LocalLearner,
     close_shared_sessions,
@@ -43,13 +43,13 @@ from .client import (  # noqa: E402
     make_client_app,
     shared_session,
 )
-from .data import PARTITIONINGS, label_proportions, partition, partition_dataset  # noqa: E402
-from .model import FederatedError, GlobalModel, ParameterLayout  # noqa: E402
-from .server import LOG_MARK, FederatedServer, ServerSettings, make_server_app  # noqa: E402
-from .simulation import LocalSimulation, preflight, simulate  # noqa: E402
-from .store import format_round, plot_history  # noqa: E402
-from .strategies import STRATEGIES, STRATEGY_HELP, StrategyError, StrategySettings, build_strategy  # noqa: E402
-from .updates import Rejection, screen_replies  # noqa: E402
+from ort_cffi.flower.data import PARTITIONINGS, label_proportions, partition, partition_dataset  # noqa: E402
+from ort_cffi.flower.model import FederatedError, GlobalModel, ParameterLayout  # noqa: E402
+from ort_cffi.flower.server import LOG_MARK, FederatedServer, ServerSettings, make_server_app  # noqa: E402
+from ort_cffi.flower.simulation import LocalSimulation, preflight, simulate  # noqa: E402
+from ort_cffi.flower.store import format_round, plot_history  # noqa: E402
+from ort_cffi.flower.strategies import STRATEGIES, STRATEGY_HELP, StrategyError, StrategySettings, build_strategy  # noqa: E402
+from ort_cffi.flower.updates import Rejection, screen_replies  # noqa: E402
 
 __all__ = [
     "ClientSettings", "FederatedError", "FederatedServer", "GlobalModel", "INSTALL_HINT", "LOG_MARK", "LocalLearner",

@@ -23,14 +23,16 @@ from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import fixedclipping_mod
 from flwr.clientapp.typing import ClientAppCallable
 
-from .. import train as _train
-from .._errors import OrtClosedException
-from ..environment import OrtEnvironment
-from ..options import SessionOptions
-from ..training import OrtTrainingSession
-from .config import RunConfigurable
-from .data import Arrays, label_name, partition_dataset
-from .model import FederatedError, ParameterLayout, PathLike
+from ort_cffi.trainer.data import DEFAULT_ARTIFACTS, batches, find_artifacts, find_dataset, input_infos, load_dataset
+from ort_cffi.trainer.data import fixed_batch as model_fixed_batch
+from ort_cffi.trainer.loop import count_correct, evaluate
+from ort_cffi import OrtClosedException
+from ort_cffi import OrtEnvironment
+from ort_cffi import SessionOptions
+from ort_cffi import OrtTrainingSession
+from ort_cffi.flower.config import RunConfigurable
+from ort_cffi.flower.data import Arrays, label_name, partition_dataset
+from ort_cffi.flower.model import FederatedError, ParameterLayout, PathLike
 
 CLIPPING_NORM = "clipping_norm"  # the key Flower's client-side DP wrapper sends (flwr.supercore.differential_privacy)
 
@@ -42,7 +44,7 @@ class ClientSettings(RunConfigurable):
     names its own data with the node config ``data-path`` (an .npz with ``train_<input>``/``val_<input>``
     arrays, as ``ort-cffi-train`` reads) and uses all of it."""
 
-    artifacts: str = str(_train.DEFAULT_ARTIFACTS)
+    artifacts: str = str(DEFAULT_ARTIFACTS)
     data: Optional[str] = None  # default: the one .npz in the artifacts folder
     partitioning: str = "iid"
     alpha: float = 0.5
@@ -81,7 +83,7 @@ def shared_session(artifacts: PathLike, threads: int = 1, seed: int = 0,
     with _cache_lock:
         cached = _sessions.get(key)
         if cached is None or cached[0].isClosed():
-            paths = _train.find_artifacts(folder)
+            paths = find_artifacts(folder)
             OrtTrainingSession.setSeed(seed)
             with SessionOptions() as options:
                 if threads:
@@ -113,14 +115,14 @@ def close_shared_sessions() -> None:
 def _dataset(session: OrtTrainingSession, artifacts: Path, data: Optional[str]) -> Tuple[Path, Dict[str, Arrays], Optional[int]]:
     """The .npz dataset, checked against the model's inputs (names, dtypes, shapes) as ort-cffi-train does,
     and the batch size the model's inputs fix (None: any)."""
-    path = _train.find_dataset(Path(data) if data else None, artifacts)
+    path = find_dataset(Path(data) if data else None, artifacts)
     key = ("dataset", str(path.resolve()), str(artifacts.resolve()))
     if key not in _datasets:
         splits = {"train": list(session.getTrainInputNames()), "val": list(session.getEvalInputNames())}
-        paths = _train.find_artifacts(artifacts)
-        infos = _train.input_infos(OrtEnvironment.getEnvironment(), paths["eval"],
+        paths = find_artifacts(artifacts)
+        infos = input_infos(OrtEnvironment.getEnvironment(), paths["eval"],
                                    sorted(set(splits["train"]) | set(splits["val"])))
-        _datasets[key] = (_train.load_dataset(path, splits, infos), _train.fixed_batch(infos))
+        _datasets[key] = (load_dataset(path, splits, infos), model_fixed_batch(infos))
     dataset, fixed_batch = _datasets[key]
     return path, dataset, fixed_batch
 
@@ -221,11 +223,11 @@ class LocalLearner:
         loss_sum, correct, seen = 0.0, 0, 0
         for epoch in range(epochs):
             order = np.random.default_rng([seed, server_round, epoch, self.order_id]).permutation(n)
-            for idx in _train.batches(order, batch_size, drop_last):
+            for idx in batches(order, batch_size, drop_last):
                 with session.trainStep({name: array[idx] for name, array in self.train_data.items()}, wanted) as result:
                     loss = float(result.get(0).getValue())
                     if self.train_scores and self.labels:
-                        correct += _train.count_correct(result.get(1).getValue(), self.train_data[self.labels][idx]) or 0
+                        correct += count_correct(result.get(1).getValue(), self.train_data[self.labels][idx]) or 0
                 if not np.isfinite(loss):
                     raise FederatedError(f"{self.name}: training diverged (loss {loss}); lower the lr")
                 session.optimizerStep()
@@ -250,7 +252,7 @@ class LocalLearner:
             n -= n % batch_size  # whole batches only
         if n == 0 or self.eval_loss is None:
             return {"num-examples": 0.0, "eval-loss": 0.0}
-        loss, accuracy = _train.evaluate(session, self.val_data, self.eval_loss, self.eval_scores,
+        loss, accuracy = evaluate(session, self.val_data, self.eval_loss, self.eval_scores,
                                          self.labels, batch_size, self.fixed_batch is not None)
         metrics = {"num-examples": float(n), "eval-loss": loss}
         if accuracy is not None:

@@ -21,12 +21,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
-from .. import train as _train
-from .._errors import OrtException
-from ..environment import OrtEnvironment
-from ..options import SessionOptions
-from ..training import OrtTrainingSession
-from .data import Arrays, label_name
+from ort_cffi.trainer.data import DEFAULT_ARTIFACTS, find_artifacts, find_dataset, fixed_batch, input_infos, load_dataset
+from ort_cffi.trainer.errors import SetupError
+from ort_cffi.trainer.loop import check_export, evaluate, inference_check
+from ort_cffi import OrtException
+from ort_cffi import OrtEnvironment
+from ort_cffi import SessionOptions
+from ort_cffi import OrtTrainingSession
+from ort_cffi.flower.data import Arrays, label_name
 
 PathLike = Union[str, "os.PathLike[str]"]
 FLAT_KEY = "parameters"  # the one array of a model whose parameter names cannot be established
@@ -171,11 +173,11 @@ class GlobalModel:
     e.g. the global checkpoint of the run being resumed. ``export_outputs`` (default: the eval model's
     outputs after the loss) are the inference model's outputs. Owns its session: `close` it."""
 
-    def __init__(self, artifacts: PathLike = _train.DEFAULT_ARTIFACTS, data: Optional[PathLike] = None,
+    def __init__(self, artifacts: PathLike = DEFAULT_ARTIFACTS, data: Optional[PathLike] = None,
                  threads: int = 1, batch_size: int = 128, *, checkpoint: Optional[PathLike] = None,
                  export_outputs: Optional[Sequence[str]] = None) -> None:
         self.artifacts = Path(artifacts)
-        self.paths = _train.find_artifacts(self.artifacts)
+        self.paths = find_artifacts(self.artifacts)
         self.env = OrtEnvironment.getEnvironment()
         with SessionOptions() as options:
             if threads:
@@ -183,10 +185,10 @@ class GlobalModel:
             self.session = self.env.createTrainingSession(
                 checkpoint or self.paths["checkpoint"], self.paths["train"], self.paths["eval"], None, options)
         try:
-            self.data_path = _train.find_dataset(Path(data) if data else None, self.artifacts)
+            self.data_path = find_dataset(Path(data) if data else None, self.artifacts)
             splits = {"train": list(self.session.getTrainInputNames()), "val": list(self.session.getEvalInputNames())}
-            infos = _train.input_infos(self.env, self.paths["eval"], sorted(set(splits["train"]) | set(splits["val"])))
-            dataset = _train.load_dataset(self.data_path, splits, infos)
+            infos = input_infos(self.env, self.paths["eval"], sorted(set(splits["train"]) | set(splits["val"])))
+            dataset = load_dataset(self.data_path, splits, infos)
             self.val: Arrays = dataset["val"]
             self.train_samples = len(next(iter(dataset["train"].values())))
             self.eval_outputs = list(self.session.getEvalOutputNames())
@@ -194,7 +196,7 @@ class GlobalModel:
             self.export_names = list(export_outputs or self.eval_outputs[1:])
             self.scores = self.export_names[0] if self.export_names and self.export_names[0] in self.eval_outputs else None
             self.labels = label_name(self.val)
-            self.fixed_batch = _train.fixed_batch(infos)  # then whole batches only, of that size
+            self.fixed_batch = fixed_batch(infos)  # then whole batches only, of that size
             self.batch_size = self.fixed_batch or batch_size
             self.layout = ParameterLayout.of_session(self.session, self.paths["train"])
         except BaseException:
@@ -203,15 +205,15 @@ class GlobalModel:
 
     def check_export(self, folder: Path) -> None:
         """Export once now, into ``folder`` (then removed), so that a model that cannot be exported fails
-        before the first round rather than after the last. Raises ``UsageError`` saying what to change."""
+        before the first round rather than after the last. Raises ``SetupError`` saying what to change."""
         if not self.export_names:
-            raise _train.UsageError(
+            raise SetupError(
                 f"the eval model's only output is the loss ({self.loss_name!r}), so there is nothing to export "
                 "for inference after the last round: name the inference model's outputs with --export-outputs "
                 "(e.g. the original model's output; run-config key export-outputs), or make the artifacts with "
                 "generate_artifacts(..., additional_output_names=[...])")
         folder.mkdir(parents=True, exist_ok=True)
-        _train.check_export(self.session, folder, self.export_names, self.eval_outputs)
+        check_export(self.session, folder, self.export_names, self.eval_outputs)
 
     def parameters(self) -> np.ndarray:
         """A copy of the loaded trainable parameters (``copyParametersToBuffer``), owned by the caller."""
@@ -229,7 +231,7 @@ class GlobalModel:
         """(validation loss, accuracy or None) of ``record`` (default: the parameters loaded)."""
         if record is not None:
             self.load(record)
-        return _train.evaluate(self.session, self.val, self.loss_name, self.scores, self.labels, self.batch_size,
+        return evaluate(self.session, self.val, self.loss_name, self.scores, self.labels, self.batch_size,
                                self.fixed_batch is not None)
 
     def save(self, path: PathLike, server_round: int) -> None:
@@ -242,7 +244,7 @@ class GlobalModel:
         """An inference model of the loaded parameters, then its outputs and its accuracy on the validation
         split, run through an ordinary ``OrtSession``."""
         self.session.exportModelForInference(path, self.export_names)
-        return _train.inference_check(self.env, Path(path), self.val, self.labels, self.batch_size,
+        return inference_check(self.env, Path(path), self.val, self.labels, self.batch_size,
                                       self.fixed_batch is not None)
 
     def close(self) -> None:

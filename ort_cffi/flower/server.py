@@ -27,14 +27,15 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
-from .. import train as _train
-from .config import RunConfigurable
-from .model import FederatedError, GlobalModel, normalize_record
-from .store import INFERENCE, PLOT, RunStore, format_round, new_history, plot_history, run_files, save_arrays
-from .strategies import (
+from ort_cffi.trainer.data import DEFAULT_ARTIFACTS
+from ort_cffi.trainer.errors import SetupError
+from ort_cffi.flower.config import RunConfigurable
+from ort_cffi.flower.model import FederatedError, GlobalModel, normalize_record
+from ort_cffi.flower.store import INFERENCE, PLOT, RunStore, format_round, new_history, plot_history, run_files, save_arrays
+from ort_cffi.flower.strategies import (
     StrategySettings, build_strategy, check_strategy, is_stateful, restore_strategy_state, strategy_state,
 )
-from .updates import WEIGHT_KEY, Rejection, accepted_clients, screen_replies
+from ort_cffi.flower.updates import WEIGHT_KEY, Rejection, accepted_clients, screen_replies
 
 LOG_MARK = "[ort_cffi] "  # the server's own log lines; ort-cffi-federated shows these from Flower's log stream
 Report = Callable[[str], None]
@@ -56,7 +57,7 @@ class ServerSettings(RunConfigurable):
     it was. A client that has not replied ``round_timeout`` seconds after a round started is left out.
     """
 
-    artifacts: str = str(_train.DEFAULT_ARTIFACTS)
+    artifacts: str = str(DEFAULT_ARTIFACTS)
     data: Optional[str] = None
     clients: int = 2
     rounds: int = 20
@@ -129,7 +130,7 @@ class ServerSettings(RunConfigurable):
         return float(self.lr * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * progress))))
 
     def check(self) -> None:
-        """Refuse settings that cannot work (``UsageError`` naming the option), before anything starts."""
+        """Refuse settings that cannot work (``SetupError`` naming the option), before anything starts."""
         problems = []
         if self.clients < 1 or self.rounds < 1 or self.local_epochs < 1 or self.batch_size < 1:
             problems.append("clients, rounds, local-epochs and batch-size must be at least 1")
@@ -145,7 +146,7 @@ class ServerSettings(RunConfigurable):
         if self.seed < 0:
             problems.append(f"seed must not be negative, got {self.seed}")
         if problems:
-            raise _train.UsageError("; ".join(problems))
+            raise SetupError("; ".join(problems))
         check_strategy(self.strategy_settings(), sampled=self.min_fit)
 
     def history_config(self) -> Dict[str, Any]:
@@ -171,7 +172,7 @@ class FederatedServer:
 
     def run(self, grid: Grid) -> Dict[str, Any]:
         """Run (or resume) the federation; return the history document. Raises `FederatedError` when
-        too few clients connect or reply, ``UsageError`` for settings or artifacts that cannot work; the
+        too few clients connect or reply, ``SetupError`` for settings or artifacts that cannot work; the
         history then records the error, and the global checkpoint stays at the last completed round."""
         s = self.settings
         s.check()
@@ -183,7 +184,7 @@ class FederatedServer:
         with GlobalModel(s.artifacts, s.data, s.threads, checkpoint=self.store.checkpoint if point else None,
                          export_outputs=exports) as model:
             if model.fixed_batch is not None and s.batch_size != model.fixed_batch:
-                raise _train.UsageError(f"the model's inputs fix the batch size at {model.fixed_batch}: set batch-size "
+                raise SetupError(f"the model's inputs fix the batch size at {model.fixed_batch}: set batch-size "
                                         f"{model.fixed_batch} (--batch-size {model.fixed_batch}), not {s.batch_size}")
             model.check_export(self.store.out)  # before round 1: the export at the end must not fail
             strategy = build_strategy(s.strategy_settings(), min_fit_clients=s.min_fit, expected_clients=s.clients,

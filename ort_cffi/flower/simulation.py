@@ -20,40 +20,41 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 import numpy as np
 
-from .. import train as _train
-from . import deploy
-from .model import FederatedError, GlobalModel
-from .server import LOG_MARK, ServerSettings
-from .store import RunStore, run_files
+from ort_cffi.trainer.data import find_artifacts, find_dataset
+from ort_cffi.trainer.errors import SetupError
+from ort_cffi.flower import deploy
+from ort_cffi.flower.model import FederatedError, GlobalModel
+from ort_cffi.flower.server import LOG_MARK, ServerSettings
+from ort_cffi.flower.store import RunStore, run_files
 
 CLIENT_APP = "ort_cffi.flower:clientapp"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def preflight(settings: ServerSettings) -> None:
-    """Everything that would stop the run later, checked now (``UsageError``, ``StrategyError``): the
+    """Everything that would stop the run later, checked now (``SetupError``, ``StrategyError``): the
     settings, artifacts, dataset, enough training samples for the clients, the batch size a model may fix,
     the inference export, the output folder (made now), and what it holds (an unfinished run is only
     continued with ``resume``, and only with its own settings): Flower has not started, so each is a
     usage error."""
     settings.check()
     artifacts = Path(settings.artifacts)
-    _train.find_artifacts(artifacts)
-    data_path = _train.find_dataset(Path(settings.data) if settings.data else None, artifacts)
+    find_artifacts(artifacts)
+    data_path = find_dataset(Path(settings.data) if settings.data else None, artifacts)
     n_train = train_samples(data_path)
     if n_train is not None and settings.clients > n_train:
-        raise _train.UsageError(
+        raise SetupError(
             f"--clients {settings.clients} is more than the {n_train} training samples of dataset {str(data_path)!r}: "
             f"every client needs training data, so use at most {n_train} clients")
     out = Path(settings.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise _train.UsageError(f"--out {str(out)!r} is a file, not a folder") from None
+        raise SetupError(f"--out {str(out)!r} is a file, not a folder") from None
     except OSError as exc:
-        raise _train.UsageError(f"--out {str(out)!r} cannot be made: {exc.strerror or exc}") from None
+        raise SetupError(f"--out {str(out)!r} cannot be made: {exc.strerror or exc}") from None
     if not os.access(out, os.W_OK | os.X_OK):
-        raise _train.UsageError(f"--out {str(out)!r} is not a folder this process may write to")
+        raise SetupError(f"--out {str(out)!r} is not a folder this process may write to")
     store = RunStore(out)
     checkpoint = None
     try:
@@ -63,11 +64,11 @@ def preflight(settings: ServerSettings) -> None:
         else:
             store.check_fresh()
     except FederatedError as exc:  # what --out holds does not fit the settings
-        raise _train.UsageError(str(exc)) from None
+        raise SetupError(str(exc)) from None
     exports = [n.strip() for n in settings.export_outputs.split(",") if n.strip()] if settings.export_outputs else None
     with GlobalModel(artifacts, data_path, checkpoint=checkpoint, export_outputs=exports) as model:
         if model.fixed_batch is not None and settings.batch_size != model.fixed_batch:
-            raise _train.UsageError(f"the model's inputs fix the batch size at {model.fixed_batch}: "
+            raise SetupError(f"the model's inputs fix the batch size at {model.fixed_batch}: "
                                     f"pass --batch-size {model.fixed_batch}")
         model.check_export(Path(settings.out))
 
@@ -117,7 +118,7 @@ class LocalSimulation:
         `ServerSettings` fields; ``cpus`` is how many clients train at once (default: all cores, at
         most the clients); ``report`` gets the server's progress lines; ``verbose`` prints all of Flower's
         output; ``client_app`` names the ``ClientApp`` the clients run. Flower's log of the run goes to
-        ``out/logs/run.log``. Raises ``UsageError``/``StrategyError`` (before anything starts) or
+        ``out/logs/run.log``. Raises ``SetupError``/``StrategyError`` (before anything starts) or
         `FederatedError` (the run failed; its history says where; ``resume=True`` continues it)."""
         out_dir = Path(out).resolve()
         for key in ("artifacts", "data"):  # Flower's processes run in other folders

@@ -21,12 +21,13 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import __version__
-from .. import train as _train
-from .._errors import OrtException
-from .._files import atomic_write, file_sha256
-from ..checkpoint import OrtCheckpointState
-from .model import FederatedError, GlobalModel
+from ort_cffi import __version__
+from ort_cffi.trainer.data import find_artifacts, find_dataset
+from ort_cffi.trainer.output import save_figure, write_json
+from ort_cffi import OrtException
+from ort_cffi._facade.files import atomic_write, file_sha256
+from ort_cffi import OrtCheckpointState
+from ort_cffi.flower.model import FederatedError, GlobalModel
 
 CHECKPOINT, HISTORY, STATE_DIR, PLOT, INFERENCE = (
     "global_checkpoint", "history.json", "server_state", "federated.png", "inference_model.onnx")
@@ -44,10 +45,10 @@ FILE_ROLES = {"data": "the dataset", "checkpoint": "the artifacts' checkpoint", 
 def run_files(artifacts: Any, data: Any = None) -> Dict[str, str]:
     """The sha256 of a run's dataset (``data``, default: the one .npz in ``artifacts``) and of its four
     artifact files, by role (`FILE_ROLES`): what ``history.json`` records, so that a resume can refuse
-    files changed in place. Raises ``UsageError`` for a file that is missing."""
+    files changed in place. Raises ``SetupError`` for a file that is missing."""
     folder = Path(artifacts)
-    paths = _train.find_artifacts(folder)
-    dataset = _train.find_dataset(Path(data) if data else None, folder)
+    paths = find_artifacts(folder)
+    dataset = find_dataset(Path(data) if data else None, folder)
     return {role: file_sha256(path) for role, path in {"data": dataset, **paths}.items()}
 
 
@@ -142,7 +143,7 @@ class RunStore:
     def write_history(self, doc: Mapping[str, Any]) -> None:
         """``history.json``, crash-safe."""
         self.out.mkdir(parents=True, exist_ok=True)
-        _train.write_json(self.history_path, _jsonable(doc), "history")
+        write_json(self.history_path, _jsonable(doc), "history")
 
     def commit(self, model: GlobalModel, server_round: int, doc: Mapping[str, Any], state: Mapping[str, np.ndarray]) -> None:
         """Round ``server_round`` done: the strategy state, the history, then the checkpoint (the commit
@@ -248,7 +249,7 @@ def plot_history(path: Path, history: Sequence[Mapping[str, Any]], title: str) -
     loss_ax.set_ylabel("loss")
     loss_ax.grid(alpha=0.3)
     loss_ax.legend(loc="upper right", fontsize="small")
-    _train.save_figure(fig, path, "plot")
+    save_figure(fig, path, "plot")
     return True
 
 

@@ -24,7 +24,7 @@ from flwr.serverapp.strategy import (
     Strategy,
 )
 
-from .._errors import OrtException
+from ort_cffi import OrtException
 
 STRATEGIES = ("fedavg", "fedprox", "fedmedian", "trimmedavg", "krum", "fedadam")
 DP_SIDES = ("server", "client")

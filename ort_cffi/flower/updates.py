@@ -16,7 +16,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from flwr.app import Message, RecordDict
 
-from .model import ParameterLayout
+from ort_cffi.flower.model import ParameterLayout
 
 WEIGHT_KEY = "num-examples"  # the MetricRecord key Flower's strategies weight by (their default)
 ARRAYS_KEY, METRICS_KEY = "arrays", "metrics"  # the records a reply carries (Flower's strategies check them)

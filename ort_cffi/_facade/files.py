@@ -1,0 +1,5 @@
+"""File helpers the applications share with the facade: a file's sha256 (identities of models, datasets and
+artifacts) and crash-safe writes (a temporary file beside the target, flushed, then renamed over it)."""
+from ort_cffi._native.files import atomic_write, file_sha256
+
+__all__ = ["atomic_write", "file_sha256"]

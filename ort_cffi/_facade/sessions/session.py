@@ -1,0 +1,617 @@
+"""Facade: ``OrtSession`` (inference on the same runtime) with its nested ``Result``, ``RunOptions`` and
+``SessionOptions``, as in Java's ``ai.onnxruntime.OrtSession``."""
+from __future__ import annotations
+
+import operator
+from typing import AbstractSet, Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+
+from ort_cffi._native.errors import OrtClosedException, OrtException
+from ort_cffi._native.handles import NativeHandle, close_values, pin_all, process, read_names, unpin_all
+from ort_cffi._native.tables import check_status, ffi, get_runtime
+from ort_cffi._facade.sessions.options import RunOptions, SessionOptions
+from ort_cffi._facade.sessions.options import RunOptions as _RunOptions, SessionOptions as _SessionOptions
+from ort_cffi._native.files import PathOrBytes, native_path, read_model
+from ort_cffi._facade.tensors.optional import Optional_
+from ort_cffi._facade.sessions.inputs import ANY_INPUT, checked_input
+from ort_cffi._facade.sessions.signature import InputSpec, check_symbolic, model_inputs
+from ort_cffi._facade.tensors.tensor import OnnxTensor, OnnxValue, TensorInfo, TypeInfo, adopt_outputs, check_outputs, detach_aliased
+
+
+
+class NameSet(AbstractSet[str]):
+    """An ordered, read-only set of names, iterated in the model's order.
+
+    Equal to any set with the same names, whatever their order; also indexable like the tuple of
+    names it keeps. Plain Python data: it stays valid after the session that gave it closes.
+
+    Java: `Set<String>` (an unmodifiable `LinkedHashSet`).
+    """
+
+    __slots__ = ("_names", "_members")
+
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        self._names: Tuple[str, ...] = tuple(names)
+        self._members = frozenset(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._members
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._names[index]
+
+    def __hash__(self) -> int:
+        return hash(self._members)
+
+    def contains(self, name: object) -> bool:
+        """True when `name` is in the set; also `name in names`.
+
+        Java: `boolean contains(Object o)`.
+        """
+        return name in self._members
+
+    def isEmpty(self) -> bool:
+        """True when the set has no names; also `not names`.
+
+        Java: `boolean isEmpty()`.
+        """
+        return not self._names
+
+    def size(self) -> int:
+        """How many names the set holds; also `len(names)`.
+
+        Java: `int size()`.
+        """
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return f"NameSet({list(self._names)!r})"
+
+
+class NodeInfo:
+    """A model input or output: its name and its `TensorInfo`, as `OrtSession.getInputInfo()` gives them.
+
+    The `TensorInfo`'s own attributes (`getShape()`, `onnxType`, ...) are reachable on the `NodeInfo`
+    too. Plain Python data, no native memory.
+
+    Java: `NodeInfo(String name, ValueInfo info)`.
+    """
+
+    __slots__ = ("_name", "_info")
+
+    def __init__(self, name: str, info: TensorInfo) -> None:
+        self._name = name
+        self._info = info
+
+    def getName(self) -> str:
+        """The input's or output's name.
+
+        Java: `String getName()`.
+        """
+        return self._name
+
+    def getInfo(self) -> TensorInfo:
+        """Its element type and shape.
+
+        Java: `ValueInfo getInfo()` (always a `TensorInfo` here).
+
+        Returns:
+            The `TensorInfo` this `NodeInfo` owns, not a copy: plain Python data the caller may keep.
+        """
+        return self._info
+
+    def __getattr__(self, attribute: str) -> Any:
+        if attribute.startswith("_"):  # not set yet (copy, pickle): no recursion through _info
+            raise AttributeError(attribute)
+        return getattr(self._info, attribute)
+
+    def __repr__(self) -> str:
+        return f"NodeInfo({self._name!r}, {self._info!r})"
+
+
+class Entry(NamedTuple):
+    """One output of a `Result`: a (name, value) pair, with Java's `getKey()` and `getValue()`.
+
+    Java: `Map.Entry<String, OnnxValue>`.
+    """
+
+    key: str
+    value: OnnxValue
+
+    def getKey(self) -> str:
+        """The output's name; also `entry.key` or `entry[0]`.
+
+        Java: `String getKey()`.
+        """
+        return self.key
+
+    def getValue(self) -> OnnxValue:
+        """The output's value; also `entry.value` or `entry[1]`.
+
+        Java: `OnnxValue getValue()`.
+
+        Returns:
+            The value itself, owned by the `Result` it came from (closed with it), or the caller's own
+                tensor for a pinned output.
+        """
+        return self.value
+
+
+class Result:
+    """The outputs of a training step or an inference run, by name and by position.
+
+    `trainStep`, `evalStep` and `OrtSession.run` return one; the caller owns it and closes it (or uses
+    a `with` block). Closing it closes the values it owns, those the runtime allocated: values taken
+    from it are then unusable (copy them out with `getValue()` first). Pinned outputs belong to the
+    caller and stay open. `result[0]`, `result["name"]`, `len(result)`, `name in result` and iteration
+    work as a Python user expects. Also reachable as `OrtSession.Result`.
+
+    Java: `OrtSession.Result`.
+    """
+
+    __slots__ = ("_names", "_values", "_owned", "_index", "_closed")
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        values: Sequence[OnnxValue],
+        owned: Optional[int] = None,
+        index: Optional[Dict[str, int]] = None,
+    ) -> None:
+        """Made by the steps and runs; not for users.
+
+        Args:
+            names: The outputs' names, in order.
+            values: The outputs' values, in the same order.
+            owned: How many of the values, from the first, closing the Result closes (None: all; the
+                rest are the caller's pinned outputs).
+            index: Name → position, when the caller has it already.
+        """
+        self._names = names
+        self._values = values
+        self._owned = owned
+        self._index = index
+        self._closed = False
+
+    def _position(self, name: str) -> Optional[int]:
+        if self._index is None:
+            self._index = {n: i for i, n in enumerate(self._names)}
+        return self._index.get(name)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise OrtClosedException("Result")
+
+    def get(self, key: Union[int, str]) -> Any:
+        """The value at a position, or an Optional of the value of a name.
+
+        `result[index]` gives the same value; `result[name]` gives the value itself, or a `KeyError`
+        that lists the outputs.
+
+        Java: `OnnxValue get(int index)`, `Optional<OnnxValue> get(String key)`.
+
+        Args:
+            key: An int (numpy integers too; a negative one counts from the end), or an output name.
+
+        Returns:
+            For an int, the value itself; for a name, an Optional (`isPresent()`, `get()`, `orElse()`)
+                of it, empty for a name the Result lacks. The value is owned by the Result and closed
+                with it (a pinned output is the caller's own tensor).
+
+        Raises:
+            OrtClosedException: The Result is closed.
+            IndexError: The index is out of range (Java: `IndexOutOfBoundsException`).
+            OrtInvalidArgumentException: `key` is neither an int nor a `str` (a `bool` included).
+        """
+        if type(key) is int and not self._closed and 0 <= key < len(self._values):
+            return self._values[key]  # the common case, first
+        self._check_open()
+        if isinstance(key, str):
+            position = self._position(key)
+            return Optional_(None if position is None else self._values[position])
+        if isinstance(key, bool):
+            raise OrtException.invalid_argument("Result.get takes an int or a str, not bool")
+        try:
+            index = operator.index(key)  # numpy integers too
+        except TypeError:
+            raise OrtException.invalid_argument(f"Result.get takes an int or a str, not {type(key).__name__}") from None
+        count = len(self._values)
+        if not -count <= index < count:
+            raise IndexError(f"output index {index} out of range: this Result has {count} outputs")
+        return self._values[index]
+
+    def __getitem__(self, key: Union[int, str]) -> OnnxValue:
+        if isinstance(key, str):
+            self._check_open()
+            position = self._position(key)
+            if position is None:
+                raise KeyError(f"no output named {key!r}; outputs: {list(self._names)}")
+            return self._values[position]
+        value: OnnxValue = self.get(key)
+        return value
+
+    def size(self) -> int:
+        """How many outputs this Result holds; also `len(result)`. It answers after `close()` too.
+
+        Java: `int size()`.
+        """
+        return len(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def keys(self) -> List[str]:
+        """The output names, in order; it answers after `close()` too.
+
+        Java: none (ort_cffi addition, as a dict's `keys()`).
+
+        Returns:
+            A new list of `str` the caller owns.
+        """
+        return list(self._names)
+
+    def values(self) -> List[OnnxValue]:
+        """The values, in order.
+
+        Java: none (ort_cffi addition, as a dict's `values()`).
+
+        Returns:
+            A new list the caller owns, of values the Result owns (closed with it; pinned outputs are
+                the caller's own tensors).
+
+        Raises:
+            OrtClosedException: The Result is closed.
+        """
+        self._check_open()
+        return list(self._values)
+
+    def items(self) -> List[Tuple[str, OnnxValue]]:
+        """The outputs' names and values as pairs, in order.
+
+        Java: none (ort_cffi addition, as a dict's `items()`).
+
+        Returns:
+            A new list of (name, value) tuples the caller owns; the values are the Result's (closed
+                with it; pinned outputs are the caller's own tensors).
+
+        Raises:
+            OrtClosedException: The Result is closed.
+        """
+        self._check_open()
+        return list(zip(self._names, self._values))
+
+    def __iter__(self) -> Iterator[Entry]:
+        """The entries, in order: ``Entry(name, value)``, with Java's ``getKey()``/``getValue()``."""
+        self._check_open()
+        return iter([Entry(n, v) for n, v in zip(self._names, self._values)])
+
+    def close(self) -> None:
+        """Close the values this Result owns (those the runtime allocated); pinned outputs stay open.
+
+        Idempotent: a second `close()` does nothing (Java logs a warning). Afterwards, what hands out
+        values raises `OrtClosedException`; `size()`, `keys()` and `name in result` still answer.
+
+        Java: `void close()` (`AutoCloseable`: a `with` block closes it as try-with-resources does).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        owned = self._owned
+        if owned is None:
+            close_values(self._values)
+        elif owned:
+            close_values(self._values[:owned])
+
+    @property
+    def closed(self) -> bool:
+        """True once `close()` has been called; never raises.
+
+        Java: none (ort_cffi addition).
+        """
+        return self._closed
+
+    def __enter__(self) -> Result:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Result {list(self._names)}{' closed' if self._closed else ''}>"
+
+
+_Result = Result
+
+
+def _check_names(names: Iterable[Any], what: str = "requested output names") -> None:
+    """Refuse a name that is not a ``str`` (an unhashable one would raise a bare TypeError)."""
+    for name in names:
+        if not isinstance(name, str):
+            raise OrtException.invalid_argument(f"the {what} must be str, not {type(name).__name__}: {name!r}")
+
+
+class OrtSession(NativeHandle):
+    """An inference session on the same runtime as the training sessions.
+
+    Runs a model that `OrtTrainingSession.exportModelForInference` wrote, without a second ONNX Runtime
+    in the process. Made by `OrtEnvironment.createSession` (see there for what creation raises); the
+    caller owns it and closes it (or uses a `with` block). `run` may be called from several threads at
+    once; a `close()` meanwhile releases the native session after the runs in progress. Once closed, every method but `close()`,
+    `isClosed()` and `closed` raises `OrtClosedException`.
+
+    Java: `ai.onnxruntime.OrtSession` (made by `OrtEnvironment.createSession`).
+    """
+
+    _kind = "OrtSession"
+    Result = Result
+    RunOptions = RunOptions
+    SessionOptions = SessionOptions
+
+    def __init__(self, env: Any, model: PathOrBytes, options: Optional[_SessionOptions] = None) -> None:
+        rt = get_runtime()
+        self._rt = rt
+        path, data = read_model(model, "model")
+        if options is not None and not isinstance(options, _SessionOptions):
+            raise OrtException.invalid_argument(f"options must be SessionOptions, not {type(options).__name__}")
+        native_env = process.env()
+        own_options = options is None
+        options = options if options is not None else _SessionOptions()
+        try:
+            out = ffi.new("OrtSession**")
+            pin_all((options,))  # the caller may close them from another thread meanwhile
+            try:
+                if path is not None:
+                    status = rt.api.CreateSession(native_env._handle(), native_path(path), options._ptr, out)
+                else:
+                    status = rt.api.CreateSessionFromArray(native_env._handle(), data, len(data or b""), options._ptr, out)
+            finally:
+                unpin_all((options,))
+            check_status(status, f"creating a session from {path!r}" if path else "creating a session from bytes")
+            self._own(out[0], rt.api.ReleaseSession, pinned=(native_env,))
+        finally:
+            if own_options:
+                options.close()
+        try:
+            self._input_names = NameSet(read_names(self._ptr, rt.api.SessionGetInputCount, rt.api.SessionGetInputName))
+            self._output_names = NameSet(read_names(self._ptr, rt.api.SessionGetOutputCount, rt.api.SessionGetOutputName))
+        except BaseException:
+            self.close()
+            raise
+        self._input_pos = {n: i for i, n in enumerate(self._input_names)}
+        self._output_pos = {n: i for i, n in enumerate(self._output_names)}
+        # Outputs that are inputs (a graph input listed as an output): the runtime returns them over
+        # the input's memory, so each run copies them (see detach_aliased). Usually none: no cost.
+        self._aliased = frozenset(n for n in self._output_names if n in self._input_pos)
+        try:
+            self._input_specs = self._read_input_specs(path, data)
+        except BaseException:
+            self.close()
+            raise
+        self._symbolic = any(spec.symbolic() for spec in self._input_specs)
+
+    def _read_input_specs(self, path: Optional[str], data: Optional[bytes]) -> List[InputSpec]:
+        """Each input's signature, checked before every run: ``SessionGetInputTypeInfo``, except that
+        it gives rank 0 both for a scalar and for an input declared without a shape (any rank): the
+        model's own graph input tells them apart (``_signature.model_inputs``), and where it cannot
+        be read, rank 0 is taken as any rank. A non-tensor input is left to the runtime."""
+        declared = model_inputs(path, data, self._input_names)
+        specs = []
+        for i, name in enumerate(self._input_names):
+            out = ffi.new("OrtTypeInfo**")
+            check_status(self._rt.api.SessionGetInputTypeInfo(self._ptr, i, out), f"type of input {name!r}")
+            with TypeInfo(out[0]) as type_info:
+                try:
+                    info = type_info.toTensorInfo(repr(name))
+                except OrtException:
+                    specs.append(ANY_INPUT)
+                    continue
+            dims: Optional[Tuple[Tuple[int, str], ...]] = tuple(
+                (d if d >= 0 else -1, n) for d, n in zip(info.shape, info.getDimensionNames())
+            )
+            if not dims:
+                dims = declared[name].dims if name in declared else None
+            specs.append(InputSpec.of(info.onnxType, dims))
+        return specs
+
+    def getInputNames(self) -> NameSet:
+        """The model's input names, in its order.
+
+        Java: `Set<String> getInputNames()`.
+
+        Returns:
+            An ordered, read-only set of names (Java's `Set<String>`) that the session owns and hands
+                out at every call: plain Python data, still valid after the session closes.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
+        self._handle()
+        return self._input_names
+
+    def getOutputNames(self) -> NameSet:
+        """The model's output names, in its order.
+
+        Java: `Set<String> getOutputNames()`.
+
+        Returns:
+            An ordered, read-only set of names (Java's `Set<String>`) that the session owns and hands
+                out at every call: plain Python data, still valid after the session closes.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
+        self._handle()
+        return self._output_names
+
+    def getNumInputs(self) -> int:
+        """How many inputs the model has.
+
+        Java: `long getNumInputs()`.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
+        return len(self.getInputNames())
+
+    def getNumOutputs(self) -> int:
+        """How many outputs the model has.
+
+        Java: `long getNumOutputs()`.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
+        return len(self.getOutputNames())
+
+    def _infos(self, getter: Any, names: Iterable[str]) -> Dict[str, NodeInfo]:
+        infos = {}
+        ptr = self._use()  # pinned: a close() from another thread waits until the reads are done
+        try:
+            for i, name in enumerate(names):
+                out = ffi.new("OrtTypeInfo**")
+                check_status(getter(ptr, i, out), f"type of {name!r}")
+                with TypeInfo(out[0]) as type_info:
+                    infos[name] = NodeInfo(name, type_info.toTensorInfo(repr(name)))
+        finally:
+            self._unuse()
+        return infos
+
+    def getInputInfo(self) -> Dict[str, NodeInfo]:
+        """The element type and shape of each input, by name, in the model's order (`SessionGetInputTypeInfo`).
+
+        Java: `Map<String, NodeInfo> getInputInfo()`.
+
+        Returns:
+            A new dict, name → `NodeInfo`, that the caller owns: plain Python data, no native memory.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: An input is not a tensor (the message names it).
+        """
+        return self._infos(self._rt.api.SessionGetInputTypeInfo, self.getInputNames())
+
+    def getOutputInfo(self) -> Dict[str, NodeInfo]:
+        """The element type and shape of each output, by name, in the model's order (`SessionGetOutputTypeInfo`).
+
+        Java: `Map<String, NodeInfo> getOutputInfo()`.
+
+        Returns:
+            A new dict, name → `NodeInfo`, that the caller owns: plain Python data, no native memory.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: An output is not a tensor (the message names it).
+        """
+        return self._infos(self._rt.api.SessionGetOutputTypeInfo, self.getOutputNames())
+
+    def run(self, inputs: Mapping[str, Any], *args: Any, requestedOutputs: Any = None, runOptions: Optional[_RunOptions] = None) -> _Result:
+        """Run the model on `inputs` (`Run`): every output, or the requested ones.
+
+        Inputs are checked against the model's signature before the call (element type, rank, fixed
+        dimensions, one size per symbolic dimension, no zero-sized dimension), naming the input.
+
+        Java: `OrtSession.Result run(Map<String, ? extends OnnxTensorLike> inputs)`,
+        `run(inputs, OrtSession.RunOptions runOptions)`, `run(inputs, Set<String> requestedOutputs)`,
+        `run(inputs, requestedOutputs, runOptions)`; the forms with pinned outputs are not available.
+
+        Args:
+            inputs: Input name → `OnnxTensor`, numpy array or numpy scalar. An array is wrapped for the
+                call without a copy when its layout allows, copied once otherwise.
+            *args: Java's overloads, told apart by type, in any order (`None` is skipped): a set, list
+                or tuple of output names (`requestedOutputs`), a `RunOptions` (`runOptions`).
+            requestedOutputs: The outputs to return: a set comes back in the model's order, a list or
+                tuple in its own (repeats dropped). None: every output.
+            runOptions: Options for this run (log level, run tag, `setTerminate`), honoured here.
+
+        Returns:
+            A new `Result` the caller owns and must close (or use in a `with` block); closing it closes
+                every value in it.
+
+        Raises:
+            OrtClosedException: The session, an input tensor or the run options are closed.
+            OrtInvalidArgumentException: `inputs` is not a mapping or is empty; an input name is
+                unknown; an input is not a tensor or numpy array, does not fit the model's signature or
+                has a zero-sized dimension; an output name is unknown, or none is requested; an
+                argument is of an unexpected type (a dict of pinned outputs included).
+            OrtException: The runtime fails the run (e.g. an input left out, or the run options set to
+                terminate).
+        """
+        for arg in args:
+            if isinstance(arg, _RunOptions):
+                runOptions = arg
+            elif isinstance(arg, (set, frozenset, list, tuple)):
+                requestedOutputs = arg
+            elif arg is not None:
+                raise OrtException.invalid_argument(f"unexpected argument to run: {type(arg).__name__}")
+        if runOptions is not None and not isinstance(runOptions, _RunOptions):
+            raise OrtException.invalid_argument(f"runOptions must be RunOptions, not {type(runOptions).__name__}")
+        if not isinstance(inputs, Mapping):
+            raise OrtException.invalid_argument("inputs must be a mapping from input name to tensor")
+        unknown = [n for n in inputs if n not in self._input_pos]
+        if unknown:
+            raise OrtException.invalid_argument(f"unknown input names {unknown}; the model's inputs are {list(self._input_names)}")
+        if not inputs:
+            raise OrtException.invalid_argument(f"no inputs given; the model's inputs are {list(self._input_names)}")
+        requested: List[Any] = []
+        if requestedOutputs is None:
+            wanted = list(self._output_names)
+        else:
+            if isinstance(requestedOutputs, str) or not isinstance(requestedOutputs, Iterable):
+                raise OrtException.invalid_argument(
+                    f"requestedOutputs is a collection of output names, not {type(requestedOutputs).__name__}"
+                )
+            requested = list(requestedOutputs)
+            _check_names(requested)
+            if isinstance(requestedOutputs, (set, frozenset)):  # no order of its own: the model's
+                wanted = [n for n in self._output_names if n in requestedOutputs]
+            else:
+                wanted = list(dict.fromkeys(requested))
+        unknown = [n for n in requested if n not in self._output_pos]
+        if unknown or not wanted:
+            raise OrtException.invalid_argument(
+                f"unknown or no requested outputs {unknown}; the model's outputs are {list(self._output_names)}"
+            )
+        tensors: List[OnnxTensor] = []
+        made: List[OnnxTensor] = []
+        try:
+            specs = self._input_specs
+            for name, value in inputs.items():
+                tensors.append(checked_input("the model's", name, value, specs[self._input_pos[name]], made))
+            if self._symbolic:  # e.g. one batch size for all inputs: a mismatch fails in a kernel, with a log line
+                check_symbolic("the model's", [(n, specs[self._input_pos[n]], t._dims or ()) for n, t in zip(inputs, tensors)])
+            # ONNX Runtime's Run may be called from several threads at once: no lock, only pins,
+            # so that a close() meanwhile waits for the last run.
+            in_use: List[NativeHandle] = [self, *tensors] + ([runOptions] if runOptions is not None else [])
+            pin_all(in_use)
+            try:
+                in_names = [ffi.new("char[]", n.encode()) for n in inputs]
+                out_names = [ffi.new("char[]", n.encode()) for n in wanted]
+                out_values = ffi.new("OrtValue*[]", len(wanted))
+                status = self._rt.api.Run(
+                    self._ptr,
+                    runOptions._ptr if runOptions is not None else ffi.NULL,
+                    ffi.new("char*[]", in_names),
+                    ffi.new("OrtValue*[]", [t._ptr for t in tensors]),
+                    len(tensors),
+                    ffi.new("char*[]", out_names),
+                    len(wanted),
+                    out_values,
+                )
+                values = adopt_outputs(out_values, len(wanted))
+            finally:
+                unpin_all(in_use)
+            check_outputs(status, values, "Run")
+            if self._aliased:
+                detach_aliased(values, [i for i, n in enumerate(wanted) if n in self._aliased])
+        finally:
+            for tensor in made:
+                tensor.close()
+        return _Result(wanted, values)  # type: ignore[arg-type]  # all produced: none is None

@@ -1,0 +1,261 @@
+"""What a model's inputs must be, checked before the native call (below the sessions).
+
+ONNX Runtime checks inputs inside ``Run``/``TrainStep`` and answers with messages that do not name
+the input (``Unexpected input data type. Actual: (tensor(double)) , expected: (tensor(float))``),
+and a batch-size mismatch between two inputs fails deep in a kernel, after the runtime has printed
+an error line on stderr. ort_cffi checks each input against the model's signature first and names
+the input, what the model expects and what was given.
+
+Where the signature comes from:
+
+- an inference ``OrtSession``: ``SessionGetInputTypeInfo`` (element type, shape, symbolic names);
+- a training session: the training C API has no call for its models' input types, so they are
+  read from the ONNX model itself, once, at construction: ``graph_inputs`` walks the protobuf wire
+  format of ``ModelProto.graph.input`` (field 7, then field 11) and nothing else. It is a reader of
+  the five nested messages it needs (ValueInfoProto → TypeProto → Tensor → TensorShapeProto →
+  Dimension): every other field, the initializers above all, is skipped by its length without
+  being decoded, so a model of hundreds of MB costs a few microseconds per graph field. The
+  ``onnx`` package would do the same decoding but is not a runtime dependency of ort_cffi (it is
+  large, and pinned below 1.17 to write models 1.19 accepts); the wire format is stable and small.
+  A file is mapped (``mmap``), not read; model bytes are read in place. A model the reader cannot
+  follow (which the runtime would not have loaded) leaves the inputs unchecked, not refused.
+
+What is checked, per input: the element type, the rank, every fixed dimension, and, across the
+inputs of one call, that a symbolic dimension (``dim_param``, e.g. ``batch``) has one size: ONNX's
+IR gives the same name in one graph the same value.
+"""
+from __future__ import annotations
+
+import functools
+import mmap
+import os
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from ort_cffi._native.errors import OrtException
+from ort_cffi._facade.tensors.tensor_info import NUMPY_DTYPES, OnnxTensorType
+
+Dim = Tuple[int, str]  # (fixed size or -1, symbolic name or '')
+
+
+class InputSpec:
+    """One input's expected element type and shape (None: rank unknown). Interned: equal specs are
+    the same object, so that a tensor checked once is known to pass at its next call by identity."""
+
+    __slots__ = ("onnx_type", "dims", "__weakref__")
+    _interned: Dict[Tuple[int, Optional[Tuple[Dim, ...]]], InputSpec] = {}
+
+    def __init__(self, onnx_type: OnnxTensorType, dims: Optional[Tuple[Dim, ...]]) -> None:
+        self.onnx_type = onnx_type
+        self.dims = dims
+
+    @classmethod
+    def of(cls, onnx_type: int, dims: Optional[Sequence[Dim]]) -> InputSpec:
+        """The one spec of this element type (0: any) and dims (None: any rank)."""
+        key = (int(onnx_type), None if dims is None else tuple(dims))
+        spec = cls._interned.get(key)
+        if spec is None:
+            spec = cls._interned.setdefault(key, cls(OnnxTensorType.mapFromInt(int(onnx_type)), key[1]))
+        return spec
+
+    def describe(self) -> str:
+        """``tensor(float) (numpy float32) of shape [batch, 784]``, for messages."""
+        return f"{_type_text(self.onnx_type)} of shape {self.shape_text()}"
+
+    def shape_text(self) -> str:
+        """``[batch, 784]``: names for symbolic dimensions, ? for open ones."""
+        if self.dims is None:
+            return "[any rank]"
+        return "[" + ", ".join(name or (str(size) if size >= 0 else "?") for size, name in self.dims) + "]"
+
+    def symbolic(self) -> List[Tuple[int, str]]:
+        """(axis, name) of each named dimension."""
+        return [(axis, name) for axis, (_, name) in enumerate(self.dims or ()) if name]
+
+    def __repr__(self) -> str:
+        return f"InputSpec({self.describe()})"
+
+
+def _type_text(onnx_type: OnnxTensorType) -> str:
+    dtype = NUMPY_DTYPES.get(onnx_type)
+    return onnx_type.onnx_name + (f" (numpy {dtype})" if dtype is not None else "")
+
+
+def mismatch(spec: InputSpec, onnx_type: int, shape: Tuple[int, ...]) -> Optional[str]:
+    """Why a value of ``onnx_type`` and ``shape`` does not fit ``spec`` (None if it does)."""
+    if spec.onnx_type and onnx_type != spec.onnx_type:
+        return "element type"
+    dims = spec.dims
+    if dims is None:
+        return None
+    if len(shape) != len(dims):
+        return "rank"
+    for (size, _), given in zip(dims, shape):
+        if size > 0 and size != given:  # 0: some exporters write it for "unknown" (and empty inputs are refused anyway)
+            return "shape"
+    return None
+
+
+def refuse(what: str, name: str, spec: InputSpec, onnx_type: int, shape: Tuple[int, ...], reason: str) -> OrtException:
+    """The error for an input that does not fit its spec: names the input, the expected, the given."""
+    given = f"{_type_text(OnnxTensorType.mapFromInt(int(onnx_type)))} of shape {list(shape)}"
+    return OrtException.invalid_argument(
+        f"{what} input {name!r} has the wrong {reason}: the model expects {spec.describe()}, got {given}"
+    )
+
+
+def check_symbolic(what: str, named: Sequence[Tuple[str, InputSpec, Tuple[int, ...]]]) -> None:
+    """Refuse inputs of one call that give one symbolic dimension two sizes: ``named`` holds
+    (input name, spec, given shape) of each input."""
+    seen: Dict[str, Tuple[int, str, int]] = {}
+    for name, spec, shape in named:
+        for axis, dim_name in spec.symbolic():
+            size = shape[axis]
+            first = seen.setdefault(dim_name, (size, name, axis))
+            if first[0] != size:
+                raise OrtException.invalid_argument(
+                    f"{what} inputs {first[1]!r} and {name!r} disagree on dimension {dim_name!r}: "
+                    f"{first[0]} (axis {first[2]} of {first[1]!r}) and {size} (axis {axis} of {name!r})"
+                )
+
+
+# --- the ONNX protobuf wire format: ModelProto.graph.input --------------------------------------------
+
+
+class _Malformed(Exception):
+    pass
+
+
+def _varint(data: memoryview, pos: int) -> Tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise _Malformed("truncated varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(data: memoryview):
+    """(field number, wire type, value) of each field of a message: an int for varints, a memoryview
+    of the payload for length-delimited fields; fixed-width fields are skipped. One-byte varints
+    (most keys and lengths) are read inline."""
+    pos = 0
+    end = len(data)
+    while pos < end:
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 2:
+            length = data[pos] if pos < end else 0x80
+            if length < 0x80:
+                pos += 1
+            else:
+                length, pos = _varint(data, pos)
+            if pos + length > end:
+                raise _Malformed("truncated field")
+            yield number, wire, data[pos:pos + length]
+            pos += length
+        elif wire == 0:
+            value, pos = _varint(data, pos)
+            yield number, wire, value
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise _Malformed(f"wire type {wire}")
+    if pos != end:
+        raise _Malformed("truncated fixed-width field")
+
+
+def _int64(value: int) -> int:
+    return value - (1 << 64) if value >> 63 else value
+
+
+def _value_info(data: memoryview) -> Tuple[str, Optional[Tuple[int, Optional[Tuple[Dim, ...]]]]]:
+    """(name, (element type, dims or None) for a tensor; None for any other type) of a ValueInfoProto."""
+    name = ""
+    tensor: Optional[Tuple[int, Optional[Tuple[Dim, ...]]]] = None
+    for number, wire, value in _fields(data):
+        if number == 1 and wire == 2:
+            name = bytes(value).decode("utf-8")
+        elif number == 2 and wire == 2:  # TypeProto
+            for type_number, type_wire, type_value in _fields(value):
+                if type_number == 1 and type_wire == 2:  # tensor_type
+                    tensor = _tensor_type(type_value)
+    return name, tensor
+
+
+def _tensor_type(data: memoryview) -> Tuple[int, Optional[Tuple[Dim, ...]]]:
+    elem_type, dims = 0, None
+    for number, wire, value in _fields(data):
+        if number == 1 and wire == 0:
+            elem_type = value
+        elif number == 2 and wire == 2:  # TensorShapeProto: repeated Dimension dim = 1
+            dims = []
+            for dim_number, dim_wire, dim_value in _fields(value):
+                if dim_number == 1 and dim_wire == 2:
+                    size, dim_name = -1, ""
+                    for field, field_wire, field_value in _fields(dim_value):
+                        if field == 1 and field_wire == 0:
+                            size = _int64(field_value)
+                        elif field == 2 and field_wire == 2:
+                            dim_name = bytes(field_value).decode("utf-8")
+                    dims.append((size, dim_name))
+    return elem_type, None if dims is None else tuple(dims)
+
+
+def graph_inputs(model: Any) -> Dict[str, InputSpec]:
+    """Name → ``InputSpec`` of each tensor input of ``ModelProto.graph`` in ``model`` (bytes-like),
+    parameters included. Raises ``ValueError`` for data it cannot follow."""
+    with memoryview(model) as data:
+        specs = _read_graph_inputs(data)  # no view of ``data`` outlives this call: it can be released
+    if specs is None:
+        raise ValueError("not an ONNX model this reader can follow")
+    return specs
+
+
+def _read_graph_inputs(data: memoryview) -> Optional[Dict[str, InputSpec]]:
+    specs: Dict[str, InputSpec] = {}
+    try:
+        for number, wire, graph in _fields(data):
+            if number != 7 or wire != 2:  # ModelProto.graph
+                continue
+            for graph_number, graph_wire, value in _fields(graph):
+                if graph_number == 11 and graph_wire == 2:  # GraphProto.input
+                    name, tensor = _value_info(value)
+                    if tensor is not None and name:
+                        specs[name] = InputSpec.of(tensor[0], tensor[1])
+    except (_Malformed, UnicodeDecodeError):
+        return None
+    return specs
+
+
+def model_inputs(path: Optional[str], data: Optional[bytes], names: Iterable[str]) -> Dict[str, InputSpec]:
+    """The specs of the inputs ``names`` of a model given by path or bytes; {} when it cannot be read
+    (the runtime's own checks still apply then). A file's are kept per file identity (device,
+    inode, size, modification time): sessions made again and again from one model read it once."""
+    try:
+        if data is not None:
+            specs = graph_inputs(data)
+        elif path is not None:
+            stat = os.stat(path)
+            specs = _file_inputs(os.path.realpath(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        else:
+            return {}
+    except (OSError, ValueError, BufferError):
+        return {}
+    return {name: specs[name] for name in names if name in specs}
+
+
+@functools.lru_cache(maxsize=64)
+def _file_inputs(path: str, device: int, inode: int, size: int, mtime_ns: int) -> Dict[str, InputSpec]:
+    """``graph_inputs`` of a file, mapped rather than read (the caller copies what it keeps)."""
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        return graph_inputs(mapped)

@@ -1,0 +1,1045 @@
+"""Facade: ``OrtTrainingSession`` (Java's class, one call at a time), over ``OrtTrainingApi``. Its
+checkpoint state, ``OrtCheckpointState``, is in ``checkpoint.py``.
+
+What the C API leaves to its caller, done here once:
+
+- **Positional I/O.** ``TrainStep``/``EvalStep`` take every input and every output by position. The
+  session learns the names at construction; each step matches inputs *by name*, fetches every output,
+  and returns exactly the requested ones, labelled right (the Java binding did neither).
+- **Guards before C.** Closed handles, missing models (eval, optimizer, scheduler), out-of-range
+  indices and bad names are refused in Python: several of them crash the runtime (runtime-notes §4).
+- **Ownership.** A checkpoint the session loaded is the session's; one the caller passed stays the
+  caller's and is pinned by the session, so closing it early cannot free it under the session. One
+  lock per checkpoint serializes the session and the state (the runtime's session is not
+  thread-safe); the GIL is released inside every native call.
+- **Crash-safe saves.** ``saveCheckpoint`` writes a temporary file beside the target, flushes it to
+  disk and renames it over the target.
+"""
+from __future__ import annotations
+
+import numbers
+import weakref
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ort_cffi._native.errors import OrtClosedException, OrtErrorCode, OrtException, c_string
+from ort_cffi._native.handles import NativeHandle, pin_all, process, read_names, unpin_all
+from ort_cffi._native.tables import check_status, ffi, get_runtime
+from ort_cffi._facade.sessions.options import RunOptions, SessionOptions
+from ort_cffi._native.files import PathLike, PathOrBytes, atomic_write, fspath, native_path, read_model
+from ort_cffi._facade.sessions.session import NameSet, Result, _check_names
+from ort_cffi._facade.sessions.inputs import ANY_INPUT, checked_input
+from ort_cffi._facade.sessions.signature import InputSpec, check_symbolic, model_inputs
+from ort_cffi._facade.tensors.tensor import (
+    OnnxTensor,
+    adopt_outputs,
+    as_tensor_array,
+    check_outputs,
+    detach_aliased,
+)
+
+from ort_cffi._facade.sessions.checkpoint import INT64_MIN, INT64_MAX, OrtCheckpointState
+
+
+_CheckpointState = OrtCheckpointState
+
+
+class _Selection:
+    """Which outputs a step returns, in which order, and which slots are the caller's (pinned):
+    validated once per distinct request of names and reused while the same names come again."""
+
+    __slots__ = ("names", "positions", "wanted", "pinned_positions", "owned", "everything")
+
+    def __init__(self, names: Tuple[str, ...], positions: Tuple[int, ...], pinned_positions: Tuple[int, ...], everything: bool) -> None:
+        self.names = names  # the Result's names: requested outputs, then pinned ones
+        self.positions = positions  # model positions of the requested outputs
+        self.wanted = frozenset(positions)
+        self.pinned_positions = pinned_positions  # model positions of the caller's tensors, in the pinned dict's order
+        self.owned: Optional[int] = None if everything else len(positions)  # the Result's values: the requested ones, first
+        self.everything = everything  # every output, in model order, all owned by the Result
+
+
+class _ModelPlan:
+    """What one model (training or eval) needs per step, computed once at construction."""
+
+    __slots__ = ("kind", "what", "input_names", "output_names", "input_pos", "output_pos", "in_values", "out_values",
+                 "step", "everything", "cached", "specs", "pairs", "dims_by_position", "aliased")
+
+    def __init__(
+        self, kind: str, input_names: Tuple[str, ...], output_names: Tuple[str, ...], step: Any, specs: Dict[str, InputSpec]
+    ) -> None:
+        self.kind = kind
+        self.what = f"the {kind} model's"
+        self.input_names = input_names
+        self.output_names = output_names
+        self.input_pos = {n: i for i, n in enumerate(input_names)}
+        self.output_pos = {n: i for i, n in enumerate(output_names)}
+        self.in_values = ffi.new("OrtValue*[]", max(len(input_names), 1))  # reused under the session lock
+        self.out_values = ffi.new("OrtValue*[]", max(len(output_names), 1))
+        self.step = step  # the TrainStep or EvalStep function pointer, looked up once
+        self.everything = _Selection(output_names, tuple(range(len(output_names))), (), everything=True)
+        # Positions of outputs that are inputs (a graph input listed as an output): the runtime returns
+        # them over the input's memory, so each step copies them (see detach_aliased). Usually none.
+        self.aliased = tuple(i for i, n in enumerate(output_names) if n in self.input_pos)
+        self.cached: Tuple[Any, Optional[_Selection]] = (None, None)  # (request names, selection): one read, one write
+        # Each input's signature, by position (checked before every step), and the pairs of
+        # (position, axis) that share a symbolic dimension such as the batch size: (a, axis a, b, axis b).
+        self.specs: List[InputSpec] = [specs.get(name, ANY_INPUT) for name in input_names]
+        first: Dict[str, Tuple[int, int]] = {}
+        pairs: List[Tuple[int, int, int, int]] = []
+        for position, spec in enumerate(self.specs):
+            for axis, dim_name in spec.symbolic():
+                if dim_name in first:
+                    pairs.append(first[dim_name] + (position, axis))
+                else:
+                    first[dim_name] = (position, axis)
+        self.pairs = tuple(pairs)
+        self.dims_by_position: List[Any] = [None] * len(input_names)  # the step's input shapes (under the lock)
+
+
+def _split_step_args(
+    args: Tuple[Any, ...], requested: Any, pinned: Any, run_options: Any
+) -> Tuple[Any, Any, Optional[RunOptions]]:
+    """Java's five overloads folded: each positional argument is dispatched on its type."""
+    for arg in args:
+        if arg is None:
+            continue
+        if type(arg) is dict:  # the common case first: the ABC check below is slower
+            pinned = arg
+        elif isinstance(arg, RunOptions):
+            run_options = arg
+        elif isinstance(arg, Mapping):
+            pinned = arg
+        elif isinstance(arg, (set, frozenset, list, tuple)):
+            requested = arg
+        else:
+            raise OrtException.invalid_argument(
+                f"unexpected step argument of type {type(arg).__name__}: expected requested output names, "
+                "a dict of pinned outputs or RunOptions"
+            )
+    if run_options is not None and not isinstance(run_options, RunOptions):
+        raise OrtException.invalid_argument(f"runOptions must be RunOptions, not {type(run_options).__name__}")
+    return requested, pinned, run_options
+
+
+def _check_pinned(pinned: Mapping[str, Any]) -> None:
+    """Refuse a pinned output the runtime cannot write into: not an ``OnnxTensor``, or over read-only memory."""
+    for name, tensor in pinned.items():
+        if not isinstance(tensor, OnnxTensor):
+            raise OrtException.invalid_argument(f"pinned output {name!r} must be an OnnxTensor, not {type(tensor).__name__}")
+        if not tensor.writable:
+            raise OrtException.invalid_argument(f"pinned output {name!r} is over a read-only array")
+
+
+class OrtTrainingSession(NativeHandle):
+    """A training session over a checkpoint, a training model, and optionally eval and optimizer models.
+
+    Made by `OrtEnvironment.createTrainingSession`, whose arguments the constructor takes too (see there
+    for them and for what creation raises). The caller owns the session and closes it (or uses a `with`
+    block): that releases the session, then the checkpoint state it loaded itself. Once closed, every
+    method but `close()`, `isClosed()`, `closed` and the static `setSeed` raises `OrtClosedException`.
+
+    ONNX Runtime's session is not thread-safe: the session's calls are serialized by a lock, and the
+    GIL is released inside each native call, so two sessions train in parallel in two threads.
+
+    Java: `ai.onnxruntime.OrtTrainingSession` (made by `OrtEnvironment.createTrainingSession`).
+    """
+
+    _kind = "OrtTrainingSession"
+    _owns_state = False
+    OrtCheckpointState = _CheckpointState  # Java nests it: OrtTrainingSession.OrtCheckpointState
+
+    def __init__(
+        self,
+        checkpoint: Union[PathLike, _CheckpointState],
+        trainModel: PathOrBytes,
+        evalModel: Optional[PathOrBytes] = None,
+        optimizerModel: Optional[PathOrBytes] = None,
+        options: Optional[SessionOptions] = None,
+    ) -> None:
+        rt = self._rt = get_runtime()
+        train = read_model(trainModel, "training model")
+        evaluation = read_model(evalModel, "eval model") if evalModel is not None else (None, None)
+        optimizer = read_model(optimizerModel, "optimizer model") if optimizerModel is not None else (None, None)
+        if options is not None and not isinstance(options, SessionOptions):
+            raise OrtException.invalid_argument(f"options must be SessionOptions, not {type(options).__name__}")
+        from_buffers = train[1] is not None or evaluation[1] is not None or optimizer[1] is not None
+        if from_buffers and (train[1] is None or (evalModel is not None and evaluation[1] is None) or (optimizerModel is not None and optimizer[1] is None)):
+            raise OrtException.invalid_argument("give all models as paths or all as bytes (the C API takes one or the other)")
+
+        if isinstance(checkpoint, _CheckpointState):
+            state, self._owns_state = checkpoint, False
+        else:
+            state, self._owns_state = _CheckpointState.loadCheckpoint(fspath(checkpoint, "checkpoint path")), True
+        self._state = state
+        own_options = options is None
+        session_options = options if options is not None else SessionOptions()
+        try:
+            with state._lock:
+                state_ptr = state._handle()
+                if state._bound_session() is not None:
+                    raise OrtException.invalid_argument(
+                        "this checkpoint state is already bound to an open training session; load it again for a second session"
+                    )
+                env = process.env()
+                out = ffi.new("OrtTrainingSession**")
+                pin_all((session_options,))  # the caller may close them from another thread meanwhile
+                try:
+                    if from_buffers:
+                        status = rt.training_api.CreateTrainingSessionFromBuffer(
+                            env._handle(), session_options._ptr, state_ptr,
+                            train[1], len(train[1] or b""),
+                            evaluation[1] or ffi.NULL, len(evaluation[1] or b""),
+                            optimizer[1] or ffi.NULL, len(optimizer[1] or b""),
+                            out,
+                        )
+                        where = "creating a training session from model bytes"
+                    else:
+                        status = rt.training_api.CreateTrainingSession(
+                            env._handle(), session_options._ptr, state_ptr,
+                            native_path(train[0] or ""),
+                            native_path(evaluation[0]) if evaluation[0] else ffi.NULL,
+                            native_path(optimizer[0]) if optimizer[0] else ffi.NULL,
+                            out,
+                        )
+                        where = f"creating a training session from {train[0]!r}"
+                finally:
+                    unpin_all((session_options,))
+                check_status(status, where)
+                self._own(out[0], rt.training_api.ReleaseTrainingSession, pinned=(env, state))
+                state._session = weakref.ref(self)
+        except BaseException:
+            if self._owns_state:
+                state.close()  # the state this constructor loaded must not leak (a Java defect)
+            raise
+        finally:
+            if own_options:
+                session_options.close()
+        self._lock = state._lock
+        self._has_eval = evalModel is not None
+        self._eval_from_path = evaluation[0] is not None
+        self._has_optimizer = optimizerModel is not None
+        self._has_scheduler = False
+        self._optimizer_step = rt.training_api.OptimizerStep  # the per-step calls, looked up once
+        self._lazy_reset_grad = rt.training_api.LazyResetGrad
+        try:
+            self._train = self._plan("training", rt.training_api.TrainStep, train)
+            self._eval = self._plan("eval", rt.training_api.EvalStep, evaluation) if self._has_eval else None
+        except BaseException:
+            self.close()
+            raise
+
+    # --- construction helpers ------------------------------------------------------------------
+
+    def _plan(self, kind: str, step: Any, model: Tuple[Optional[str], Optional[bytes]]) -> _ModelPlan:
+        t = self._rt.training_api
+        if kind == "training":
+            inputs = read_names(self._ptr, t.TrainingSessionGetTrainingModelInputCount, t.TrainingSessionGetTrainingModelInputName)
+            outputs = read_names(self._ptr, t.TrainingSessionGetTrainingModelOutputCount, t.TrainingSessionGetTrainingModelOutputName)
+        else:
+            inputs = read_names(self._ptr, t.TrainingSessionGetEvalModelInputCount, t.TrainingSessionGetEvalModelInputName)
+            outputs = read_names(self._ptr, t.TrainingSessionGetEvalModelOutputCount, t.TrainingSessionGetEvalModelOutputName)
+        # The training C API has no call for the models' input types: they are read from the ONNX
+        # model (its graph inputs only; see _signature.py), once.
+        return _ModelPlan(kind, inputs, outputs, step, model_inputs(model[0], model[1], inputs))
+
+    # --- names ---------------------------------------------------------------------------------
+
+    def getTrainInputNames(self) -> NameSet:
+        """The training model's input names, in its order.
+
+        Java: `Set<String> getTrainInputNames()`.
+
+        Returns:
+            A new ordered, read-only set of names (Java's `Set<String>`) the caller owns: plain Python
+                data, still valid after the session closes.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
+        self._handle()
+        return NameSet(self._train.input_names)
+
+    def getTrainOutputNames(self) -> NameSet:
+        """The training model's output names, in its order (the loss first).
+
+        Java: `Set<String> getTrainOutputNames()`.
+
+        Returns:
+            A new ordered, read-only set of names (Java's `Set<String>`) the caller owns: plain Python
+                data, still valid after the session closes.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
+        self._handle()
+        return NameSet(self._train.output_names)
+
+    def getEvalInputNames(self) -> NameSet:
+        """The eval model's input names, in its order; empty without an eval model.
+
+        Java: `Set<String> getEvalInputNames()`.
+
+        Returns:
+            A new ordered, read-only set of names (Java's `Set<String>`) the caller owns: plain Python
+                data, still valid after the session closes.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
+        self._handle()
+        return NameSet(self._eval.input_names if self._eval else ())
+
+    def getEvalOutputNames(self) -> NameSet:
+        """The eval model's output names, in its order; empty without an eval model.
+
+        Java: `Set<String> getEvalOutputNames()`.
+
+        Returns:
+            A new ordered, read-only set of names (Java's `Set<String>`) the caller owns: plain Python
+                data, still valid after the session closes.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
+        self._handle()
+        return NameSet(self._eval.output_names if self._eval else ())
+
+    # --- steps ---------------------------------------------------------------------------------
+
+    def trainStep(
+        self,
+        inputs: Mapping[str, Any],
+        *args: Any,
+        requestedOutputs: Optional[Iterable[str]] = None,
+        pinnedOutputs: Optional[Mapping[str, OnnxTensor]] = None,
+        runOptions: Optional[RunOptions] = None,
+    ) -> Result:
+        """One training step: forward and backward over `inputs`, adding to the gradients (`TrainStep`).
+
+        The gradients accumulate until `lazyResetGrad()`; `optimizerStep()` applies them. Every output
+        is fetched from the runtime (the C API takes them all, by position) and the requested ones are
+        returned, labelled right.
+
+        Java: `OrtSession.Result trainStep(Map<String, ? extends OnnxTensorLike> inputs)` and its
+        overloads `trainStep(inputs, RunOptions runOptions)`, `trainStep(inputs, Set<String>
+        requestedOutputs)`, `trainStep(inputs, Map<String, ? extends OnnxValue> pinnedOutputs)`,
+        `trainStep(inputs, requestedOutputs, pinnedOutputs, runOptions)`.
+
+        Args:
+            inputs: Input name → `OnnxTensor`, numpy array or numpy scalar, one entry per input of the
+                model, in any order: they are matched to the model's inputs by name (Java passes them
+                in the map's order). An array is wrapped for the call without a copy when its layout
+                allows, copied once otherwise.
+            *args: Java's overloads, told apart by type, in any order (`None` is skipped): a set, list
+                or tuple of output names (`requestedOutputs`), a dict of pinned outputs
+                (`pinnedOutputs`), a `RunOptions` (`runOptions`).
+            requestedOutputs: The outputs to return. A set comes back in the model's order, a list or
+                tuple in its own (repeats dropped); any non-empty subset works (Java fails on a strict
+                subset). None: every output, unless outputs are pinned.
+            pinnedOutputs: Output name → `OnnxTensor` the runtime writes the output into: over
+                writable memory, of the output's element type and shape. They stay the caller's.
+            runOptions: Accepted; the runtime ignores run options in training steps (in Java too).
+
+        Returns:
+            A `Result` the caller owns and must close (or use in a `with` block): closing it closes the
+                values the runtime allocated, and values taken from it become unusable; pinned outputs
+                stay the caller's and stay open. It holds every output in the model's order, or the
+                requested outputs in the order asked, then the pinned ones (Java lists the pinned
+                first).
+
+        Raises:
+            OrtClosedException: The session is closed, or an input tensor, a pinned output or the run
+                options are.
+            OrtInvalidArgumentException: `inputs` is not a mapping; an input is missing, unknown or
+                repeated, of another element type, rank or fixed size than the model declares, not a
+                tensor or numpy array, or has a zero-sized dimension (the runtime would crash);
+                inputs disagree on a symbolic dimension (the batch); an output name is unknown, both
+                requested and pinned, or none is asked; a pinned output is not an `OnnxTensor` or is
+                over read-only memory; an argument is of an unexpected type.
+            OrtException: The runtime fails the step (e.g. a pinned output of the wrong shape).
+        """
+        return self._dispatch(self._train, inputs, args, requestedOutputs, pinnedOutputs, runOptions)
+
+    def evalStep(
+        self,
+        inputs: Mapping[str, Any],
+        *args: Any,
+        requestedOutputs: Optional[Iterable[str]] = None,
+        pinnedOutputs: Optional[Mapping[str, OnnxTensor]] = None,
+        runOptions: Optional[RunOptions] = None,
+    ) -> Result:
+        """One evaluation step: the eval model over `inputs`, with the current parameters (`EvalStep`).
+
+        The same forms and rules as `trainStep`.
+
+        Java: `OrtSession.Result evalStep(Map<String, ? extends OnnxTensorLike> inputs)` and its four
+        overloads, as `trainStep`'s.
+
+        Args:
+            inputs: Input name → `OnnxTensor`, numpy array or numpy scalar, one entry per input of the
+                model, in any order: they are matched to the model's inputs by name (Java passes them
+                in the map's order). An array is wrapped for the call without a copy when its layout
+                allows, copied once otherwise.
+            *args: Java's overloads, told apart by type, in any order (`None` is skipped): a set, list
+                or tuple of output names (`requestedOutputs`), a dict of pinned outputs
+                (`pinnedOutputs`), a `RunOptions` (`runOptions`).
+            requestedOutputs: The outputs to return. A set comes back in the model's order, a list or
+                tuple in its own (repeats dropped); any non-empty subset works (Java fails on a strict
+                subset). None: every output, unless outputs are pinned.
+            pinnedOutputs: Output name → `OnnxTensor` the runtime writes the output into: over
+                writable memory, of the output's element type and shape. They stay the caller's.
+            runOptions: Accepted; the runtime ignores run options in training steps (in Java too).
+
+        Returns:
+            A `Result` the caller owns and must close (or use in a `with` block): closing it closes the
+                values the runtime allocated, and values taken from it become unusable; pinned outputs
+                stay the caller's and stay open. It holds every output in the model's order, or the
+                requested outputs in the order asked, then the pinned ones (Java lists the pinned
+                first).
+
+        Raises:
+            OrtClosedException: The session is closed, or an input tensor, a pinned output or the run
+                options are.
+            OrtInvalidArgumentException: The session has no eval model (Java: "Unexpected number of
+                inputs"); `inputs` is not a mapping; an input is missing, unknown or
+                repeated, of another element type, rank or fixed size than the model declares, not a
+                tensor or numpy array, or has a zero-sized dimension (the runtime would crash);
+                inputs disagree on a symbolic dimension (the batch); an output name is unknown, both
+                requested and pinned, or none is asked; a pinned output is not an `OnnxTensor` or is
+                over read-only memory; an argument is of an unexpected type.
+            OrtException: The runtime fails the step (e.g. a pinned output of the wrong shape).
+        """
+        if self._eval is None:
+            self._handle()
+            raise OrtException.invalid_argument("this training session has no eval model: evalStep is unavailable")
+        return self._dispatch(self._eval, inputs, args, requestedOutputs, pinnedOutputs, runOptions)
+
+    def _dispatch(self, plan: _ModelPlan, inputs: Mapping[str, Any], args: Tuple[Any, ...], requested: Any, pinned: Any, run_options: Any) -> Result:
+        """Java's five step forms folded into one: a plain ``step(inputs)`` goes straight through."""
+        if not args and requested is None and pinned is None and run_options is None:
+            return self._step(plan, inputs, plan.everything, (), None)
+        requested, pinned, run_options = _split_step_args(args, requested, pinned, run_options)
+        return self._step(plan, inputs, *self._selection(plan, requested, pinned), run_options)
+
+    def _selection(self, plan: _ModelPlan, requested: Any, pinned: Any) -> Tuple[_Selection, List[OnnxTensor]]:
+        """The validated output selection for this request, and the caller's pinned tensors."""
+        if requested is None:
+            if pinned is None:
+                return plan.everything, []
+        elif isinstance(requested, str) or not isinstance(requested, Iterable):
+            raise OrtException.invalid_argument(f"requestedOutputs is a collection of output names, not {type(requested).__name__}")
+        pinned_tensors: List[OnnxTensor] = []
+        if pinned is not None:
+            if type(pinned) is not dict and not isinstance(pinned, Mapping):
+                raise OrtException.invalid_argument(
+                    f"pinnedOutputs maps output names to OnnxTensors; got {type(pinned).__name__}"
+                )
+            pinned_tensors = list(pinned.values())
+            for tensor in pinned_tensors:
+                if type(tensor) is not OnnxTensor or not tensor._writable:
+                    _check_pinned(pinned)  # raises, naming the output
+        # Keyed by names only: the tensors are the caller's, passed again with every call.
+        request = (
+            None if requested is None else tuple(requested),
+            requested is not None and isinstance(requested, (set, frozenset)),  # unordered
+            None if pinned is None else tuple(pinned),
+        )
+        cached_request, selection = plan.cached
+        if selection is None or cached_request != request:
+            selection = self._new_selection(plan, request)
+            plan.cached = (request, selection)
+        return selection, pinned_tensors
+
+    @staticmethod
+    def _new_selection(plan: _ModelPlan, request: Tuple[Any, bool, Any]) -> _Selection:
+        requested, unordered, pinned_names = request
+        _check_names(requested or ())
+        pinned_names = pinned_names or ()
+        _check_names(pinned_names, "pinned output names")
+        if requested is None:
+            wanted: List[str] = []
+        elif unordered:  # a set has no order of its own (it varies per process): use the model's
+            wanted = [n for n in plan.output_names if n in requested]
+        else:
+            wanted = list(dict.fromkeys(requested))
+        unknown = [n for n in list(requested or ()) + list(pinned_names) if n not in plan.output_pos]
+        if unknown:
+            raise OrtException.invalid_argument(
+                f"unknown output names {unknown}; the {plan.kind} model's outputs are {list(plan.output_names)}"
+            )
+        overlap = [n for n in wanted if n in pinned_names]
+        if overlap:
+            raise OrtException.invalid_argument(f"outputs {overlap} are both requested and pinned")
+        if not wanted and not pinned_names:
+            raise OrtException.invalid_argument("no outputs were requested or pinned")
+        return _Selection(
+            tuple(wanted) + tuple(pinned_names),
+            tuple(plan.output_pos[n] for n in wanted),
+            tuple(plan.output_pos[n] for n in pinned_names),
+            everything=False,
+        )
+
+    def _bad_inputs(self, plan: _ModelPlan, inputs: Mapping[str, Any]) -> OrtException:
+        given = list(inputs)  # what iterating the mapping yields: that is what a step would pass
+        unknown = [n for n in given if n not in plan.input_pos]
+        missing = [n for n in plan.input_names if n not in given]
+        repeated = sorted({n for n in given if given.count(n) > 1})
+        parts = []
+        if unknown:
+            parts.append(f"unknown input names {unknown}")
+        if missing:
+            parts.append(f"missing inputs {missing}")
+        if repeated:
+            parts.append(f"repeated input names {repeated}")
+        return OrtException.invalid_argument(
+            f"{' and '.join(parts) or 'inputs do not match'}; the {plan.kind} model's inputs are {list(plan.input_names)}"
+        )
+
+    def _step(
+        self,
+        plan: _ModelPlan,
+        inputs: Mapping[str, Any],
+        selection: _Selection,
+        pinned_tensors: Sequence[OnnxTensor],
+        run_options: Optional[RunOptions],
+    ) -> Result:
+        """One ``TrainStep``/``EvalStep``. This is the hot path, kept to few lines: everything derivable
+        was computed at construction (``_ModelPlan``) or for the first request of its kind
+        (``_Selection``); locks are taken with acquire()/release(), half the cost of a ``with`` block."""
+        if type(inputs) is not dict:
+            inputs = self._inputs_as_dict(plan, inputs)
+        input_pos = plan.input_pos
+        input_count = len(input_pos)
+        if len(inputs) != input_count:  # a dict of this length over known names fills every slot once
+            raise self._bad_inputs(plan, inputs)
+        in_values, out_values = plan.in_values, plan.out_values
+        output_count = len(plan.output_names)
+        in_use: List[Any] = []  # what the call reads, pinned for its duration
+        made: List[OnnxTensor] = []  # tensors made here over the caller's arrays: closed after the step
+        lock = self._lock
+        lock.acquire()
+        try:
+            if self._closed:
+                raise OrtClosedException(self._kind)
+            specs, dims_by_position = plan.specs, plan.dims_by_position
+            for name, value in inputs.items():
+                position = input_pos.get(name)
+                if position is None or type(value) is not OnnxTensor or value._checked is not specs[position]:
+                    value = self._input_tensor(plan, inputs, name, value, made)  # checked against the model, or raises
+                    position = input_pos[name]
+                in_values[position] = value._ptr  # checked below: pin_all refuses a closed tensor
+                dims_by_position[position] = value._dims
+                in_use.append(value)
+            for a, axis_a, b, axis_b in plan.pairs:  # a shared symbolic dimension (the batch) has one size
+                if dims_by_position[a][axis_a] != dims_by_position[b][axis_b]:
+                    self._refuse_symbolic(plan, dims_by_position)
+            if pinned_tensors:
+                in_use += pinned_tensors
+            if run_options is not None:
+                in_use.append(run_options)
+            pin_all(in_use)
+            try:
+                for i in range(output_count):
+                    out_values[i] = ffi.NULL
+                if pinned_tensors:
+                    for position, tensor in zip(selection.pinned_positions, pinned_tensors):
+                        out_values[position] = tensor._ptr
+                status = plan.step(
+                    self._ptr, ffi.NULL if run_options is None else run_options._ptr,
+                    input_count, in_values, output_count, out_values,
+                )
+                if pinned_tensors:
+                    for position in selection.pinned_positions:
+                        out_values[position] = ffi.NULL  # the caller's tensor: never adopted
+                produced = adopt_outputs(out_values, output_count)  # also on failure
+            finally:
+                unpin_all(in_use)
+        finally:
+            lock.release()
+            for tensor in made:
+                tensor.close()
+        if status:
+            check_outputs(status, produced, f"{plan.kind} step")
+        if plan.aliased:  # the inputs' memory is still alive: the caller's arrays, and ours in `made`
+            detach_aliased(produced, [p for p in plan.aliased if selection.everything or p in selection.wanted])
+        if selection.everything:
+            return Result(plan.output_names, produced, None, plan.output_pos)  # type: ignore[arg-type]  # none is None
+        for position, value in enumerate(produced):
+            if value is not None and position not in selection.wanted:
+                value.close()
+        values: List[Any] = [produced[p] for p in selection.positions]
+        if pinned_tensors:
+            values += pinned_tensors
+        return Result(selection.names, values, selection.owned)
+
+    def _inputs_as_dict(self, plan: _ModelPlan, inputs: Any) -> Dict[str, Any]:
+        """A Mapping other than a dict, as a dict: iterated once, refused if it names an input twice."""
+        if not isinstance(inputs, Mapping):
+            raise OrtException.invalid_argument("inputs must be a mapping from input name to OnnxTensor or numpy array")
+        items = list(inputs.items())
+        as_dict = dict(items)
+        if len(as_dict) != len(items):
+            raise self._bad_inputs(plan, inputs)
+        return as_dict
+
+    def _input_tensor(self, plan: _ModelPlan, inputs: Mapping[str, Any], name: str, value: Any, made: List[OnnxTensor]) -> OnnxTensor:
+        """The tensor for an input not yet known to fit its signature: checked (element type, rank,
+        fixed dimensions, no zero-sized dimension), or made over an array (appended to ``made``) and
+        checked; raises naming the input otherwise."""
+        position = plan.input_pos.get(name)
+        if position is None:
+            raise self._bad_inputs(plan, inputs)
+        return checked_input(plan.what, name, value, plan.specs[position], made)
+
+    @staticmethod
+    def _refuse_symbolic(plan: _ModelPlan, dims_by_position: List[Any]) -> None:
+        check_symbolic(plan.what, [(n, plan.specs[i], dims_by_position[i]) for i, n in enumerate(plan.input_names)])
+
+    def lazyResetGrad(self) -> None:
+        """Reset the gradients, lazily: the next `trainStep` overwrites them instead of adding (`LazyResetGrad`).
+
+        Java: `void lazyResetGrad()`.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtException: The runtime fails the reset.
+        """
+        lock = self._lock
+        lock.acquire()
+        try:
+            if self._closed:
+                raise OrtClosedException(self._kind)
+            status = self._lazy_reset_grad(self._ptr)
+        finally:
+            lock.release()
+        if status:
+            check_status(status, "LazyResetGrad")
+
+    # --- optimizer and scheduler ---------------------------------------------------------------
+
+    def _optimizer(self) -> Any:
+        ptr = self._handle()
+        if not self._has_optimizer:
+            raise OrtException.invalid_argument("this training session has no optimizer model")
+        return ptr
+
+    def optimizerStep(self, runOptions: Optional[RunOptions] = None) -> None:
+        """Update the parameters from the accumulated gradients (`OptimizerStep`).
+
+        Java: `void optimizerStep()`, `void optimizerStep(OrtSession.RunOptions runOptions)`.
+
+        Args:
+            runOptions: Accepted; the runtime ignores run options here (in Java too).
+
+        Raises:
+            OrtClosedException: The session or the run options are closed.
+            OrtInvalidArgumentException: The session has no optimizer model (checked before any native call), or
+                `runOptions` is not `RunOptions`.
+            OrtException: The runtime fails the step.
+        """
+        if runOptions is None:  # the per-step form
+            lock = self._lock
+            lock.acquire()
+            try:
+                if self._closed or not self._has_optimizer:
+                    self._optimizer()  # raises the right error
+                status = self._optimizer_step(self._ptr, ffi.NULL)
+            finally:
+                lock.release()
+            if status:
+                check_status(status, "OptimizerStep")
+            return
+        if not isinstance(runOptions, RunOptions):
+            raise OrtException.invalid_argument(f"runOptions must be RunOptions, not {type(runOptions).__name__}")
+        with self._lock:
+            session = self._optimizer()
+            pin_all([runOptions])
+            try:
+                check_status(self._rt.training_api.OptimizerStep(session, runOptions._ptr), "OptimizerStep")
+            finally:
+                unpin_all([runOptions])
+
+    def setLearningRate(self, learningRate: float) -> None:
+        """Set the optimizer's learning rate (`SetLearningRate`).
+
+        A registered scheduler sets it again at each `schedulerStep()`.
+
+        Java: `void setLearningRate(float learningRate)`.
+
+        Args:
+            learningRate: Any real number but a `bool`; the runtime keeps it as a float32.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: The session has no optimizer model, or `learningRate`
+                is not a real number.
+        """
+        if isinstance(learningRate, bool) or not isinstance(learningRate, numbers.Real):
+            raise OrtException.invalid_argument(f"the learning rate must be a float, not {type(learningRate).__name__}")
+        with self._lock:
+            check_status(self._rt.training_api.SetLearningRate(self._optimizer(), float(learningRate)), "SetLearningRate")
+
+    def getLearningRate(self) -> float:
+        """The optimizer's current learning rate (`GetLearningRate`).
+
+        A Python `float` holding the runtime's float32: compare it with `np.float32(0.245)`, not `0.245`,
+        as Java compares it with `0.245f`.
+
+        Java: `float getLearningRate()`.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: The session has no optimizer model.
+        """
+        out = ffi.new("float*")
+        with self._lock:
+            check_status(self._rt.training_api.GetLearningRate(self._optimizer(), out), "GetLearningRate")
+        return float(out[0])
+
+    def registerLinearLRScheduler(self, warmupSteps: int, totalSteps: int, initialLearningRate: float) -> None:
+        """Register a linear learning-rate schedule (`RegisterLinearLRScheduler`).
+
+        Linear warm-up from 0 to `initialLearningRate` over `warmupSteps`, then linear decay to 0 at
+        `totalSteps`, counted in optimizer steps. Registering sets the rate to `initialLearningRate`
+        and leaves it there; each `schedulerStep()` then sets the rate the schedule gives for the
+        optimizer steps taken so far.
+
+        Java: `void registerLinearLRScheduler(long warmupSteps, long totalSteps, float initialLearningRate)`.
+
+        Args:
+            warmupSteps: A non-negative int, at most `totalSteps` (the runtime would accept more).
+            totalSteps: A non-negative int.
+            initialLearningRate: Any real number but a `bool`.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: A step count is not a non-negative int, `warmupSteps` exceeds
+                `totalSteps`, `initialLearningRate` is not a real number, or the session has no
+                optimizer model.
+        """
+        for what, value in (("warmupSteps", warmupSteps), ("totalSteps", totalSteps)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= INT64_MAX:
+                raise OrtException.invalid_argument(f"{what} must be a non-negative int, got {value!r}")
+        if int(warmupSteps) > int(totalSteps):
+            raise OrtException.invalid_argument(f"warmupSteps ({warmupSteps}) is larger than totalSteps ({totalSteps})")
+        if isinstance(initialLearningRate, bool) or not isinstance(initialLearningRate, numbers.Real):
+            raise OrtException.invalid_argument("initialLearningRate must be a float")
+        with self._lock:
+            check_status(
+                self._rt.training_api.RegisterLinearLRScheduler(
+                    self._optimizer(), int(warmupSteps), int(totalSteps), float(initialLearningRate)
+                ),
+                "RegisterLinearLRScheduler",
+            )
+            self._has_scheduler = True
+
+    def schedulerStep(self) -> None:
+        """Set the learning rate the registered schedule gives for the optimizer steps taken (`SchedulerStep`).
+
+        Java: `void schedulerStep()`.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: The session has no optimizer model, or no scheduler is
+                registered (`registerLinearLRScheduler`).
+        """
+        with self._lock:
+            session = self._optimizer()
+            if not self._has_scheduler:
+                raise OrtException.invalid_argument("no learning rate scheduler is registered (registerLinearLRScheduler)")
+            check_status(self._rt.training_api.SchedulerStep(session), "SchedulerStep")
+
+    # --- checkpoint, properties, export --------------------------------------------------------
+
+    def saveCheckpoint(self, outputPath: PathLike, saveOptimizerState: bool = False) -> None:
+        """Save the session's checkpoint state to a file, crash-safe (`SaveCheckpoint`).
+
+        The checkpoint is written to a temporary file beside the target, flushed to disk and renamed
+        over the target: a crash at any moment leaves the old file or the new one, never a partial
+        one. A replaced file keeps its permissions.
+
+        Java: `void saveCheckpoint(Path outputPath, boolean saveOptimizer)`.
+
+        Args:
+            outputPath: A `str` or `os.PathLike` in a folder that exists.
+            saveOptimizerState: Also save the optimizer state (default False); needs an optimizer model.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtFileNotFoundException: The folder of `outputPath` does not exist.
+            OrtInvalidArgumentException: `outputPath` is empty or not a path, or `saveOptimizerState`
+                is true and the session has no optimizer model.
+            OrtException: The runtime fails to write the checkpoint.
+        """
+        self._handle()
+        if saveOptimizerState and not self._has_optimizer:
+            raise OrtException.invalid_argument("cannot save optimizer state: this session has no optimizer model")
+        self._state._save(outputPath, saveOptimizerState, via_session=True)
+
+    def getCheckpointState(self) -> _CheckpointState:
+        """The checkpoint state this session trains.
+
+        Java: none (ort_cffi addition).
+
+        Returns:
+            The session's `OrtCheckpointState`, not a copy. One the session loaded from a path is the
+                session's own and closes with it; one the caller passed in stays the caller's to close.
+                Either way the session keeps it alive while it is open.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
+        self._handle()
+        return self._state
+
+    def addProperty(self, propertyName: str, propertyValue: Union[int, float, str]) -> None:
+        """Add a property to the session's checkpoint state (`AddProperty`); an existing name is overwritten.
+
+        It works also after the caller closed a state it passed in, while the session is open.
+
+        Java: `void addProperty(String name, int value)`, `void addProperty(String name, float value)`,
+        `void addProperty(String name, String value)`.
+
+        Args:
+            propertyName: A `str` without NUL.
+            propertyValue: An `int` (or numpy integer), stored as a true int64 (Java stores 32 bits in
+                the int64 slot); a `float` (or numpy float), stored as float32; or a `str` without NUL.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: The name is not a `str`; the value is of another type (a `bool`
+                included) or does not fit (an int outside int64, a finite float beyond float32's range);
+                either contains NUL.
+        """
+        self._handle()
+        self._state._add_property(propertyName, propertyValue, via_session=True)
+
+    def getIntProperty(self, *args: Any) -> int:
+        """An int property's value, the whole int64, from the session's checkpoint state (`GetProperty`).
+
+        Java: `int getIntProperty(String name)`; also the checkpoint's form with an allocator first.
+
+        Args:
+            *args: `(name)` or `(allocator, name)`: the allocator (`env.defaultAllocator`, or None) may
+                be left out; the name is a `str` without NUL.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: The arguments are not `([allocator,] name)`, the name is not a
+                `str` without NUL, or the property is not an int (the message names its type). The
+                value the runtime allocated is freed in every case.
+            OrtException: The checkpoint has no property of that name (the runtime's error).
+        """
+        self._handle()
+        return int(self._state._get_property(args, 0, via_session=True))
+
+    def getFloatProperty(self, *args: Any) -> float:
+        """A float property's value, a Python `float` holding the float32, from the session's checkpoint state (`GetProperty`).
+
+        Java: `float getFloatProperty(String name)`; also the checkpoint's form with an allocator first.
+
+        Args:
+            *args: `(name)` or `(allocator, name)`: the allocator (`env.defaultAllocator`, or None) may
+                be left out; the name is a `str` without NUL.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: The arguments are not `([allocator,] name)`, the name is not a
+                `str` without NUL, or the property is not a float (the message names its type). The
+                value the runtime allocated is freed in every case.
+            OrtException: The checkpoint has no property of that name (the runtime's error).
+        """
+        self._handle()
+        return float(self._state._get_property(args, 1, via_session=True))
+
+    def getStringProperty(self, *args: Any) -> str:
+        """A str property's value, from the session's checkpoint state (`GetProperty`).
+
+        Java: `String getStringProperty(String name)`; also the checkpoint's form with an allocator first.
+
+        Args:
+            *args: `(name)` or `(allocator, name)`: the allocator (`env.defaultAllocator`, or None) may
+                be left out; the name is a `str` without NUL.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: The arguments are not `([allocator,] name)`, the name is not a
+                `str` without NUL, or the property is not a str (the message names its type). The
+                value the runtime allocated is freed in every case.
+            OrtException: The checkpoint has no property of that name (the runtime's error).
+        """
+        self._handle()
+        return str(self._state._get_property(args, 2, via_session=True))
+
+    def exportModelForInference(self, outputPath: PathLike, outputNames: Sequence[str]) -> None:
+        """Write an inference model: the eval graph with the current parameters (`ExportModelForInferencing`).
+
+        The model keeps the eval graph's outputs named in `outputNames`, which the eval model must have
+        (the default eval model outputs only the loss: see `additional_output_names` of
+        `ort_cffi.artifacts.generate_artifacts`). It is written crash-safe, as checkpoints are.
+        `OrtEnvironment.createSession` runs it.
+
+        Java: `void exportModelForInference(Path outputPath, String[] outputNames)`.
+
+        Args:
+            outputPath: A `str` or `os.PathLike` in a folder that exists.
+            outputNames: A list or tuple of output names, or one `str`.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtFileNotFoundException: The folder of `outputPath` does not exist.
+            OrtInvalidArgumentException: No output name is given (Java: `IllegalArgumentException`),
+                `outputNames` is neither a `str` nor a list or tuple, a name is not a `str` without NUL, `outputPath` is empty or not a path, or the session has
+                no eval model.
+            OrtException: The eval model was loaded from bytes (code `ORT_NOT_IMPLEMENTED`: ONNX Runtime
+                1.19 cannot export then), or the runtime fails the export (e.g. an output name the eval
+                graph lacks).
+        """
+        path = fspath(outputPath, "export path")
+        if isinstance(outputNames, str):
+            outputNames = [outputNames]
+        elif not isinstance(outputNames, Iterable):
+            raise OrtException.invalid_argument(
+                f"outputNames is a list or tuple of output names, or one str; not {type(outputNames).__name__}"
+            )
+        names = list(outputNames)
+        if not names:
+            raise OrtException.invalid_argument("exportModelForInference needs at least one output name")
+        encoded = [ffi.new("char[]", c_string(n, "the output name")) for n in names]
+        with self._lock:
+            session = self._handle()
+            if not self._has_eval:
+                raise OrtException.invalid_argument("exportModelForInference needs an eval model; this session has none")
+            if not self._eval_from_path:
+                raise OrtException(
+                    "ONNX Runtime 1.19 cannot export a model for inference when the eval model was loaded from bytes; "
+                    "create the session from model paths to export",
+                    OrtErrorCode.ORT_NOT_IMPLEMENTED,
+                )
+            atomic_write(
+                path,
+                lambda tmp: check_status(
+                    self._rt.training_api.ExportModelForInferencing(
+                        session, native_path(tmp), len(encoded), ffi.new("char*[]", encoded)
+                    ),
+                    f"exporting {names} to {path!r}",
+                ),
+                "inference model",
+            )
+
+    # --- parameters (beyond the Java binding) ---------------------------------------------------
+
+    def getParametersSize(self, trainableOnly: bool = True) -> int:
+        """The number of float32 elements in the (trainable) parameters (`GetParametersSize`).
+
+        Java: none (ort_cffi addition).
+
+        Args:
+            trainableOnly: Only the trainable parameters (default True), or all of them.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
+        out = ffi.new("size_t*")
+        with self._lock:
+            check_status(self._rt.training_api.GetParametersSize(self._handle(), out, bool(trainableOnly)), "GetParametersSize")
+        return int(out[0])
+
+    def copyParametersToBuffer(self, trainableOnly: bool = True) -> np.ndarray:
+        """All (trainable) parameters as one flat float32 array, in the training model's input order (`CopyParametersToBuffer`).
+
+        Java: none (ort_cffi addition).
+
+        Args:
+            trainableOnly: Only the trainable parameters (default True), or all of them.
+
+        Returns:
+            A new 1-D float32 numpy array of `getParametersSize(trainableOnly)` elements that the caller
+                owns: a copy, which later training does not change.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtException: The runtime fails the copy.
+        """
+        with self._lock:
+            session = self._handle()
+            size = ffi.new("size_t*")
+            check_status(self._rt.training_api.GetParametersSize(session, size, bool(trainableOnly)), "GetParametersSize")
+            buffer = np.empty(size[0], dtype=np.float32)
+            with OnnxTensor._over_array(buffer) as tensor:
+                check_status(
+                    self._rt.training_api.CopyParametersToBuffer(session, tensor._ptr, bool(trainableOnly)),
+                    "CopyParametersToBuffer",
+                )
+        return buffer
+
+    def copyBufferToParameters(self, buffer: Any, trainableOnly: bool = True) -> None:
+        """Overwrite the (trainable) parameters from one flat float32 array (`CopyBufferToParameters`).
+
+        The inverse of `copyParametersToBuffer`. With `trainableOnly=False` it also fills a nominal
+        (shapes-only) checkpoint, after which steps and exports work.
+
+        Java: none (ort_cffi addition).
+
+        Args:
+            buffer: A 1-D float32 numpy array of exactly `getParametersSize(trainableOnly)` elements;
+                its values are copied in.
+            trainableOnly: Only the trainable parameters (default True), or all of them.
+
+        Raises:
+            OrtClosedException: The session is closed.
+            OrtInvalidArgumentException: `buffer` is not a numpy array, not float32, not 1-D, or has
+                another number of elements.
+            OrtException: The runtime fails the copy.
+        """
+        if not isinstance(buffer, np.ndarray):
+            raise OrtException.invalid_argument(f"the parameter buffer must be a numpy array, not {type(buffer).__name__}")
+        if buffer.dtype != np.float32:
+            raise OrtException.invalid_argument(f"the parameter buffer must be float32, not {buffer.dtype}")
+        expected = self.getParametersSize(trainableOnly)
+        if buffer.ndim != 1 or buffer.size != expected:
+            raise OrtException.invalid_argument(
+                f"the parameter buffer must be 1-D with {expected} elements, got shape {list(buffer.shape)}"
+            )
+        array = as_tensor_array(buffer, "parameter buffer")
+        with OnnxTensor._over_array(array) as tensor:
+            with self._lock:
+                check_status(
+                    self._rt.training_api.CopyBufferToParameters(self._handle(), tensor._ptr, bool(trainableOnly)),
+                    "CopyBufferToParameters",
+                )
+
+    # --- seed and close --------------------------------------------------------------------------
+
+    @staticmethod
+    def setSeed(seed: int) -> None:
+        """Seed the runtime's random generators (dropout and the like), for the whole process (`SetSeed`).
+
+        A static method: it needs no session.
+
+        Java: `static void setSeed(long seed)`.
+
+        Args:
+            seed: An int in int64's range.
+
+        Raises:
+            OrtInvalidArgumentException: `seed` is not an int in int64's range (a `bool` included).
+        """
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not INT64_MIN <= int(seed) <= INT64_MAX:
+            raise OrtException.invalid_argument(f"the seed must be an int64, got {seed!r}")
+        check_status(get_runtime().training_api.SetSeed(int(seed)), "SetSeed")
+
+    def close(self) -> None:
+        """Release the session, after a step in progress in another thread, then the checkpoint state it loaded.
+
+        A state the caller passed in stays the caller's: open until the caller closes it (if the caller
+        closed it already, its memory is released now).
+        Idempotent: a second `close()` does nothing (Java throws `IllegalStateException`).
+
+        Java: `void close()` (`AutoCloseable`: a `with` block closes it as try-with-resources does).
+        """
+        NativeHandle.close(self)
+        if self._owns_state:
+            self._state.close()

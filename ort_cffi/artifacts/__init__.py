@@ -1,0 +1,51 @@
+"""Training artifacts for any ONNX model, without torch: ``generate_artifacts`` mirrors ONNX Runtime's
+``onnxruntime.training.artifacts.generate_artifacts`` with Pythonic defaults.
+
+From an inference model it writes the four files a training session needs: ``checkpoint`` (the
+parameters), ``training_model.onnx`` (forward, loss and gradient graphs), ``eval_model.onnx`` (forward and
+loss) and ``optimizer_model.onnx``, plus ``artifacts.json``, which records what they were made from.
+
+An application on the facade. Its modules: ``definitions`` (what it takes and returns), ``options`` (the
+request's normal form), ``runner`` (the child process and its interpreter), ``_child`` (the child itself,
+which imports nothing of ort_cffi), ``generate`` and ``manifest``; ``python -m ort_cffi.artifacts`` is
+the ``ort-cffi-artifacts`` command.
+"""
+from ort_cffi.artifacts.generate import generate_artifacts
+from ort_cffi.artifacts.manifest import MANIFEST, artifacts_match, files_intact, read_manifest
+from ort_cffi.artifacts.options import model_sha256, request_options
+from ort_cffi.artifacts.runner import ENV_PYTHON, GENERATOR_PACKAGES, generator_python
+from ort_cffi.artifacts.definitions import (
+    ArtifactsError,
+    ArtifactsInputError,
+    GeneratedArtifacts,
+    GeneratorUnavailableError,
+    LossType,
+    ModelLike,
+    OptimType,
+    Parameter,
+    TensorSpec,
+    describe,
+)
+
+__all__ = [
+    "ENV_PYTHON",
+    "GENERATOR_PACKAGES",
+    "MANIFEST",
+    "ArtifactsError",
+    "ArtifactsInputError",
+    "GeneratedArtifacts",
+    "GeneratorUnavailableError",
+    "LossType",
+    "ModelLike",
+    "OptimType",
+    "Parameter",
+    "TensorSpec",
+    "artifacts_match",
+    "describe",
+    "files_intact",
+    "generate_artifacts",
+    "generator_python",
+    "model_sha256",
+    "read_manifest",
+    "request_options",
+]

@@ -1,0 +1,518 @@
+"""The child process behind ``ort_cffi.artifacts.generate_artifacts``: runs ONNX Runtime's own generator.
+
+Run as a script, ``python _child.py REQUEST.json``, by ``ort_cffi.artifacts``. It may run under
+another interpreter than ort_cffi's (the one named by ``--python`` or ``ORT_CFFI_ARTIFACTS_PYTHON``), where
+ort_cffi need not be installed: it uses the standard library, ``onnx`` and ``onnxruntime`` only, and keeps
+to Python 3.8's syntax (the oldest interpreter ONNX Runtime 1.19 has wheels for).
+
+Why a child: the generator (``onnxruntime.training.artifacts``, ``onnxblock``) lives in ONNX Runtime's
+Python training layer. Importing ``onnxruntime`` into ort_cffi's process would load a second, Python-owned
+runtime there, and ``onnxruntime.training``'s package init imports torch (through ``optim``), which the
+generator never uses (ONNX Runtime issue #22070). Here those inits are bypassed: ``onnxruntime.training``
+and ``onnxruntime.tools`` are created from their specs without running their ``__init__``, and
+``onnxruntime.training.ortmodule`` (which ``import onnxruntime`` probes) is marked absent, so torch is never
+imported, installed or not.
+
+Besides running the generator, the child does what needs the ``onnx`` package: it resolves the names and
+glob patterns of trainable and frozen parameters, checks the model's outputs against the loss, brings models
+saved by a newer ``onnx`` down to the IR version and opset ONNX Runtime 1.19 accepts (also the optimizer
+model, which the generator stamps with the installed ``onnx``'s IR version), and describes what it wrote.
+
+The result is a JSON file (its path is in the request): ``{"ok": true, ...}`` or
+``{"ok": false, "kind": ..., "message": ...}`` for a problem with the request; any other failure is a
+traceback on stderr and a non-zero exit.
+"""
+import fnmatch
+import importlib.util
+import json
+import os
+import re
+import sys
+import traceback
+from typing import Dict, List, Tuple
+
+# What ONNX Runtime 1.19 accepts: it refuses IR versions above 10 ("Unsupported model IR version"), and its
+# operator schemas are ONNX 1.16's, whose newest default-domain opset is 21.
+MAX_IR_VERSION = 10
+MAX_OPSET = 21
+# TensorProto element types a parameter can be trained in (float8 types have no gradient kernels).
+FLOAT_TYPES = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
+# The newest element type of IR version 10 (INT4); later types need a newer IR version.
+MAX_IR10_TYPE = 22
+# Inputs (by position) of common operators through which no gradient flows: a floating-point initializer
+# feeding only these (a dropout ratio, batch-norm running statistics, clip bounds) is no parameter.
+NO_GRADIENT_INPUTS = {
+    "Dropout": {1, 2},
+    "BatchNormalization": {3, 4},
+    "Clip": {1, 2},
+    "Resize": {1, 2, 3},
+    "Upsample": {1},
+    "Pad": {1, 2, 3},
+}
+LOSS_NAMES = {
+    "CrossEntropyLoss": "cross-entropy",
+    "MSELoss": "MSE",
+    "BCEWithLogitsLoss": "BCE-with-logits",
+    "L1Loss": "L1",
+}
+GLOB_CHARACTERS = "*?["
+
+
+class Refusal(Exception):
+    """A problem with the request, reported to the parent as ``kind`` and a message that names it."""
+
+    def __init__(self, kind, message):
+        Exception.__init__(self, message)
+        self.kind = kind
+
+
+# --- the generator, without the torch-importing package inits ---------------------------------------------
+
+def _package_without_init(name, folder):
+    """Put package ``name`` (at ``folder``) into sys.modules without running its ``__init__``."""
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(folder, "__init__.py"), submodule_search_locations=[folder]
+    )
+    if spec is None:
+        raise Refusal("unavailable", "ONNX Runtime's Python package has no {} ({})".format(name, folder))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    return module
+
+
+def import_generator():
+    """(onnx, onnxruntime, onnxruntime.training.artifacts), or a Refusal of kind 'unavailable'."""
+    try:
+        import onnx
+    except ImportError as exc:
+        raise Refusal("unavailable", "the onnx package is not installed ({})".format(exc))
+    spec = importlib.util.find_spec("onnxruntime")  # a top-level find_spec imports nothing
+    if spec is None or not spec.submodule_search_locations:
+        raise Refusal("unavailable", "ONNX Runtime's Python package (onnxruntime) is not installed")
+    root = list(spec.submodule_search_locations)[0]
+    training = os.path.join(root, "training")
+    if not os.path.isfile(os.path.join(training, "artifacts.py")):
+        raise Refusal(
+            "unavailable",
+            "the installed onnxruntime ({}) is an inference build: its Python layer has no training "
+            "artifacts generator".format(root),
+        )
+    # onnxruntime/training/__init__.py imports torch (through optim), onnxruntime/tools/__init__.py imports
+    # it when it is installed, and `import onnxruntime` probes training.ortmodule, which imports it too.
+    # The generator needs none of these.
+    training_package = _package_without_init("onnxruntime.training", training)
+    tools_package = _package_without_init("onnxruntime.tools", os.path.join(root, "tools"))
+    sys.modules["onnxruntime.training.ortmodule"] = None  # type: ignore[assignment]  # an ImportError
+    try:
+        onnxruntime = importlib.import_module("onnxruntime")
+        setattr(onnxruntime, "training", training_package)
+        setattr(onnxruntime, "tools", tools_package)
+        artifacts = importlib.import_module("onnxruntime.training.artifacts")
+        pybind = importlib.import_module("onnxruntime.capi._pybind_state")
+    except ImportError as exc:
+        raise Refusal("unavailable", "ONNX Runtime's Python training layer does not import here: {}".format(exc))
+    pybind.set_default_logger_severity(3)  # errors only: the graph transformers log every pass at INFO
+    return onnx, onnxruntime, artifacts
+
+
+# --- describing tensors -------------------------------------------------------------------------------------
+
+def type_name(onnx, elem_type):
+    try:
+        return onnx.helper.tensor_dtype_to_np_dtype(elem_type).name
+    except Exception:  # bfloat16 and float8 have no numpy dtype in older onnx, newer types no name either
+        try:
+            return onnx.TensorProto.DataType.Name(elem_type).lower()
+        except ValueError:
+            return "type {} (unknown to onnx {})".format(elem_type, onnx.__version__)
+
+
+def value_spec(onnx, value):
+    """{"name", "dtype", "shape"} of a graph input or output; shape entries are ints, names or null."""
+    kind = value.type.WhichOneof("value")
+    if kind != "tensor_type":
+        return {"name": value.name, "dtype": kind or "unknown", "shape": None}
+    tensor = value.type.tensor_type
+    shape = None
+    if tensor.HasField("shape"):
+        shape = []
+        for dim in tensor.shape.dim:
+            which = dim.WhichOneof("value")
+            shape.append(dim.dim_value if which == "dim_value" else (dim.dim_param if which == "dim_param" else None))
+    return {"name": value.name, "dtype": type_name(onnx, tensor.elem_type), "shape": shape}
+
+
+def show_shape(shape):
+    if shape is None:
+        return "of unknown shape"
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def parameter(onnx, initializer):
+    size = 1
+    for dim in initializer.dims:
+        size *= dim
+    return {"name": initializer.name, "dtype": type_name(onnx, initializer.data_type),
+            "shape": list(initializer.dims), "size": size}
+
+
+# --- IR version and opset -----------------------------------------------------------------------------------
+
+def _graphs(graph):
+    """The graph and every subgraph (If, Loop, Scan bodies) inside it."""
+    yield graph
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("g"):
+                for sub in _graphs(attribute.g):
+                    yield sub
+            for sub_graph in attribute.graphs:
+                for sub in _graphs(sub_graph):
+                    yield sub
+
+
+def _newest_type(graph):
+    """The highest tensor element type the model uses (to see whether IR version 10 can hold it)."""
+    newest = 0
+    for g in _graphs(graph):
+        for value in list(g.input) + list(g.output) + list(g.value_info):
+            if value.type.WhichOneof("value") == "tensor_type":
+                newest = max(newest, value.type.tensor_type.elem_type)
+        for initializer in g.initializer:
+            newest = max(newest, initializer.data_type)
+        for node in g.node:
+            for attribute in node.attribute:
+                if node.op_type in ("Cast", "CastLike", "EyeLike", "RandomNormal", "RandomUniform") and attribute.name in ("to", "dtype"):
+                    newest = max(newest, attribute.i)
+                if attribute.HasField("t"):
+                    newest = max(newest, attribute.t.data_type)
+    return newest
+
+
+def default_opset(model):
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx"):
+            return opset.version
+    return None
+
+
+def bring_down(onnx, model, what):
+    """Make ``model`` loadable by ONNX Runtime 1.19: the default-domain opset down to 21 (through onnx's
+    version converter) and the IR version down to 10. Returns the notes of what changed."""
+    notes = []
+    opset = default_opset(model)
+    if opset is not None and opset > MAX_OPSET:
+        try:
+            converted = onnx.version_converter.convert_version(model, MAX_OPSET)
+        except Exception as exc:
+            raise Refusal(
+                "ir",
+                "{} uses opset {} of the ONNX operators, and ONNX Runtime 1.19 knows opsets up to {}; onnx's "
+                "version converter could not bring it down ({}): export the model with opset {} or lower".format(
+                    what, opset, MAX_OPSET, str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__,
+                    MAX_OPSET),
+            )
+        model.CopyFrom(converted)
+        notes.append("opset {} converted to {}".format(opset, MAX_OPSET))
+    if model.ir_version > MAX_IR_VERSION:
+        newest = _newest_type(model.graph)
+        if newest > MAX_IR10_TYPE:
+            raise Refusal(
+                "ir",
+                "{} has IR version {} and uses the element type {}, which IR version {} (the newest ONNX Runtime "
+                "1.19 accepts) does not have".format(what, model.ir_version, type_name(onnx, newest), MAX_IR_VERSION),
+            )
+        notes.append("IR version {} brought down to {}".format(model.ir_version, MAX_IR_VERSION))
+        model.ir_version = MAX_IR_VERSION
+    return notes
+
+
+# --- which parameters train ---------------------------------------------------------------------------------
+
+def _consumers(graph):
+    """name -> [(op_type, node name, input position)] for the top-level graph; subgraph uses count as
+    differentiable (position -1)."""
+    uses: Dict[str, List[Tuple[str, str, int]]] = {}
+    for node in graph.node:
+        for position, name in enumerate(node.input):
+            uses.setdefault(name, []).append((node.op_type, node.name, position))
+        for attribute in node.attribute:
+            subgraphs = ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs)
+            for sub in subgraphs:
+                for inner in _graphs(sub):
+                    for inner_node in inner.node:
+                        for name in inner_node.input:
+                            uses.setdefault(name, []).append((node.op_type, node.name, -1))
+    return uses
+
+
+def no_gradient_reason(name, uses, outputs):
+    """Why no gradient can reach initializer ``name``, or None when one may."""
+    if name in outputs:
+        return None
+    found = uses.get(name, [])
+    if not found:
+        return "no node of the model uses it"
+    if all(position in NO_GRADIENT_INPUTS.get(op, ()) for op, _, position in found):
+        op, node, position = found[0]
+        where = "{} node {!r}".format(op, node) if node else "a {} node".format(op)
+        return "it only feeds input {} of {}, through which no gradient flows".format(position, where)
+    return None
+
+
+def resolve(onnx, patterns, what, initializers):
+    """The floating-point initializers ``patterns`` select, as {name: exact}, where exact tells a plain
+    name from a glob match. Refuses a pattern that matches nothing and a name or pattern that selects
+    only tensors that are not floating-point."""
+    floats = [i.name for i in initializers if i.data_type in FLOAT_TYPES]
+    by_name = dict((i.name, i) for i in initializers)
+    listed = ", ".join(floats[:8]) + (", ..." if len(floats) > 8 else "") if floats else "none"
+    chosen = {}
+    for pattern in patterns:
+        if not any(c in pattern for c in GLOB_CHARACTERS):
+            initializer = by_name.get(pattern)
+            if initializer is None:
+                raise Refusal("pattern", "{} names {!r}, but the model has no initializer of that name (its "
+                                         "floating-point initializers: {})".format(what, pattern, listed))
+            if initializer.data_type not in FLOAT_TYPES:
+                raise Refusal("dtype", "{} names {!r}, a tensor of type {}: only floating-point parameters can be "
+                                       "trained or frozen".format(what, pattern, type_name(onnx, initializer.data_type)))
+            chosen[pattern] = True
+            continue
+        matched = [i for i in initializers if fnmatch.fnmatchcase(i.name, pattern)]
+        if not matched:
+            raise Refusal("pattern", "{} pattern {!r} matches no initializer of the model (its floating-point "
+                                     "initializers: {})".format(what, pattern, listed))
+        matched_floats = [i.name for i in matched if i.data_type in FLOAT_TYPES]
+        if not matched_floats:
+            kinds = ", ".join("{} ({})".format(i.name, type_name(onnx, i.data_type)) for i in matched[:4])
+            raise Refusal("dtype", "{} pattern {!r} matches only tensors that are not floating-point: {}; only "
+                                   "floating-point parameters can be trained or frozen".format(what, pattern, kinds))
+        for name in matched_floats:
+            chosen.setdefault(name, False)
+    return chosen
+
+
+# --- the loss -----------------------------------------------------------------------------------------------
+
+def loss_plan(onnx, model, loss, loss_input_names):
+    """Check that the loss has a usable output to read; returns (loss input, target input name, the
+    loss_input_names to pass on)."""
+    graph = model.graph
+    outputs = dict((o.name, o) for o in graph.output)
+    output_names = [o.name for o in graph.output]
+    shown = ", ".join(output_names) or "none"
+    if loss is None:
+        if not output_names:
+            raise Refusal("loss", "the model has no outputs: with no loss, its first output must be the loss")
+        spec = value_spec(onnx, graph.output[0])
+        if spec["dtype"] not in FLOAT_TYPES.values():
+            raise Refusal("loss", "with no loss, the model's first output is the loss, but {!r} is {} {}, not a "
+                                  "floating-point scalar".format(spec["name"], spec["dtype"], show_shape(spec["shape"])))
+        if spec["shape"] and any(d != 1 for d in spec["shape"]):
+            raise Refusal("loss", "with no loss, the model's first output is the loss, but {!r} has shape {}, not "
+                                  "a scalar: add a loss (cross-entropy, MSE, ...) or make the model output "
+                                  "one".format(spec["name"], show_shape(spec["shape"])))
+        return spec["name"], None, loss_input_names
+    described = LOSS_NAMES[loss]
+    if loss_input_names:
+        if len(loss_input_names) > 2:
+            raise Refusal("loss", "loss_input_names has {} names; the {} loss takes two at most: the output it "
+                                  "reads and the name of its target input".format(len(loss_input_names), described))
+        scores = loss_input_names[0]
+        if scores not in outputs:
+            raise Refusal("loss", "loss_input_names names {!r}, which is not an output of the model (its "
+                                  "outputs: {})".format(scores, shown))
+    else:
+        if not output_names:
+            raise Refusal("loss", "the model has no outputs: the {} loss has nothing to read".format(described))
+        if len(output_names) > 1:
+            raise Refusal("loss", "the model has {} outputs ({}): name the one the {} loss reads with "
+                                  "loss_input_names=[NAME] (--loss-input NAME)".format(len(output_names), shown, described))
+        scores = output_names[0]
+    spec = value_spec(onnx, outputs[scores])
+    if spec["dtype"] not in FLOAT_TYPES.values():
+        raise Refusal("loss", "the {} loss needs a floating-point tensor to read, but the model's output {!r} is "
+                              "{} {}".format(described, scores, spec["dtype"], show_shape(spec["shape"])))
+    if loss == "CrossEntropyLoss" and (spec["shape"] is None or len(spec["shape"]) < 2):
+        raise Refusal("loss", "cross-entropy needs one score per class, an output of shape [N, classes], but the "
+                              "model's output {!r} is {} {}".format(scores, spec["dtype"], show_shape(spec["shape"])))
+    target = loss_input_names[1] if loss_input_names and len(loss_input_names) > 1 else (
+        "labels" if loss == "CrossEntropyLoss" else "target")
+    inputs = set(i.name for i in graph.input)
+    produced = set(name for node in graph.node for name in node.output) | set(i.name for i in graph.initializer)
+    if target not in inputs and target in produced:
+        raise Refusal("loss", "the loss adds an input named {!r}, but the model already has a value of that name: "
+                              "name the loss's input otherwise with loss_input_names=[{!r}, 'OTHER'] (--loss-input {} "
+                              "OTHER)".format(target, scores, scores))
+    return scores, target, loss_input_names
+
+
+# --- generation ---------------------------------------------------------------------------------------------
+
+def generate(request):
+    onnx, onnxruntime, artifacts = import_generator()
+    what = request.get("model_label") or "the model"
+    try:
+        model = onnx.load(request["model"])
+    except Exception as exc:
+        raise Refusal("model", "{} is not an ONNX model that onnx {} can read: {}".format(
+            what, onnx.__version__, str(exc).strip() or type(exc).__name__))
+    original = {"ir_version": model.ir_version, "opset": default_opset(model),
+                "inputs": [value_spec(onnx, v) for v in model.graph.input if v.name not in
+                           set(i.name for i in model.graph.initializer)],
+                "outputs": [value_spec(onnx, v) for v in model.graph.output]}
+    notes = bring_down(onnx, model, what)
+
+    loss = request.get("loss")
+    scores, target, loss_input_names = loss_plan(onnx, model, loss, request.get("loss_input_names"))
+    additional = request.get("additional_output_names")
+    if additional is None:  # by default the eval model keeps the model's outputs (to export for inference)
+        additional = [] if loss is None else [o.name for o in model.graph.output]
+    known = set(v.name for v in list(model.graph.input) + list(model.graph.output)) | set(
+        name for node in model.graph.node for name in node.output)
+    for name in additional:
+        if name not in known:
+            raise Refusal("options", "additional_output_names names {!r}, which is no value of the model (its "
+                                     "outputs: {})".format(name, ", ".join(o.name for o in model.graph.output) or "none"))
+
+    initializers = list(model.graph.initializer)
+    uses = _consumers(model.graph)
+    graph_outputs = set(o.name for o in model.graph.output)
+    frozen = resolve(onnx, request.get("frozen_params") or [], "frozen_params", initializers)
+    patterns = request.get("requires_grad")
+    if patterns is None:
+        wanted = dict((i.name, False) for i in initializers if i.data_type in FLOAT_TYPES and i.name not in frozen)
+    else:
+        wanted = resolve(onnx, patterns, "requires_grad", initializers)
+        both = [name for name in wanted if name in frozen]
+        if both:
+            raise Refusal("options", "trainable and frozen at once: {} (requires_grad and frozen_params must not "
+                                     "overlap)".format(", ".join(both)))
+    left_out = {}
+    for name, exact in list(wanted.items()):
+        reason = no_gradient_reason(name, uses, graph_outputs)
+        if reason is None:
+            continue
+        if exact:
+            raise Refusal("gradient", "{!r} cannot be trained: {}".format(name, reason))
+        del wanted[name]
+        left_out[name] = reason
+    if not wanted:
+        raise Refusal("options", "nothing to train: the selection leaves no floating-point parameter that a "
+                                 "gradient reaches (requires_grad {}, frozen_params {})".format(
+                                     patterns if patterns is not None else "all", request.get("frozen_params") or "none"))
+
+    out = request["out"]
+    prefix = request.get("prefix") or ""
+    graph_utils = importlib.import_module("onnxruntime.training.onnxblock._graph_utils")
+    while True:
+        order = [i.name for i in initializers]
+        requires_grad = [name for name in order if name in wanted]
+        frozen_params = [name for name in order if name in frozen]
+        setattr(graph_utils, "_GRAPH_TOKEN", 0)  # names like onnx::loss::2 count from here, as in a fresh process
+        try:
+            artifacts.generate_artifacts(
+                model,
+                requires_grad=requires_grad,
+                frozen_params=frozen_params or None,
+                loss=None if loss is None else artifacts.LossType[loss],
+                optimizer=None if request.get("optimizer") is None else artifacts.OptimType[request["optimizer"]],
+                artifact_directory=out,
+                prefix=prefix,
+                additional_output_names=additional or None,
+                nominal_checkpoint=bool(request.get("nominal_checkpoint")),
+                loss_input_names=loss_input_names or None,
+            )
+            break
+        except Exception as exc:  # pybind's RuntimeError mostly; onnx's errors for models it cannot handle
+            # A parameter the static check let through but no gradient reaches (say, a threshold feeding only
+            # a comparison): the gradient builder names the first such one. Drop it when a pattern chose it,
+            # refuse it when it was named.
+            missing = (re.search(r"failed to find NodeArg by name: (.+)_grad\b", str(exc))
+                       or re.search(r"Cannot compute the partial derivative for '(.+)' as it's unreachable", str(exc)))
+            name = missing.group(1) if missing else None
+            if name is None or name not in wanted:
+                raise Refusal("generator", "ONNX Runtime's generator failed: {}".format(_runtime_message(exc)))
+            if wanted[name]:
+                raise Refusal("gradient", "{!r} cannot be trained: no gradient reaches it from the loss".format(name))
+            del wanted[name]
+            left_out[name] = "no gradient reaches it from the loss"
+            if not wanted:
+                raise Refusal("options", "nothing to train: no gradient reaches any selected parameter")
+
+    files = {"checkpoint": prefix + "checkpoint", "training_model": prefix + "training_model.onnx",
+             "eval_model": prefix + "eval_model.onnx"}
+    if request.get("optimizer") is not None:
+        files["optimizer_model"] = prefix + "optimizer_model.onnx"
+    if request.get("nominal_checkpoint"):
+        files["nominal_checkpoint"] = prefix + "nominal_checkpoint"
+    described = {}
+    for key in ("training_model", "eval_model", "optimizer_model"):
+        if key not in files:
+            continue
+        path = os.path.join(out, files[key])
+        written = onnx.load(path, load_external_data=False)
+        changed = bring_down(onnx, written, "the generated " + files[key])
+        if changed:  # the optimizer model carries the installed onnx's IR version
+            onnx.save(written, path)
+            notes.extend("{}: {}".format(files[key], note) for note in changed)
+        described[key] = written
+
+    by_name = dict((i.name, i) for i in initializers)
+    parameters = set(requires_grad) | set(frozen_params)
+    training = described["training_model"]
+    training_inputs = [value_spec(onnx, v) for v in training.graph.input
+                       if v.name not in parameters and v.name != "lazy_reset_grad"
+                       and not v.name.endswith("_grad.accumulation.buffer")]
+    original_inputs = set(v["name"] for v in original["inputs"])
+    floats = [i for i in initializers if i.data_type in FLOAT_TYPES]
+    return {
+        "files": files,
+        "model": original,
+        "notes": notes,
+        "trainable": [parameter(onnx, by_name[n]) for n in requires_grad],
+        "frozen": [parameter(onnx, by_name[n]) for n in frozen_params],
+        "constants": [parameter(onnx, i) for i in floats if i.name not in parameters],
+        "left_out": left_out,
+        "loss_input": scores,
+        "target": target,
+        "additional_output_names": additional,
+        "training_inputs": training_inputs,
+        "added_inputs": [v["name"] for v in training_inputs if v["name"] not in original_inputs],
+        "eval_outputs": [o.name for o in described["eval_model"].graph.output],
+        "ir_version": training.ir_version,
+        "versions": {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__},
+        "torch_imported": "torch" in sys.modules,
+    }
+
+
+def _runtime_message(exc):
+    """ONNX Runtime's message without the C++ source location and signature it starts with."""
+    text = str(exc).strip()
+    return re.sub(r"^\S+\.cc:\d+ [^\[]*\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+
+
+def main(argv):
+    with open(argv[1]) as file:
+        request = json.load(file)
+    try:
+        result = generate(request)
+        result["ok"] = True
+    except Refusal as refusal:
+        result = {"ok": False, "kind": refusal.kind, "message": str(refusal)}
+    result["python"] = {"version": ".".join(str(v) for v in sys.version_info[:3]), "executable": sys.executable}
+    with open(request["result"], "w") as file:
+        json.dump(result, file)
+    return 0
+
+
+if __name__ == "__main__":
+    # Run as a script, this file's folder (ort_cffi/artifacts/) is first on sys.path: its modules must not shadow others.
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    try:
+        sys.exit(main(sys.argv))
+    except Exception:
+        traceback.print_exc()
+        sys.exit(1)

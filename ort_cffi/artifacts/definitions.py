@@ -1,0 +1,177 @@
+"""What ``generate_artifacts`` takes and returns: its errors, loss and optimizer choices, the parameters and
+tensors it describes, and the lines ``ort-cffi-artifacts`` and ``ort-cffi-train`` print about them.
+"""
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+ModelLike = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Any]  # Any: an onnx.ModelProto
+SHOWN = 12  # trainable tensors listed one by one by describe()
+
+
+class ArtifactsError(Exception):
+    """Training artifacts could not be made; the message says why. Base of the two below."""
+
+
+class ArtifactsInputError(ArtifactsError, ValueError):
+    """The model or the options cannot make training artifacts: the message names what was wrong (a
+    pattern that matches nothing, a parameter that is not floating-point, a model without a usable output
+    for the loss, a folder that cannot be written, ...)."""
+
+
+class GeneratorUnavailableError(ArtifactsError, RuntimeError):
+    """No interpreter with ONNX Runtime's Python training layer (where the gradient builder lives) and
+    ``onnx`` to run the generator: the message says which interpreter lacked what and how to name another."""
+
+
+class LossType(enum.Enum):
+    """The loss added on top of the model's output; the member names are ONNX Runtime's ``LossType``."""
+
+    CrossEntropyLoss = "cross-entropy"
+    MSELoss = "mse"
+    BCEWithLogitsLoss = "bce-with-logits"
+    L1Loss = "l1"
+
+
+class OptimType(enum.Enum):
+    """The optimizer of the optimizer model; the member names are ONNX Runtime's ``OptimType``."""
+
+    AdamW = "adamw"
+    SGD = "sgd"
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One initializer of the model: its name, element type (a numpy dtype name), shape and element count."""
+
+    name: str
+    dtype: str
+    shape: Tuple[int, ...]
+    size: int
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A graph input or output: name, element type and shape (ints, symbolic names, or None when unknown)."""
+
+    name: str
+    dtype: str
+    shape: Optional[Tuple[Union[int, str, None], ...]]
+
+    def __str__(self) -> str:
+        if self.shape is None:
+            return f"{self.name} {self.dtype}"
+        return f"{self.name} {self.dtype} [{', '.join('?' if d is None else str(d) for d in self.shape)}]"
+
+
+@dataclass(frozen=True)
+class GeneratedArtifacts:
+    """What ``generate_artifacts`` wrote and made trainable. The files belong to the caller."""
+
+    folder: Path
+    files: Dict[str, Path]  # checkpoint, training_model, eval_model[, optimizer_model][, nominal_checkpoint]
+    trainable: Tuple[Parameter, ...]
+    frozen: Tuple[Parameter, ...]
+    constants: Tuple[Parameter, ...]  # floating-point initializers that stay constants of the graphs
+    left_out: Dict[str, str]  # name -> why a pattern's match was not made trainable (no gradient reaches it)
+    loss: Optional[LossType]
+    loss_input: Optional[str]  # the model output the loss reads (with no loss: the output that is the loss)
+    optimizer: Optional[OptimType]
+    model_inputs: Tuple[TensorSpec, ...]
+    model_outputs: Tuple[TensorSpec, ...]
+    training_inputs: Tuple[TensorSpec, ...]  # the data inputs of the training model, labels included
+    added_inputs: Tuple[str, ...]  # those the loss added (labels, target)
+    eval_outputs: Tuple[str, ...]
+    model_ir_version: int
+    model_opset: Optional[int]
+    ir_version: int
+    notes: Tuple[str, ...]  # what was brought down for ONNX Runtime 1.19 (IR version, opset)
+    versions: Dict[str, str]  # onnx, onnxruntime and python of the generator
+    manifest: Dict[str, Any] = field(repr=False)
+
+    @property
+    def checkpoint(self) -> Path:
+        """The checkpoint with the parameters' initial values."""
+        return self.files["checkpoint"]
+
+    @property
+    def training_model(self) -> Path:
+        """The training model: forward graph, loss and gradients."""
+        return self.files["training_model"]
+
+    @property
+    def eval_model(self) -> Path:
+        """The eval model: forward graph and loss, and the outputs kept next to the loss."""
+        return self.files["eval_model"]
+
+    @property
+    def optimizer_model(self) -> Optional[Path]:
+        """The optimizer model, or None when generated with ``optimizer=None``."""
+        return self.files.get("optimizer_model")
+
+    @property
+    def nominal_checkpoint(self) -> Optional[Path]:
+        """The shapes-only checkpoint, or None unless generated with ``nominal_checkpoint=True``."""
+        return self.files.get("nominal_checkpoint")
+
+    @property
+    def trainable_parameters(self) -> int:
+        """Elements of the trainable tensors."""
+        return sum(p.size for p in self.trainable)
+
+    @property
+    def total_parameters(self) -> int:
+        """Elements of all floating-point initializers of the model: trainable, frozen and constant."""
+        return sum(p.size for p in self.trainable + self.frozen + self.constants)
+
+
+
+def _count(n: int) -> str:
+    return f"{n:,} parameter{'s' if n != 1 else ''}"
+
+
+def _tensors(params: Sequence[Parameter]) -> str:
+    return f"{len(params)} tensor{'s' if len(params) != 1 else ''}"
+
+
+def describe(made: GeneratedArtifacts, model: str) -> List[str]:
+    """The lines ``ort-cffi-artifacts`` prints about what it made from ``model`` (ort-cffi-train prints them too)."""
+    def shape(p: Parameter) -> str:
+        return "[" + ", ".join(str(d) for d in p.shape) + "]"
+
+    lines = [
+        f"model:      {model} (IR {made.model_ir_version}, opset {made.model_opset}); inputs "
+        f"{', '.join(str(s) for s in made.model_inputs) or 'none'}; outputs {', '.join(str(s) for s in made.model_outputs)}",
+    ]
+    lines += [f"converted:  {note}" for note in made.notes]
+    total = made.total_parameters
+    share = f" ({made.trainable_parameters / total:.1%} of the model's {_count(total)})" if total else ""
+    lines.append(f"trainable:  {_tensors(made.trainable)}, {_count(made.trainable_parameters)}{share}")
+    shown = made.trainable[:SHOWN]
+    name_width = max(len(p.name) for p in shown)
+    type_width = max(len(f"{p.dtype} {shape(p)}") for p in shown)
+    size_width = max(len(f"{p.size:,}") for p in shown)
+    for p in shown:
+        lines.append(f"            {p.name:<{name_width}}  {p.dtype + ' ' + shape(p):<{type_width}}  {p.size:>{size_width},}")
+    if len(made.trainable) > SHOWN:
+        lines.append(f"            ... and {len(made.trainable) - SHOWN} more (artifacts.json lists them all)")
+    if made.frozen:
+        lines.append(f"frozen:     {_tensors(made.frozen)}, {_count(sum(p.size for p in made.frozen))} (in the checkpoint, not trained)")
+    if made.constants:
+        lines.append(f"constant:   {_tensors(made.constants)}, {_count(sum(p.size for p in made.constants))} "
+                     "(stay constants of the graphs)")
+    for name, reason in made.left_out.items():
+        lines.append(f"not trained: {name}: {reason}")
+    if made.loss is None:
+        lines.append(f"loss:       none (the model's first output, {made.loss_input}, is the loss)")
+    else:
+        lines.append(f"loss:       {made.loss.value} on {made.loss_input}")
+    lines.append(f"optimizer:  {made.optimizer.name if made.optimizer else 'none (no optimizer model)'}")
+    added = f" (added by the loss: {', '.join(made.added_inputs)})" if made.added_inputs else ""
+    lines.append(f"training model inputs: {', '.join(str(s) for s in made.training_inputs)}{added}")
+    lines.append(f"eval model outputs:    {', '.join(made.eval_outputs)}")
+    return lines

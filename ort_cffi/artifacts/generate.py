@@ -1,0 +1,223 @@
+"""Training artifacts for any ONNX model, without torch: ``generate_artifacts`` mirrors ONNX Runtime's
+``onnxruntime.training.artifacts.generate_artifacts`` with Pythonic defaults.
+
+From an inference model it writes the four files a training session needs: ``checkpoint`` (the
+parameters), ``training_model.onnx`` (forward, loss and gradient graphs), ``eval_model.onnx`` (forward and
+loss) and ``optimizer_model.onnx``, plus ``artifacts.json``, which records what they were made from.
+
+ONNX Runtime's own generator does the work, byte for byte: it runs in a child process
+(``_child.py``), with the package inits that import torch bypassed, so this process imports
+neither ``onnxruntime`` nor torch. The child needs ONNX Runtime's Python training layer and ``onnx``
+(ort_cffi's ``[artifacts]`` extra: ``pip install onnxruntime-training-cpu==1.19.2 onnx``); on an interpreter that has no such layer (Python 3.13 and later),
+name one that has it with ``python=`` or ``ORT_CFFI_ARTIFACTS_PYTHON``.
+
+This is an application on top of the facade: it uses ``OrtEnvironment`` only to check that what it wrote
+loads in the runtime.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
+
+from ort_cffi import __version__
+from ort_cffi import OrtException, RuntimeLoadError
+from ort_cffi._facade.files import atomic_write, file_sha256
+from ort_cffi.artifacts.manifest import MANIFEST
+from ort_cffi.artifacts.options import model_bytes_or_path, request_options, writable_folder
+from ort_cffi.artifacts.runner import generator_python, run_child
+from ort_cffi.artifacts.definitions import (
+    ArtifactsError,
+    GeneratedArtifacts,
+    LossType,
+    ModelLike,
+    OptimType,
+    Parameter,
+    TensorSpec,
+)
+
+_FILE_NAMES = {
+    "checkpoint": "checkpoint",
+    "training_model": "training_model.onnx",
+    "eval_model": "eval_model.onnx",
+    "optimizer_model": "optimizer_model.onnx",
+    "nominal_checkpoint": "nominal_checkpoint",
+}
+
+
+def _check_loads(files: Dict[str, Path]) -> None:
+    """Open the artifacts in a training session, as a trainer will: what the runtime refuses fails here."""
+    from ort_cffi import OrtEnvironment
+    from ort_cffi import OrtLoggingLevel, SessionOptions
+    from ort_cffi import OrtCheckpointState
+
+    try:
+        env = OrtEnvironment.getEnvironment()
+    except RuntimeLoadError as exc:
+        reason = re.sub(r"[.:]?\s*Tried:$", "", str(exc).splitlines()[0])
+        raise ArtifactsError(
+            f"cannot check the generated artifacts: ONNX Runtime does not load in this interpreter "
+            f"({reason}); nothing was written. Generate them with check=False (--no-check) to "
+            "skip the check, and check them where they will train"
+        ) from None
+    try:
+        with SessionOptions() as options:  # errors only: the runtime warns about unused initializers and such
+            options.setSessionLogLevel(OrtLoggingLevel.ORT_LOGGING_LEVEL_ERROR)
+            with env.createTrainingSession(files["checkpoint"], files["training_model"], files["eval_model"],
+                                           files.get("optimizer_model"), options):
+                pass
+        if "nominal_checkpoint" in files:
+            with OrtCheckpointState.loadCheckpoint(files["nominal_checkpoint"]):
+                pass
+    except OrtException as exc:
+        raise ArtifactsError(f"the generated artifacts do not load in ONNX Runtime {env.getVersion()}: {exc}") from None
+
+
+def _parameters(records: Sequence[Dict[str, Any]]) -> Tuple[Parameter, ...]:
+    return tuple(Parameter(r["name"], r["dtype"], tuple(r["shape"]), r["size"]) for r in records)
+
+
+def _specs(records: Sequence[Dict[str, Any]]) -> Tuple[TensorSpec, ...]:
+    return tuple(TensorSpec(r["name"], r["dtype"], None if r["shape"] is None else tuple(r["shape"])) for r in records)
+
+
+def generate_artifacts(
+    model: ModelLike,
+    requires_grad: Optional[Union[str, Iterable[str]]] = None,
+    frozen_params: Optional[Union[str, Iterable[str]]] = None,
+    loss: Any = LossType.CrossEntropyLoss,
+    optimizer: Any = OptimType.AdamW,
+    artifact_directory: Optional[Union[str, os.PathLike[str]]] = None,
+    prefix: str = "",
+    *,
+    additional_output_names: Optional[Union[str, Iterable[str]]] = None,
+    nominal_checkpoint: bool = False,
+    loss_input_names: Optional[Union[str, Iterable[str]]] = None,
+    python: Optional[Union[str, os.PathLike[str]]] = None,
+    check: bool = True,
+) -> GeneratedArtifacts:
+    """Write the training artifacts of ``model`` into ``artifact_directory`` (created if missing; default:
+    the current folder) and return what was written and made trainable.
+
+    ONNX Runtime's ``onnxruntime.training.artifacts.generate_artifacts`` does the work, in a child process
+    (this one imports neither onnxruntime nor torch), and its files are byte for byte what it writes when
+    called directly. The parameters are ONNX Runtime's, with these defaults and additions:
+
+    - ``model``: a path, bytes or an ``onnx.ModelProto``. A model saved by a newer ``onnx`` (IR version
+      above 10, opset above 21) is brought down to what ONNX Runtime 1.19 accepts, or refused with a reason.
+    - ``requires_grad``: names or glob patterns (``"fc2.*"``) of the initializers to train; default: every
+      floating-point initializer that a gradient reaches, less ``frozen_params``. Patterns skip tensors no
+      gradient reaches (a dropout ratio, batch-norm statistics; listed in ``left_out``); a plain name of
+      one is refused.
+    - ``frozen_params``: names or patterns of parameters kept in the checkpoint but not trained. Other
+      initializers stay constants of the graphs.
+    - ``loss``: ``LossType`` or its value: ``"cross-entropy"`` (default; adds an int64 ``labels`` input),
+      ``"mse"``, ``"bce-with-logits"``, ``"l1"`` (these add a ``target`` input like the output); None when
+      the model's first output already is the loss.
+    - ``optimizer``: ``"adamw"`` (default), ``"sgd"``, or None for no optimizer model.
+    - ``additional_output_names``: outputs the training and eval models give next to the loss; default (None):
+      the model's own outputs, so that an inference model can be exported from the eval model. ``[]``: none.
+    - ``loss_input_names``: the output the loss reads (needed when the model has several), and optionally
+      the name of the input the loss adds.
+    - ``nominal_checkpoint``: also write ``nominal_checkpoint`` (shapes only). ``prefix``: file-name prefix.
+    - ``python``: the interpreter that runs the generator (default ``$ORT_CFFI_ARTIFACTS_PYTHON``, else this
+      one); it needs ``onnxruntime-training-cpu==1.19.2`` and ``onnx``.
+    - ``check``: open the written artifacts in a training session through ort_cffi (needs the runtime here).
+
+    ONNX Runtime's ``ort_format`` and ``custom_op_library`` are not offered: ort_cffi loads ONNX files, and
+    its sessions register no custom-op libraries.
+
+    Files are generated in a temporary folder and moved into place once complete (and checked), with
+    ``artifacts.json`` last. Artifact files of an earlier generation that this one does not write are removed.
+
+    Raises ArtifactsInputError (a ValueError) naming what was wrong with the model or the options,
+    GeneratorUnavailableError when no interpreter can run the generator, ArtifactsError when the generator
+    fails or its output does not load, TypeError for arguments of the wrong type.
+    """
+    options = request_options(requires_grad, frozen_params, loss, optimizer, prefix, additional_output_names,
+                              nominal_checkpoint, loss_input_names)
+    path, data, label = model_bytes_or_path(model)
+    folder = Path(os.fsdecode(os.fspath(artifact_directory))) if artifact_directory is not None else Path.cwd()
+    created = not folder.exists()
+    writable_folder(folder)
+    try:
+        return _generate(folder, path, data, label, options, prefix, python, check)
+    except BaseException:
+        if created:  # a failed generation leaves no trace: not even the folder it made, if still empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
+def _generate(folder: Path, path: Optional[Path], data: Optional[bytes], label: str, options: Dict[str, Any],
+              prefix: str, python: Optional[Union[str, os.PathLike[str]]], check: bool) -> GeneratedArtifacts:
+    interpreter, how = generator_python(python)
+    source = path
+    work = Path(tempfile.mkdtemp(dir=folder, prefix=".ort_cffi-artifacts-"))
+    try:
+        if path is None:
+            path = work / "model.onnx"
+            path.write_bytes(data or b"")
+        staging = work / "out"
+        staging.mkdir()
+        request = dict(options, model=str(path), model_label=label, out=str(staging))
+        request["loss"] = None if options["loss"] is None else LossType(options["loss"]).name
+        request["optimizer"] = None if options["optimizer"] is None else OptimType(options["optimizer"]).name
+        result = run_child(request, interpreter, how, work)
+        staged = {key: staging / name for key, name in result["files"].items()}
+        if check:
+            _check_loads(staged)
+        manifest = {
+            "ort_cffi": __version__,
+            "generator": dict(result["versions"], python=result["python"]["version"]),
+            "model": {"sha256": file_sha256(path), "path": None if source is None else str(source.resolve()),
+                      "ir_version": result["model"]["ir_version"], "opset": result["model"]["opset"]},
+            "options": options,
+            "trainable": [p["name"] for p in result["trainable"]],
+            "frozen": [p["name"] for p in result["frozen"]],
+            "left_out": result["left_out"],
+            "notes": result["notes"],
+            "files": {key: {"name": p.name, "sha256": file_sha256(p)} for key, p in staged.items()},
+        }
+        files: Dict[str, Path] = {}
+        for key, staged_file in staged.items():
+            files[key] = folder / staged_file.name
+            os.replace(staged_file, files[key])
+        for key, name in _FILE_NAMES.items():  # an earlier generation's files that no longer belong
+            stale = folder / (prefix + name)
+            if key not in files and stale.is_file():
+                stale.unlink()
+        def write_manifest(tmp: str) -> None:
+            Path(tmp).write_text(json.dumps(manifest, indent=1) + "\n")
+
+        atomic_write(str(folder / (prefix + MANIFEST)), write_manifest, "artifacts manifest")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    return GeneratedArtifacts(
+        folder=folder,
+        files=files,
+        trainable=_parameters(result["trainable"]),
+        frozen=_parameters(result["frozen"]),
+        constants=_parameters(result["constants"]),
+        left_out=dict(result["left_out"]),
+        loss=None if options["loss"] is None else LossType(options["loss"]),
+        loss_input=result["loss_input"],
+        optimizer=None if options["optimizer"] is None else OptimType(options["optimizer"]),
+        model_inputs=_specs(result["model"]["inputs"]),
+        model_outputs=_specs(result["model"]["outputs"]),
+        training_inputs=_specs(result["training_inputs"]),
+        added_inputs=tuple(result["added_inputs"]),
+        eval_outputs=tuple(result["eval_outputs"]),
+        model_ir_version=result["model"]["ir_version"],
+        model_opset=result["model"]["opset"],
+        ir_version=result["ir_version"],
+        notes=tuple(result["notes"]),
+        versions=dict(result["versions"], python=result["python"]["version"], executable=result["python"]["executable"]),
+        manifest=manifest,
+    )

@@ -1,0 +1,117 @@
+"""The generation options in the normal form ``artifacts.json`` records, and the model and folder checks
+made before the generator runs.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from ort_cffi._facade.files import file_sha256
+from ort_cffi.artifacts.definitions import ArtifactsInputError, LossType, ModelLike, OptimType
+
+
+def _enum_option(value: Any, kind: Any, what: str) -> Any:
+    """A LossType/OptimType member from a member, its value or name (any case), or an ONNX Runtime enum of
+    the same name; None and "none" give None."""
+    if value is None or (isinstance(value, str) and value.lower() == "none"):
+        return None
+    if isinstance(value, kind):
+        return value
+    name = getattr(value, "name", value)  # onnxruntime.training.artifacts.LossType.MSELoss and the like
+    if isinstance(name, str):
+        for member in kind:
+            if name.lower() in (member.value, member.name.lower()):
+                return member
+    choices = ", ".join(m.value for m in kind)
+    raise ArtifactsInputError(f"unknown {what} {value!r}: choose {choices} (or None)")
+
+
+def _names(value: Any, what: str) -> Optional[List[str]]:
+    """A list of names or patterns from a string or an iterable of strings (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [value]
+    try:
+        names = list(value)
+    except TypeError:
+        raise TypeError(f"{what} must be a name, or a list of names, not {type(value).__name__}") from None
+    bad = [n for n in names if not isinstance(n, str) or not n]
+    if bad:
+        raise TypeError(f"{what} must hold non-empty strings, not {bad[0]!r}")
+    return names
+
+
+def request_options(
+    requires_grad: Any = None,
+    frozen_params: Any = None,
+    loss: Any = LossType.CrossEntropyLoss,
+    optimizer: Any = OptimType.AdamW,
+    prefix: str = "",
+    additional_output_names: Any = None,
+    nominal_checkpoint: bool = False,
+    loss_input_names: Any = None,
+) -> Dict[str, Any]:
+    """The generation options in the normal form ``artifacts.json`` records (JSON types only), so that two
+    requests compare equal when they ask for the same artifacts. Raises what ``generate_artifacts`` does."""
+    if not isinstance(prefix, str) or os.sep in prefix:
+        raise ArtifactsInputError(f"prefix must be a file-name prefix without {os.sep!r}, not {prefix!r}")
+    loss_type = _enum_option(loss, LossType, "loss")
+    optim_type = _enum_option(optimizer, OptimType, "optimizer")
+    return {
+        "requires_grad": _names(requires_grad, "requires_grad"),
+        "frozen_params": _names(frozen_params, "frozen_params") or [],
+        "loss": None if loss_type is None else loss_type.value,
+        "optimizer": None if optim_type is None else optim_type.value,
+        "additional_output_names": _names(additional_output_names, "additional_output_names"),
+        "loss_input_names": _names(loss_input_names, "loss_input_names"),
+        "nominal_checkpoint": bool(nominal_checkpoint),
+        "prefix": prefix,
+    }
+
+
+# --- the model and the folder -------------------------------------------------------------------------------
+
+def model_bytes_or_path(model: ModelLike) -> Tuple[Optional[Path], Optional[bytes], str]:
+    """(path, None, label) for a model file, (None, bytes, label) for bytes or an onnx.ModelProto."""
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+        if not data:
+            raise ArtifactsInputError("the model bytes are empty")
+        return None, data, "the model (given as bytes)"
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(os.fsdecode(os.fspath(model)))
+        if path.is_dir():
+            raise ArtifactsInputError(f"model {str(path)!r} is a folder, not an ONNX file")
+        if not path.is_file():
+            raise ArtifactsInputError(f"model {str(path)!r} does not exist")
+        return path, None, f"model {str(path)!r}"
+    serialize = getattr(model, "SerializeToString", None)
+    if type(model).__name__ == "ModelProto" and callable(serialize):  # onnx is not imported here
+        return None, serialize(), "the model (an onnx.ModelProto)"
+    raise TypeError(f"model must be a path, bytes or an onnx.ModelProto, not {type(model).__name__}")
+
+
+def model_sha256(model: ModelLike) -> str:
+    """The identity of a model as ``artifacts.json`` records it: the sha256 of its file or its bytes."""
+    path, data, _ = model_bytes_or_path(model)
+    return file_sha256(path) if path is not None else hashlib.sha256(data or b"").hexdigest()
+
+
+def writable_folder(folder: Path) -> None:
+    """Create ``folder`` if missing and make sure a file can be written into it (the error names it)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ArtifactsInputError(f"artifacts folder {str(folder)!r} exists and is not a folder") from None
+    except OSError as exc:
+        raise ArtifactsInputError(f"cannot create the artifacts folder {str(folder)!r}: {exc.strerror}") from None
+    try:  # os.access is no answer for root or read-only file systems: try
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".ort_cffi-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ArtifactsInputError(f"cannot write into the artifacts folder {str(folder)!r}: {exc.strerror}") from None

@@ -1,0 +1,146 @@
+"""``ort-cffi-train``: fine-tune an ONNX model, or train a set of training artifacts, on an ``.npz`` dataset
+through the Java-style API (``OrtEnvironment`` → ``OrtTrainingSession``), then export and check an
+inference model.
+
+With no arguments it trains the embedded default: a 64-64-10 MLP on scikit-learn's 8x8 digits, whose
+artifacts and data ship in ``ort_cffi/data/digits`` (no torch, no download). With ``--model MODEL.onnx`` it
+first generates the model's training artifacts into ``OUT/artifacts`` (``ort_cffi.artifacts``), or reuses
+those when they match the model and options.
+
+What one run writes to ``--out``: ``last_checkpoint`` (every epoch, with optimizer state, so that
+``--resume`` continues Adam and the schedule exactly), ``best_checkpoint`` (the best validation epoch),
+``inference_model.onnx`` (exported from the best checkpoint), ``metrics.json`` and ``training.png``.
+The epoch, step and the run's configuration are checkpoint properties: a resumed run restores them.
+
+The work is ``ort_cffi.trainer`` (``TrainingJob``, whose settings are a ``TrainSettings``); this module is the
+command line: argparse and exit codes. The progress bar (``tqdm``) and the plot (``matplotlib``) come with
+ort_cffi's ``[demo]`` extra; without them the trainer prints its per-epoch lines and skips the plot.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ort_cffi import OrtException, __version__
+from ort_cffi.artifacts import ArtifactsError, LossType, OptimType
+from ort_cffi.cli.args import non_negative_int, positive_float, positive_int
+from ort_cffi.trainer import DEFAULT_ARTIFACTS, GENERATION_FLAGS, SetupError, TrainingJob, settings_from
+
+DESCRIPTION = """\
+Fine-tune an ONNX model, or train ONNX Runtime training artifacts, on a dataset, through
+ort_cffi's Java-style API. With no arguments: the embedded example, an MLP on scikit-learn's
+8x8 digits.
+
+--model MODEL.onnx: its training artifacts are generated into OUT/artifacts (or reused when
+they match the model and options); --trainable limits training to some parameters.
+--artifacts DIR: checkpoint, training_model.onnx, eval_model.onnx, optimizer_model.onnx
+(what ort-cffi-artifacts or onnxruntime.training.artifacts.generate_artifacts writes). The
+first output of the training and eval models is the loss.
+
+dataset (.npz): one array per model input and split, named train_<input> and val_<input>,
+e.g. train_input, train_labels, val_input, val_labels for a model whose inputs are
+'input' and 'labels'. The first dimension is the sample; dtypes and the other dimensions
+must be the model's. When an integer input is the labels and the first exported output
+has one score per class, accuracy is reported too, and labels outside the classes are refused.
+"""
+
+EPILOG = """\
+writes to --out: last_checkpoint (every epoch, with the optimizer state and the run's
+configuration, for --resume), best_checkpoint (the best validation epoch), inference_model.onnx
+(exported from the best checkpoint), metrics.json (loss and learning rate per step, validation
+per epoch) and training.png (their plot); with --model, the artifacts in artifacts/.
+
+--resume continues the run stored in the checkpoint: its learning rate, schedule, warm-up, batch
+size, epochs, seed, dataset and artifacts. Options left out take the stored values; one that
+contradicts them is refused unless --override is given.
+
+examples:
+  ort-cffi-train                                  # the digits example, into runs/digits
+  ort-cffi-train --model model.onnx --data data.npz --trainable 'head.*' --out runs/mine
+  ort-cffi-train --artifacts my_artifacts --data my_data.npz --epochs 10 --lr 1e-3
+  ort-cffi-train --out runs/mine --resume         # continue from runs/mine/last_checkpoint
+"""
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    """The command line of ``ort-cffi-train``: options left out are None, so that a resumed run can tell
+    them from options typed (argparse exits 2 on a bad command line)."""
+    parser = argparse.ArgumentParser(
+        prog="ort-cffi-train", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", type=Path, metavar="MODEL.onnx",
+                        help="an ONNX model to fine-tune: its artifacts are generated into OUT/artifacts")
+    parser.add_argument("--artifacts", type=Path, metavar="DIR",
+                        help="training artifacts folder (default: the embedded digits MLP)")
+    model = parser.add_argument_group("artifacts from --model (see ort-cffi-artifacts --help)")
+    model.add_argument("--trainable", nargs="+", metavar="PATTERN",
+                       help="names or glob patterns of the parameters to train (default: all)")
+    model.add_argument("--frozen", nargs="+", metavar="PATTERN", help="parameters kept in the checkpoint, not trained")
+    model.add_argument("--loss", choices=[t.value for t in LossType] + ["none"], help="default: cross-entropy")
+    model.add_argument("--loss-input", nargs="+", metavar="NAME", help="the output the loss reads [and its input's name]")
+    model.add_argument("--optimizer", choices=[t.value for t in OptimType], help="default: adamw")
+    parser.add_argument("--data", type=Path, metavar="FILE.npz",
+                        help="dataset (default: the one .npz file in the artifacts folder)")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="output folder (default: runs/<model or artifacts folder name>)")
+    parser.add_argument("--epochs", type=positive_int, metavar="N", help="epochs to train in all (default: 30)")
+    parser.add_argument("--batch-size", type=positive_int, metavar="N", help="default: 32")
+    parser.add_argument("--lr", type=positive_float, help="(peak) learning rate (default: 0.01)")
+    parser.add_argument("--schedule", choices=("linear", "constant"),
+                        help="linear: warm up to --lr, then decay linearly to 0 at the last step "
+                        "(ONNX Runtime's linear scheduler); constant: --lr throughout (default: linear)")
+    parser.add_argument("--warmup-steps", type=non_negative_int, metavar="N",
+                        help="linear warm-up length in optimizer steps (default: one epoch)")
+    parser.add_argument("--seed", type=non_negative_int, help="shuffling and runtime seed, 0 or more (default: 0)")
+    parser.add_argument("--resume", nargs="?", const="", type=str, metavar="CHECKPOINT",
+                        help="continue the run stored in a checkpoint this command wrote (default: OUT/last_checkpoint); "
+                        "without --out, the run goes on in the checkpoint's folder")
+    parser.add_argument("--override", action="store_true",
+                        help="with --resume: let the options given replace the run's stored ones")
+    parser.add_argument("--export-outputs", nargs="+", metavar="NAME",
+                        help="outputs of the inference model (default: the eval model's outputs but the loss)")
+    parser.add_argument("--threads", type=non_negative_int, default=0, metavar="N",
+                        help="intra-op threads (default: 0, the runtime's choice)")
+    parser.add_argument("--progress", dest="progress", action="store_true", default=None,
+                        help="show a progress bar (default: when stderr is a terminal)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    parser.add_argument("--no-plot", action="store_true", help="do not write training.png")
+    parser.add_argument("--version", action="version", version=f"%(prog)s (ort_cffi {__version__})")
+    args = parser.parse_args(argv)
+    if args.model is not None and args.artifacts is not None:
+        parser.error("--model and --artifacts exclude each other: train a model (its artifacts are generated) "
+                     "or a set of artifacts")
+    if args.model is None:
+        given = [flag for key, flag in GENERATION_FLAGS.items() if getattr(args, key) is not None]
+        if given:
+            parser.error(f"{', '.join(given)} choose how --model's artifacts are made: use them with --model")
+    if args.override and args.resume is None:
+        parser.error("--override applies to --resume only")
+    if args.out is None and args.resume:  # a named checkpoint: its run continues where it was written
+        args.out = Path(args.resume).parent
+    if args.out is None:
+        name = args.model.stem if args.model is not None else (args.artifacts or DEFAULT_ARTIFACTS).resolve().name
+        args.out = Path("runs") / name
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The ``ort-cffi-train`` command; returns its exit status (2: a usage error, 1: the runtime refused)."""
+    args = parse_args(argv)
+    try:
+        return TrainingJob(settings_from(vars(args))).run()
+    except SetupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ArtifactsError as exc:  # generating --model's artifacts failed: its message says why
+        print(f"error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ValueError) else 1
+    except OrtException as exc:  # the runtime refused something: its message says what, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""The runtime installer: fetch ONNX Runtime's 1.19.2 training build for this interpreter into ort_cffi's
+runtime store, where pip cannot install it (CPython 3.13 and later), and say which runtime the loader
+would use. ``ort-cffi-runtime`` is its command (``ort_cffi.cli.runtime``); the work is in ``installer``.
+"""
+from ort_cffi._facade.runtimes import store_dir, stored_runtimes
+from ort_cffi.runtime.installer import (
+    check_loads,
+    choose_wheel,
+    describe_choice,
+    download_wheel,
+    FLAVOURS,
+    glibc_version,
+    install,
+    install_wheel,
+    loader_choice,
+    machine,
+    NATIVE_PREFIX,
+    published_wheels,
+    row_of_wheel,
+    RuntimeInstallError,
+)
+
+__all__ = [
+    "check_loads",
+    "choose_wheel",
+    "describe_choice",
+    "download_wheel",
+    "FLAVOURS",
+    "glibc_version",
+    "install",
+    "install_wheel",
+    "loader_choice",
+    "machine",
+    "NATIVE_PREFIX",
+    "published_wheels",
+    "row_of_wheel",
+    "RuntimeInstallError",
+    "store_dir",
+    "stored_runtimes",
+]

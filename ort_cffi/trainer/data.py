@@ -1,0 +1,177 @@
+"""What ``ort-cffi-train`` reads: the artifacts folder and the ``.npz`` dataset, checked against the model
+before training (names, dtypes, shapes, batch size, labels against the model's class count), and the batches
+it trains on. ``ort_cffi.flower`` uses these too."""
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence
+
+import numpy as np
+
+from ort_cffi import OrtEnvironment
+from ort_cffi import TensorInfo
+from ort_cffi.trainer.errors import SetupError
+
+DEFAULT_ARTIFACTS = Path(__file__).resolve().parents[1] / "data" / "digits"
+ARTIFACT_FILES = {
+    "checkpoint": "checkpoint",
+    "train": "training_model.onnx",
+    "eval": "eval_model.onnx",
+    "optimizer": "optimizer_model.onnx",
+}
+
+Arrays = Dict[str, np.ndarray]
+
+
+def find_artifacts(folder: Path) -> Dict[str, Path]:
+    """The four artifact files of ``folder`` by role (checkpoint, train, eval, optimizer), or a SetupError
+    naming what is missing."""
+    if not folder.is_dir():
+        raise SetupError(f"artifacts folder {str(folder)!r} does not exist")
+    paths = {key: folder / name for key, name in ARTIFACT_FILES.items()}
+    missing = [p.name for p in paths.values() if not p.is_file()]
+    if missing:
+        raise SetupError(
+            f"artifacts folder {str(folder)!r} lacks {', '.join(missing)} "
+            f"(a training artifacts folder holds {', '.join(ARTIFACT_FILES.values())})"
+        )
+    return paths
+
+
+def find_dataset(data: Optional[Path], artifacts: Path) -> Path:
+    """``data`` if it exists, else the one ``.npz`` file of the artifacts folder; a SetupError otherwise."""
+    if data is not None:
+        if not data.is_file():
+            raise SetupError(f"dataset {str(data)!r} does not exist")
+        return data
+    found = sorted(artifacts.glob("*.npz"))
+    if len(found) != 1:
+        raise SetupError(
+            f"no --data given and the artifacts folder {str(artifacts)!r} holds "
+            f"{len(found)} .npz files, not one: name the dataset with --data FILE.npz"
+        )
+    return found[0]
+
+
+def input_infos(env: OrtEnvironment, eval_model: Path, names: Sequence[str]) -> Dict[str, TensorInfo]:
+    """dtype and shape of the data inputs. The training API does not tell them, but the eval model is
+    an ordinary ONNX model whose inputs are the data inputs followed by the parameters."""
+    with env.createSession(eval_model) as session:
+        infos = session.getInputInfo()
+    return {name: infos[name].getInfo() for name in names if name in infos}
+
+
+def output_infos(env: OrtEnvironment, eval_model: Path) -> Dict[str, TensorInfo]:
+    """dtype and shape of the eval model's outputs (the loss, then the model's own outputs)."""
+    with env.createSession(eval_model) as session:
+        return {name: info.getInfo() for name, info in session.getOutputInfo().items()}
+
+
+def shape_text(dims: Sequence[int]) -> str:
+    """A shape as the trainer prints it, symbolic dimensions as N: ``[N, 64]``."""
+    return "[" + ", ".join("N" if d < 0 else str(d) for d in dims) + "]"
+
+
+def load_dataset(path: Path, splits: Dict[str, List[str]], infos: Dict[str, TensorInfo]) -> Dict[str, Arrays]:
+    """``{"train": {input: array}, "val": {...}}`` from ``train_<input>`` / ``val_<input>``, checked
+    against the model's inputs (names, dtypes, shapes, and at least one batch per split when the model
+    fixes the batch size) so that a mismatch is reported here, by name, rather than as a runtime error
+    in the middle of the first step."""
+    if not zipfile.is_zipfile(path):  # np.load would try it as a pickle and say so, confusingly
+        raise SetupError(f"dataset {str(path)!r} is not an .npz file (numpy.savez writes one)")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            stored = {key: npz[key] for key in npz.files}
+    except Exception as exc:  # not a zip, a pickled array, a truncated file...
+        raise SetupError(f"cannot read dataset {str(path)!r}: {exc}") from None
+    where = f"dataset {str(path)!r}"
+    expected = [f"{split}_{name}" for split, names in splits.items() for name in names]
+    missing = [key for key in expected if key not in stored]
+    unknown = [key for key in stored if key.startswith(("train_", "val_")) and key not in expected]
+    if missing or unknown:
+        problems = ([f"lacks {', '.join(missing)}"] if missing else []) + (
+            [f"has {', '.join(unknown)}, which match no model input"] if unknown else []
+        )
+        raise SetupError(
+            f"{where} {' and '.join(problems)}: the model's inputs are {', '.join(splits['train'])}, "
+            f"so the arrays must be {', '.join(expected)}"
+        )
+    dataset: Dict[str, Arrays] = {}
+    batch = fixed_batch(infos)
+    for split, names in splits.items():
+        arrays = {name: stored[f"{split}_{name}"] for name in names}
+        for name, array in arrays.items():
+            key, info = f"{split}_{name}", infos.get(name)
+            if info is None:
+                continue  # an input the eval model does not declare: the runtime will judge it
+            if array.dtype != info.dtype:
+                raise SetupError(
+                    f"{where}: {key} is {array.dtype}, but the model's input {name!r} is {info.dtype} "
+                    f"(convert it with .astype(np.{info.dtype}))"
+                )
+            model_dims, data_dims = info.shape[1:], array.shape[1:]
+            if array.ndim != len(info.shape) or any(m >= 0 and m != d for m, d in zip(model_dims, data_dims)):
+                raise SetupError(
+                    f"{where}: {key} has shape {list(array.shape)}, but the model's input {name!r} is "
+                    f"{shape_text(info.shape)} (N samples first)"
+                )
+        counts = {len(a) for a in arrays.values()}
+        if len(counts) != 1 or 0 in counts:
+            sizes = ", ".join(f"{split}_{n}: {len(a)}" for n, a in arrays.items())
+            raise SetupError(f"{where}: the {split} arrays need the same, non-zero number of samples ({sizes})")
+        (count,) = counts
+        if batch is not None and count < batch:  # only whole batches fit the model: none would run
+            raise SetupError(
+                f"{where}: the {split} split has {count} sample{'s' if count > 1 else ''}, fewer than one batch: "
+                f"the model's inputs fix the batch size at {batch} and take whole batches only"
+            )
+        dataset[split] = arrays
+    return dataset
+
+
+def fixed_batch(infos: Dict[str, TensorInfo]) -> Optional[int]:
+    """The batch size the model fixes, if its inputs' first dimension is not symbolic."""
+    sizes = {info.shape[0] for info in infos.values() if info.shape and info.shape[0] > 0}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def batches(order: np.ndarray, size: int, drop_last: bool) -> Iterator[np.ndarray]:
+    """Index arrays of ``size`` over ``order``; the last one shorter unless ``drop_last``."""
+    end = len(order) - len(order) % size if drop_last else len(order)
+    for start in range(0, end, size):
+        yield order[start:start + size]
+
+
+def classification_labels(infos: Dict[str, TensorInfo]) -> Optional[str]:
+    """The labels input, when there is exactly one integer data input (a classification task)."""
+    integer = [name for name, info in infos.items() if info.dtype is not None and info.dtype.kind in "iu"]
+    return integer[0] if len(integer) == 1 else None
+
+
+def check_batch_size(batch_size: int, n_train: int, where: str) -> None:
+    """Refuse a batch larger than the training split: every epoch would be one partial batch, which is
+    rarely what was meant (and with a linear schedule, one step per epoch)."""
+    if batch_size > n_train:
+        raise SetupError(
+            f"{where}: --batch-size {batch_size} is larger than the training split ({n_train} sample"
+            f"{'s' if n_train != 1 else ''}): every epoch would be a single, partial batch; pass --batch-size "
+            f"{n_train} or less"
+        )
+
+
+def check_labels(dataset: Dict[str, Arrays], labels: str, classes: int, scores: str, where: str) -> None:
+    """Refuse class labels outside ``0 .. classes-1`` before training. The class count is the last
+    dimension of the eval model's scores output; ONNX Runtime's cross-entropy gives a loss of 0 for a
+    label just outside it and crashes for one far outside, and the binding cannot know the count."""
+    for split, arrays in dataset.items():
+        values = arrays[labels]
+        bad = np.unique(values[(values < 0) | (values >= classes)])
+        if bad.size:
+            count = int(((values < 0) | (values >= classes)).sum())
+            shown = ", ".join(str(v) for v in bad[:5]) + (", ..." if bad.size > 5 else "")
+            raise SetupError(
+                f"{where}: {split}_{labels} holds {count} label{'s' if count > 1 else ''} outside the model's "
+                f"{classes} classes (0 to {classes - 1}): {shown}. The class count is the last dimension of the "
+                f"eval model's output {scores!r}; relabel the data or give the model that many classes"
+            )

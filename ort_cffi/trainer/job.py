@@ -1,0 +1,408 @@
+"""One training run: ``TrainingJob(TrainSettings(...)).run()``, what ``ort-cffi-train`` does after parsing
+its command line, callable from Python without argparse.
+
+A run chooses what to train (``--model``'s artifacts, generated or reused; an artifacts folder; the resumed
+run's; or the embedded digits example), settles its configuration (the options given, the defaults, or the
+resumed run's), opens one training session, checks the dataset against the session's inputs, trains the
+epochs (``loop.run_epochs``), then exports the best checkpoint as an inference model and checks it.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from ort_cffi import OrtEnvironment, OrtTrainingSession, SessionOptions, __version__
+from ort_cffi.artifacts import LossType, OptimType, artifacts_match, describe, generate_artifacts, model_sha256, request_options
+from ort_cffi.trainer.config import (
+    DEFAULTS,
+    Resumed,
+    RunConfig,
+    artifacts_identity,
+    check_identity,
+    data_identity,
+    read_checkpoint,
+    resume_options,
+)
+from ort_cffi.trainer.data import (
+    DEFAULT_ARTIFACTS,
+    check_batch_size,
+    check_labels,
+    classification_labels,
+    find_artifacts,
+    find_dataset,
+    fixed_batch,
+    input_infos,
+    load_dataset,
+    output_infos,
+    shape_text,
+)
+from ort_cffi.trainer.errors import SetupError
+from ort_cffi.trainer.loop import Outputs, Plan, check_export, evaluate, inference_check, run_epochs
+from ort_cffi.trainer.output import load_history, plot, write_json
+
+# The settings that choose how --model's artifacts are made, and their flags (for messages).
+GENERATION_FLAGS = {"trainable": "--trainable", "frozen": "--frozen", "loss": "--loss", "loss_input": "--loss-input",
+                    "optimizer": "--optimizer"}
+
+
+@dataclass
+class TrainSettings:
+    """What one run is asked to do; None means "the default, or the resumed run's value". Each field is the
+    ``ort-cffi-train`` option of the same name (``--batch-size`` is ``batch_size``)."""
+
+    out: Path
+    model: Optional[Path] = None
+    artifacts: Optional[Path] = None
+    trainable: Optional[List[str]] = None
+    frozen: Optional[List[str]] = None
+    loss: Optional[str] = None
+    loss_input: Optional[List[str]] = None
+    optimizer: Optional[str] = None
+    data: Optional[Path] = None
+    epochs: Optional[int] = None
+    batch_size: Optional[int] = None
+    lr: Optional[float] = None
+    schedule: Optional[str] = None
+    warmup_steps: Optional[int] = None
+    seed: Optional[int] = None
+    resume: Union[None, bool, str, Path] = None  # True or "": OUT/last_checkpoint; a path: that checkpoint
+    override: bool = False
+    export_outputs: Optional[List[str]] = None
+    threads: int = 0
+    progress: Optional[bool] = None  # None: a bar only when stderr is a terminal
+    no_plot: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("out", "model", "artifacts", "data"):  # paths may be given as strings
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Path):
+                setattr(self, name, Path(value))
+
+    def as_record(self) -> Dict[str, Any]:
+        """The settings as JSON values, for metrics.json."""
+        return {key: (str(value) if isinstance(value, Path) else value) for key, value in self.__dict__.items()}
+
+
+@dataclass
+class _Source:
+    """What a run trains: the artifacts folder and files, the checkpoint it starts from, the dataset."""
+
+    folder: Path
+    files: Dict[str, Path]
+    checkpoint: Path
+    data: Path
+    model: Optional[Dict[str, Any]]  # --model's identity (path, sha256, options), or None
+    lines: List[str] = field(default_factory=list)  # what to print about the artifacts
+
+
+class TrainingJob:
+    """One run of the trainer. ``run()`` returns the exit status (0, or 130 when interrupted); it raises
+    SetupError for what the user gave (printed as a usage error), ArtifactsError when --model's artifacts
+    cannot be made, OrtException when the runtime refuses something."""
+
+    def __init__(self, settings: TrainSettings) -> None:
+        self.settings = settings
+        self.env = OrtEnvironment.getEnvironment()
+        self.out = settings.out
+
+    def run(self) -> int:
+        started = time.monotonic()
+        resumed = self._resumed()
+        source = self._source(resumed)
+        config, notes = self._config(source, resumed)
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise SetupError(f"--out {str(self.out)!r} cannot be the run's folder: {error.strerror}") from None
+
+        OrtTrainingSession.setSeed(config.seed)
+        with SessionOptions() as session_options:
+            if self.settings.threads:
+                session_options.setIntraOpNumThreads(self.settings.threads)
+            session = self.env.createTrainingSession(source.checkpoint, source.files["train"], source.files["eval"],
+                                                     source.files["optimizer"], session_options)
+        with session:
+            prepared = _Prepared(self, session, source, config)
+            plan, history = prepared.start(resumed)
+            print(f"ort-cffi-train: ort_cffi {__version__}, ONNX Runtime {self.env.getVersion()}")
+            for line in source.lines + prepared.describe(resumed, source.checkpoint, bool(resumed and resumed.config)):
+                print(line)
+            for note in notes:
+                print(note)
+            print(f"output:    {self.out}")
+            if resumed is None:  # where the model starts from, on the task at hand
+                history.before = prepared.validate()
+            if plan.first_epoch > config.epochs:
+                print(f"nothing left to do: the checkpoint is at epoch {plan.first_epoch - 1} and the run has "
+                      f"{config.epochs} epochs; to train further, resume with --epochs N (more than "
+                      f"{plan.first_epoch - 1}) --override")
+            try:
+                run_epochs(session, prepared.data, plan, prepared.names, self.out, history.best, history.steps,
+                           history.epochs, lambda: history.record(self.out, config, self.settings))
+            except KeyboardInterrupt:
+                print(f"\ninterrupted: resume with --out {self.out} --resume", file=sys.stderr)
+                return 130
+        self._finish(source, prepared, history, config)
+        print(f"wrote {', '.join(str(f) for f in history.files)} in {time.monotonic() - started:.1f} s")
+        if history.inference_accuracy is not None:
+            print(f"inference model accuracy on validation: {history.inference_accuracy:.4f}")
+        return 0
+
+    # --- before the session --------------------------------------------------------------------------------
+
+    def _resumed(self) -> Optional[Resumed]:
+        resume = self.settings.resume
+        if resume is None or resume is False:
+            return None
+        checkpoint = self.out / "last_checkpoint" if resume is True or resume == "" else Path(resume)
+        if not checkpoint.is_file():
+            raise SetupError(f"checkpoint {str(checkpoint)!r} to resume from does not exist")
+        return read_checkpoint(checkpoint)
+
+    def _source(self, resumed: Optional[Resumed]) -> _Source:
+        """What to train: --model's artifacts, --artifacts, the resumed run's, or the embedded example."""
+        settings, stored = self.settings, resumed.config if resumed is not None else None
+        lines: List[str] = []
+        model: Optional[Dict[str, Any]] = stored.model if stored is not None else None
+        if settings.model is not None:
+            folder, model, lines = self._model_artifacts(resumed)
+        elif settings.artifacts is not None:
+            folder = settings.artifacts
+        elif stored is not None:
+            folder = Path(stored.artifacts["path"])
+            if not folder.is_dir():
+                raise SetupError(f"the artifacts folder of the run being resumed, {str(folder)!r}, no longer exists: "
+                                 "name it with --artifacts DIR")
+        else:
+            folder = DEFAULT_ARTIFACTS
+        if not lines:
+            lines = [f"artifacts: {folder}{' (the embedded digits example)' if folder == DEFAULT_ARTIFACTS else ''}"]
+        files = find_artifacts(folder)
+        checkpoint = files["checkpoint"] if resumed is None else resumed.path
+        if settings.data is None and stored is not None:
+            data = Path(stored.data["path"])
+            if not data.is_file():
+                raise SetupError(f"the dataset of the run being resumed, {str(data)!r}, no longer exists: "
+                                 "name it with --data FILE.npz")
+        else:
+            data = find_dataset(settings.data, folder)
+        return _Source(folder, files, checkpoint, data, model, lines)
+
+    def _model_artifacts(self, resumed: Optional[Resumed]) -> Tuple[Path, Dict[str, Any], List[str]]:
+        """The artifacts of ``--model`` in OUT/artifacts: generated, or reused when they match the model and
+        the options. A resumed run keeps the artifacts it trained: a different model or generation option is
+        refused. Returns the folder, the model's identity for the run's configuration, and lines to print."""
+        settings = self.settings
+        assert settings.model is not None
+        folder = self.out / "artifacts"
+        options = request_options(requires_grad=settings.trainable, frozen_params=settings.frozen,
+                                  loss=LossType.CrossEntropyLoss if settings.loss is None else settings.loss,
+                                  optimizer=OptimType.AdamW if settings.optimizer is None else settings.optimizer,
+                                  loss_input_names=settings.loss_input)
+        identity = {"path": str(settings.model.resolve()), "sha256": model_sha256(settings.model), "options": options}
+        if resumed is not None and resumed.config is not None:
+            stored = resumed.config.model
+            if stored is None:
+                raise SetupError(f"the run being resumed trained the artifacts {resumed.config.artifacts.get('path')!r}, "
+                                 "not a --model: leave --model out to resume it")
+            if stored["sha256"] != identity["sha256"]:
+                raise SetupError(f"--model {settings.model} is not the model the run started from ({stored['path']!r}): "
+                                 "a resumed run keeps its artifacts; leave --model out to resume, or start a new run "
+                                 "without --resume")
+            keys = {"trainable": "requires_grad", "frozen": "frozen_params", "loss": "loss",
+                    "loss_input": "loss_input_names", "optimizer": "optimizer"}
+            changed = [GENERATION_FLAGS[arg] for arg, key in keys.items()
+                       if getattr(settings, arg) is not None and options[key] != stored["options"].get(key)]
+            if changed:
+                raise SetupError(f"{', '.join(changed)} differ{'s' if len(changed) == 1 else ''} from the options the "
+                                 f"run's artifacts were made with: a resumed run keeps its artifacts; leave "
+                                 f"{'it' if len(changed) == 1 else 'them'} out, or start a new run without --resume")
+            return folder, stored, [f"artifacts: {folder} (the run's, made from {settings.model})"]
+        if resumed is not None:
+            return folder, identity, [f"artifacts: {folder}"]
+        if artifacts_match(folder, settings.model, options):
+            return folder, identity, [f"artifacts: {folder} (reused: made from {settings.model} with the same options)"]
+        made = generate_artifacts(settings.model, options["requires_grad"], options["frozen_params"], options["loss"],
+                                  options["optimizer"], folder, loss_input_names=options["loss_input_names"])
+        return folder, identity, describe(made, str(settings.model)) + [f"artifacts: {folder} (generated)"]
+
+    def _config(self, source: _Source, resumed: Optional[Resumed]) -> Tuple[RunConfig, List[str]]:
+        """The run's configuration: the options given and the defaults, or the resumed run's; and the notes
+        to print about what an override changed."""
+        given = {key: getattr(self.settings, key) for key in DEFAULTS}
+        data_id, artifacts_id = data_identity(source.data), artifacts_identity(source.folder)
+        notes: List[str] = []
+        stored = resumed.config if resumed is not None else None
+        if stored is not None:
+            options, changes = resume_options(stored, given, self.settings.override)
+            notes += [f"overriding: {change}" for change in changes]
+            for what, started_with, now, hint in (
+                ("dataset", stored.data, data_id, "name the run's dataset with --data"),
+                ("artifacts", stored.artifacts, artifacts_id, "the run's checkpoint belongs to the artifacts it started with"),
+            ):
+                line = check_identity(what, started_with, now, self.settings.override, hint)
+                if line:
+                    notes.append(f"overriding: {line}")
+        else:
+            options = {key: DEFAULTS[key] if value is None else value for key, value in given.items()}
+            if resumed is not None:
+                notes.append("the checkpoint holds no run configuration (an older ort-cffi-train wrote it): resuming "
+                             "with the options given and the defaults")
+        return RunConfig(**options, data=data_id, artifacts=artifacts_id, model=source.model), notes
+
+    # --- after training ------------------------------------------------------------------------------------
+
+    def _finish(self, source: _Source, prepared: "_Prepared", history: "_History", config: RunConfig) -> None:
+        """Export the best parameters, run the exported model, write the metrics and the plot."""
+        settings, out = self.settings, self.out
+        best_epochs = [e for e in history.epochs if e["best"]]
+        title = f"{(settings.model.stem if settings.model is not None else source.folder.resolve().name)}: " \
+                f"{len(history.epochs)} epochs"
+        if best_epochs:
+            chosen = best_epochs[-1]
+            accuracy = f", val acc {chosen['val_accuracy']:.4f}" if chosen["val_accuracy"] is not None else ""
+            print(f"best: epoch {chosen['epoch']} (val loss {chosen['val_loss']:.4f}{accuracy}) -> {out / 'best_checkpoint'}")
+            title += f", best epoch {chosen['epoch']}{accuracy}"
+        # A fresh session over best_checkpoint exports the eval graph with the best weights.
+        best = out / "best_checkpoint"
+        exported_from = best if best.is_file() else source.checkpoint
+        model_path = out / "inference_model.onnx"
+        with self.env.createTrainingSession(exported_from, source.files["train"], source.files["eval"]) as exporter:
+            exporter.exportModelForInference(model_path, prepared.export)
+        outputs, history.inference_accuracy = inference_check(self.env, model_path, prepared.data["val"], prepared.labels,
+                                                              config.batch_size, prepared.drop_last)
+        print(f"inference model: {model_path} (from {exported_from.name}; outputs {', '.join(outputs)})")
+        history.inference = {"model": model_path.name, "outputs": outputs, "val_accuracy": history.inference_accuracy}
+        history.record(out, config, settings)
+        if not settings.no_plot and history.steps:
+            try:
+                plot(out / "training.png", history.steps, history.epochs, title)
+                history.files.append(out / "training.png")
+            except ImportError:
+                print("no plot: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
+
+
+@dataclass
+class _History:
+    """What a run records in metrics.json: the validation before training, per step, per epoch, the export."""
+
+    out: Path
+    best: Optional[Tuple[float, float]] = None  # the best (accuracy, -loss) so far; accuracy 0 without labels
+    steps: List[dict] = field(default_factory=list)
+    epochs: List[dict] = field(default_factory=list)
+    before: Optional[dict] = None  # the validation before training, kept in metrics.json across resumes
+    inference: Optional[dict] = None
+    inference_accuracy: Optional[float] = None
+    files: List[Path] = field(default_factory=list)
+
+    def record(self, out: Path, config: RunConfig, settings: TrainSettings) -> None:
+        write_json(out / "metrics.json", {"config": config.__dict__, "options": settings.as_record(),
+                                          "before": self.before, "epochs": self.epochs, "steps": self.steps,
+                                          "inference": self.inference}, "metrics")
+        if out / "metrics.json" not in self.files:
+            self.files.insert(0, out / "metrics.json")
+
+
+class _Prepared:
+    """The dataset checked against the open session's inputs, the outputs to read and export, the batches."""
+
+    def __init__(self, job: TrainingJob, session: OrtTrainingSession, source: _Source, config: RunConfig) -> None:
+        self.job, self.session, self.source, self.config = job, session, source, config
+        env, files = job.env, source.files
+        self.splits = {"train": list(session.getTrainInputNames()), "val": list(session.getEvalInputNames())}
+        self.infos = input_infos(env, files["eval"], sorted(set(self.splits["train"]) | set(self.splits["val"])))
+        self.data = load_dataset(source.data, self.splits, self.infos)
+        eval_outputs = list(session.getEvalOutputNames())
+        self.export = job.settings.export_outputs or eval_outputs[1:]
+        if not self.export:
+            raise SetupError(
+                f"the eval model's only output is the loss ({eval_outputs[0]!r}): name the inference "
+                "model's outputs with --export-outputs (e.g. the original model's output)"
+            )
+        check_export(session, job.out, self.export, eval_outputs)
+        self.labels = classification_labels({n: self.infos[n] for n in self.splits["val"] if n in self.infos})
+        self.scores = self.export[0] if self.export[0] in eval_outputs else None  # accuracy needs scores from evalStep
+        self.names = Outputs(session.getTrainOutputNames()[0], eval_outputs[0], self.scores, self.labels)  # loss first
+        where = f"dataset {str(source.data)!r}"
+        if self.labels is not None and self.scores is not None:
+            classes = output_infos(env, files["eval"])[self.scores].shape[-1:]
+            if classes and classes[0] > 1:
+                check_labels(self.data, self.labels, classes[0], self.scores, where)
+        self.drop_last = False
+        model_batch = fixed_batch(self.infos)
+        if model_batch is not None:
+            if model_batch != config.batch_size:
+                raise SetupError(f"the model's inputs fix the batch size at {model_batch}: pass --batch-size {model_batch}")
+            self.drop_last = True  # a smaller last batch would not fit the model
+        self.n_train = len(self.data["train"][self.splits["train"][0]])
+        self.n_val = len(self.data["val"][self.splits["val"][0]])
+        if not self.drop_last:
+            check_batch_size(config.batch_size, self.n_train, where)
+        self.steps_per_epoch = (self.n_train // config.batch_size if self.drop_last
+                                else -(-self.n_train // config.batch_size))
+        self.schedule = ""
+
+    def start(self, resumed: Optional[Resumed]) -> Tuple[Plan, _History]:
+        """Where to start (zero, or the resumed checkpoint's epoch and step) and the learning-rate schedule,
+        which ends after the remaining epochs: the configured end, unless an override changed the step count."""
+        config, out = self.config, self.job.out
+        epoch, step = (resumed.epoch, resumed.step) if resumed is not None else (0, 0)
+        history = _History(out)
+        if resumed is not None:
+            if (out / "best_checkpoint").is_file():  # the best to beat is only meaningful beside its file
+                history.best = resumed.best
+            history.steps, history.epochs, history.before = load_history(out, epoch, step)
+        if config.warmup_steps is None:
+            config.warmup_steps = self.steps_per_epoch
+        total_steps = step + max(0, config.epochs - epoch) * self.steps_per_epoch
+        if config.schedule == "linear":
+            warmup = min(config.warmup_steps, total_steps)
+            self.session.registerLinearLRScheduler(warmup, max(total_steps, 1), config.lr)
+            # Registering sets the rate to --lr; one schedulerStep sets the rate for the steps already
+            # taken (0, or those of the resumed checkpoint's optimizer state), so that warm-up starts
+            # at the first step and a resumed run continues the schedule where it stopped.
+            self.session.schedulerStep()
+            self.schedule = f"linear schedule, warm-up {warmup} steps"
+        else:
+            self.session.setLearningRate(config.lr)
+            self.schedule = "constant"
+        return Plan(config, epoch + 1, step, self.steps_per_epoch, self.drop_last, _progress(self.job.settings)), history
+
+    def describe(self, resumed: Optional[Resumed], checkpoint: Path, restored: bool) -> List[str]:
+        config, infos = self.config, self.infos
+        described = ", ".join(f"{n} {infos[n].dtype} {shape_text(infos[n].shape)}" for n in self.splits["train"] if n in infos)
+        lines = [f"dataset:   {self.source.data} ({self.n_train} train, {self.n_val} validation; {described})",
+                 f"training:  {config.epochs} epochs x {self.steps_per_epoch} steps, batch {config.batch_size}, "
+                 f"lr {config.lr:g} ({self.schedule}), seed {config.seed}"]
+        if resumed is not None:
+            stored = " with the run's stored configuration" if restored else ""
+            lines.append(f"resuming:  {checkpoint} at epoch {resumed.epoch}, step {resumed.step}{stored}")
+        return lines
+
+    def validate(self) -> dict:
+        """The validation before training (a fresh run's), printed and returned for metrics.json."""
+        val_loss, val_acc = evaluate(self.session, self.data["val"], self.names.eval_loss, self.scores, self.labels,
+                                     self.config.batch_size, self.drop_last)
+        accuracy = f"  val acc {val_acc:.4f}" if val_acc is not None else ""
+        print(f"before training: val loss {val_loss:.4f}{accuracy}", flush=True)
+        return {"val_loss": val_loss, "val_accuracy": val_acc}
+
+
+def _progress(settings: TrainSettings) -> bool:
+    """The progress bar: as asked, else only when stderr is a terminal (not in logs, pipes or CI)."""
+    return bool(settings.progress) if settings.progress is not None else sys.stderr.isatty()
+
+
+def settings_from(values: Dict[str, Any]) -> TrainSettings:
+    """TrainSettings from a mapping of option names (an argparse namespace's ``vars``); unknown keys are refused."""
+    known = set(TrainSettings.__dataclass_fields__)
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise TypeError(f"unknown training settings: {', '.join(unknown)}")
+    return TrainSettings(**values)
+
+
+

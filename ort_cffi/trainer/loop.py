@@ -1,0 +1,203 @@
+"""The training loop of ``ort-cffi-train``: epochs of train steps through the Java-style API, validation,
+checkpoints with the run's state, and the check of the exported inference model. ``ort_cffi.flower`` uses
+``evaluate``, ``count_correct`` and ``inference_check`` too."""
+from __future__ import annotations
+
+import importlib
+import math
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from ort_cffi import OrtException
+from ort_cffi import OrtEnvironment
+from ort_cffi.trainer.config import BEST_ACC, BEST_LOSS, CONFIG, EPOCH, STEP, RunConfig
+from ort_cffi.trainer.data import Arrays, batches
+from ort_cffi.trainer.errors import SetupError
+from ort_cffi import OrtTrainingSession
+
+
+class _NoBar:
+    """Stands in for tqdm when it is not installed or not wanted."""
+
+    def update(self, n: int) -> None:
+        pass
+
+    def set_postfix(self, **kwargs: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def progress_bar(enabled: bool, total: int, desc: str) -> Any:
+    """A tqdm bar on stderr counting samples, or a stand-in that shows nothing (not enabled, or no tqdm)."""
+    if enabled:
+        try:  # imported by name: tqdm is optional (the demo extra) and ships no type stubs
+            tqdm = importlib.import_module("tqdm").tqdm
+        except ImportError:
+            pass
+        else:  # on stderr, so that stdout holds only the per-epoch lines
+            return tqdm(total=total, desc=desc, unit="sample", unit_scale=True, leave=False,
+                        file=sys.stderr, dynamic_ncols=True)
+    return _NoBar()
+
+
+# --- training -------------------------------------------------------------------------------------
+
+def count_correct(scores: np.ndarray, labels: np.ndarray) -> Optional[int]:
+    """Correct predictions in a batch, or None when ``scores`` is not one row of class scores per label."""
+    if scores.ndim != 2 or len(scores) != len(labels) or scores.shape[1] < 2:
+        return None
+    return int((scores.argmax(axis=1) == labels).sum())
+
+
+def train_epoch(session: OrtTrainingSession, data: Arrays, loss_name: str, epoch_batches: Iterator[np.ndarray],
+                scheduled: bool, epoch: int, step: int, steps: List[dict], bar: Any) -> float:
+    """One pass over the training batches, the first of them global step ``step + 1``; appends a record
+    per step to ``steps`` and returns the epoch's mean loss."""
+    loss_sum, count = 0.0, 0
+    for idx in epoch_batches:
+        lr = session.getLearningRate()  # the rate this step runs at
+        with session.trainStep({name: array[idx] for name, array in data.items()}, [loss_name]) as result:
+            loss = float(result.get(0).getValue())
+        if not math.isfinite(loss):
+            raise OrtException(f"training diverged: the loss is {loss} at step {step + 1}; try a lower --lr")
+        session.optimizerStep()
+        session.lazyResetGrad()
+        if scheduled:
+            session.schedulerStep()  # the rate for the next step
+        step += 1
+        loss_sum, count = loss_sum + loss * len(idx), count + len(idx)
+        steps.append({"step": step, "epoch": epoch, "loss": loss, "lr": lr})
+        bar.set_postfix(loss=f"{loss_sum / count:.4f}", lr=f"{lr:.2e}", refresh=False)
+        bar.update(len(idx))
+    if not count:  # load_dataset makes sure of a batch: this is for callers that did not use it
+        raise SetupError("the training split holds no batch to train on (fewer samples than one batch)")
+    return loss_sum / count
+
+
+def evaluate(session: OrtTrainingSession, data: Arrays, loss_name: str, scores: Optional[str],
+             labels: Optional[str], batch_size: int, drop_last: bool) -> Tuple[float, Optional[float]]:
+    """Mean validation loss, and accuracy when ``scores`` (an eval output) and ``labels`` are known."""
+    wanted = [loss_name] + ([scores] if scores else [])
+    total_loss, count = 0.0, 0
+    correct: Optional[int] = 0 if scores and labels else None
+    for idx in batches(np.arange(len(next(iter(data.values())))), batch_size, drop_last):
+        with session.evalStep({name: array[idx] for name, array in data.items()}, wanted) as result:
+            total_loss += float(result.get(0).getValue()) * len(idx)  # the loss is a batch mean
+            if correct is not None and labels is not None:
+                batch_correct = count_correct(result.get(1).getValue(), data[labels][idx])
+                correct = None if batch_correct is None else correct + batch_correct
+        count += len(idx)
+    if not count:
+        raise SetupError("the validation split holds no batch to evaluate (fewer samples than one batch)")
+    return total_loss / count, (None if correct is None else correct / count)
+
+
+def inference_check(env: OrtEnvironment, model: Path, data: Arrays, labels: Optional[str],
+                    batch_size: int, drop_last: bool) -> Tuple[List[str], Optional[float]]:
+    """Run the exported model on the validation set with an ordinary ``OrtSession``: its output names,
+    and the accuracy of its first output when that is one score per class."""
+    with env.createSession(model) as session:
+        names, outputs = session.getInputNames(), list(session.getOutputNames())
+        count = 0
+        correct: Optional[int] = 0 if labels is not None else None
+        for idx in batches(np.arange(len(next(iter(data.values())))), batch_size, drop_last):
+            with session.run({name: data[name][idx] for name in names}, [outputs[0]]) as result:
+                if correct is not None and labels is not None:
+                    batch_correct = count_correct(result.get(0).getValue(), data[labels][idx])
+                    correct = None if batch_correct is None else correct + batch_correct
+            count += len(idx)
+    return outputs, (None if correct is None else correct / count)
+
+
+@dataclass
+class Outputs:
+    """The names the loop reads: the training loss, the eval loss, the eval output with class scores and
+    the labels input (both None when accuracy cannot be measured)."""
+
+    loss: str
+    eval_loss: str
+    scores: Optional[str]
+    labels: Optional[str]
+
+
+@dataclass
+class Plan:
+    """The epochs this invocation trains, and how: from ``first_epoch`` to ``config.epochs``."""
+
+    config: RunConfig
+    first_epoch: int
+    step: int
+    steps_per_epoch: int
+    drop_last: bool
+    progress: bool
+
+
+def run_epochs(session: OrtTrainingSession, data: Dict[str, Arrays], plan: Plan, names: Outputs, out: Path,
+               best: Optional[Tuple[float, float]], steps: List[dict], epochs: List[dict],
+               record: Callable[[], None]) -> None:
+    """Train, validate, checkpoint and record each epoch from ``plan.first_epoch`` on. Each epoch stores
+    the epoch, step, best score and the run's configuration as checkpoint properties, saves
+    ``best_checkpoint`` when validation improved and ``last_checkpoint`` always (with the optimizer state,
+    for --resume), appends to ``steps`` and ``epochs``, calls ``record()`` and prints its line."""
+    config, step = plan.config, plan.step
+    n_train = len(next(iter(data["train"].values())))
+    width = len(str(config.epochs))
+    for epoch in range(plan.first_epoch, config.epochs + 1):
+        epoch_started = time.monotonic()
+        # The order depends on (seed, epoch) only, so a resumed run sees the batches it would have.
+        order = np.random.default_rng([config.seed, epoch]).permutation(n_train)
+        bar = progress_bar(plan.progress, n_train, f"epoch {epoch}/{config.epochs}")
+        try:
+            train_loss = train_epoch(session, data["train"], names.loss, batches(order, config.batch_size, plan.drop_last),
+                                     config.schedule == "linear", epoch, step, steps, bar)
+        finally:
+            bar.close()
+        step, lr = steps[-1]["step"], steps[-1]["lr"]
+
+        val_loss, val_acc = evaluate(session, data["val"], names.eval_loss, names.scores, names.labels,
+                                     config.batch_size, plan.drop_last)
+        # Higher accuracy wins, lower loss breaks ties. Rounded to float32 as the properties store them,
+        # so that a resumed run compares like with like.
+        score = (float(np.float32(val_acc or 0.0)), -float(np.float32(val_loss)))
+        improved = best is None or score > best
+        best = score if improved or best is None else best
+        session.addProperty(EPOCH, epoch)
+        session.addProperty(STEP, step)
+        session.addProperty(BEST_ACC, best[0])
+        session.addProperty(BEST_LOSS, -best[1])
+        session.addProperty(CONFIG, config.to_json())
+        if improved:  # saved first: a crash before last_checkpoint replays this epoch, same result
+            session.saveCheckpoint(out / "best_checkpoint", True)
+        session.saveCheckpoint(out / "last_checkpoint", True)  # with Adam's state, for --resume
+        epochs.append({"epoch": epoch, "step": step, "train_loss": train_loss, "val_loss": val_loss,
+                       "val_accuracy": val_acc, "lr": lr, "seconds": round(time.monotonic() - epoch_started, 3),
+                       "best": improved})
+        record()
+        accuracy = f"  val acc {val_acc:.4f}" if val_acc is not None else ""
+        print(f"epoch {epoch:{width}d}/{config.epochs}  train loss {train_loss:.4f}  "
+              f"val loss {val_loss:.4f}{accuracy}  lr {lr:.2e}{'  *best' if improved else ''}", flush=True)
+
+
+def check_export(session: OrtTrainingSession, out: Path, names: List[str], eval_outputs: List[str]) -> None:
+    """Export once before training, so that a wrong --export-outputs fails now, not after the last epoch
+    (the runtime accepts the eval model's outputs and the values its graph computes)."""
+    probe = out / ".export-check.onnx"
+    try:
+        session.exportModelForInference(probe, names)
+    except OrtException as exc:
+        # The runtime's message leads with a source location and a C++ signature: keep what follows.
+        reason = re.sub(r"^.*\[ONNXRuntimeError\] : \d+ : \w+ : (\S+:\d+ \w+ )?", "", str(exc).strip())
+        raise SetupError(
+            f"cannot export {', '.join(names)} for inference (the eval model's outputs are "
+            f"{', '.join(eval_outputs)}): {reason}"
+        ) from None
+    finally:
+        probe.unlink(missing_ok=True)
