@@ -20,7 +20,8 @@ from ort_cffi._facade.sessions.options import OrtLoggingLevel, RunOptions, Sessi
 from ort_cffi._facade.sessions.session import NodeInfo, OrtSession, Result
 from ort_cffi._facade.tensors.fp16 import Fp16Conversions
 from ort_cffi._facade.tensors.tensor import OnnxTensor, OnnxValue
-from ort_cffi._facade.tensors.tensor_info import OnnxJavaType, OnnxTensorType, OnnxValueType, TensorInfo
+from ort_cffi._facade.tensors.element_types import OnnxJavaType, OnnxTensorType, OnnxValueType
+from ort_cffi._facade.tensors.tensor_info import TensorInfo
 from ort_cffi._facade.sessions.checkpoint import OrtAllocator, OrtCheckpointState
 from ort_cffi._facade.sessions.training import OrtTrainingSession
 

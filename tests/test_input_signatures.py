@@ -228,11 +228,11 @@ def a_tensor_that_passed_is_not_checked_again_and_batches_may_change() -> None:
         try:
             with session.trainStep(tensors) as result:
                 loss = result[0].getValue()
-            spec = tensors["input"]._checked
+            spec = tensors["input"].passed_spec
             assert spec is not None and spec is session._train.specs[0]
             assert session._eval.specs[0] is spec  # the eval model's equal signature is the same object
             with session.evalStep(tensors):
-                assert tensors["input"]._checked is spec
+                assert tensors["input"].passed_spec is spec
             for size in (1, 7, 4):  # one batch size per step, any size across steps
                 with session.trainStep(tiny_batch(batch=size)) as result:
                     assert np.isfinite(result[0].getValue())

@@ -28,7 +28,7 @@ from ort_cffi import (
     OrtInvalidArgumentException,
     TensorInfo,
 )
-from ort_cffi._facade.tensors.tensor_info import BITS_TYPES, NUMPY_DTYPES, byte_size
+from ort_cffi._facade.tensors.element_types import BITS_TYPES, NUMPY_DTYPES, byte_size
 
 T = OnnxTensorType
 SETTINGS = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck), print_blob=True)

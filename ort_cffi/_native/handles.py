@@ -206,6 +206,18 @@ def unpin_all(handles: Sequence[NativeHandle]) -> None:
         _release(handle, taken)
 
 
+def pointer(handle: NativeHandle) -> Any:
+    """The native pointer of an open handle, for a call that another object makes with it; raises
+    ``OrtClosedException`` when it is closed."""
+    return handle._handle()
+
+
+def pinned_pointer(handle: NativeHandle) -> Any:
+    """The native pointer of a handle the caller has pinned for the call (``pin_all``): a close() from
+    another thread meanwhile is deferred, so the pointer stays valid until the caller unpins it."""
+    return handle._ptr
+
+
 def close_values(handles: Sequence[NativeHandle]) -> None:
     """``close()`` each of ``handles`` (handles without a call lock: values), in one critical
     section and one call: a step's Result closes its outputs this way, every step."""

@@ -1,10 +1,11 @@
 """Facade: ``OrtCheckpointState`` (Java's ``OrtTrainingSession.OrtCheckpointState``): a checkpoint's
 parameters, optimizer state and properties in memory, over ``OrtTrainingApi``.
 
-A state passed to a training session stays its caller's; the session pins it (``training.py``) and
-shares its lock, so the state's calls and the session's steps never run at once. The session reaches
-the state through the ``_``-prefixed methods with ``via_session=True``: they still work after the
-caller closed the state, while the session keeps it alive.
+A state passed to a training session stays its caller's; the session pins it and shares its lock, so
+the state's calls and the session's steps never run at once. The session holds its state through a
+``StateBinding``, whose calls still work after the caller closed the state, while the session keeps it
+alive. The state knows only that a live owner holds it (a weak reference to a handle), never the
+session's type: the child (the session) holds its parent (the state), not the reverse.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import math
 import numbers
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
+from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 
@@ -22,8 +23,6 @@ from ort_cffi._native.handles import NativeHandle, process
 from ort_cffi._native.tables import check_status, ffi, get_runtime
 from ort_cffi._facade.tensors.tensor import DTYPE_TO_ONNX, OnnxTensor, TensorInfo, TensorTypeAndShapeInfo, as_tensor_array
 
-if TYPE_CHECKING:
-    from ort_cffi._facade.sessions.training import OrtTrainingSession
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -77,11 +76,11 @@ class OrtCheckpointState(NativeHandle):
         self._own(_ptr, self._rt.training_api.ReleaseCheckpointState)
         self._source = _source
         self._lock = threading.Lock()  # shared with the session bound to this state
-        self._session: Optional[weakref.ref[OrtTrainingSession]] = None
+        self._owner: Optional[weakref.ref[NativeHandle]] = None  # the training session bound to this state
 
-    def _bound_session(self) -> Optional[OrtTrainingSession]:
-        session = self._session() if self._session is not None else None
-        return session if session is not None and not session.closed else None
+    def _has_live_owner(self) -> bool:
+        owner = self._owner() if self._owner is not None else None
+        return owner is not None and not owner.closed
 
     @staticmethod
     def loadCheckpoint(checkpointPath: PathLike) -> OrtCheckpointState:
@@ -315,7 +314,7 @@ class OrtCheckpointState(NativeHandle):
 
     def _bound(self) -> Any:
         ptr = self._handle()
-        if self._bound_session() is None:
+        if not self._has_live_owner():
             raise OrtException.invalid_argument(
                 "parameters of a checkpoint state can only be read or written while a training session is bound to it"
             )
@@ -403,3 +402,37 @@ class OrtCheckpointState(NativeHandle):
                     self._rt.training_api.UpdateParameter(self._bound(), name, tensor._ptr),
                     f"updating parameter {parameterName!r}",
                 )
+
+
+class StateBinding:
+    """A training session's hold on the checkpoint state it trains: the lock both share, the state's pointer
+    while the session pins it, and the calls the session makes on the state's behalf (save, properties),
+    which keep working after the caller closed the state. ``bind`` marks the state as held by a live owner,
+    so that a second session is refused and parameter calls know a session is bound."""
+
+    def __init__(self, state: OrtCheckpointState) -> None:
+        self.state = state
+        self.lock = state._lock
+
+    def unbound_pointer(self) -> Any:
+        """The state's pointer for a new session (call with ``lock`` held); refuses a closed state and one
+        that an open session already holds."""
+        ptr = self.state._handle()
+        if self.state._has_live_owner():
+            raise OrtException.invalid_argument(
+                "this checkpoint state is already bound to an open training session; load it again for a second session"
+            )
+        return ptr
+
+    def bind(self, owner: NativeHandle) -> None:
+        """Mark the state as held by ``owner`` (a weak reference: the owner pins the state, not the reverse)."""
+        self.state._owner = weakref.ref(owner)
+
+    def save(self, outputPath: PathLike, saveOptimizer: bool) -> None:
+        self.state._save(outputPath, saveOptimizer, via_session=True)
+
+    def add_property(self, propertyName: str, propertyValue: Union[int, float, str]) -> None:
+        self.state._add_property(propertyName, propertyValue, via_session=True)
+
+    def get_property(self, args: Tuple[Any, ...], wanted: int) -> Union[int, float, str]:
+        return self.state._get_property(args, wanted, via_session=True)

@@ -16,7 +16,7 @@ from ort_cffi._facade.tensors.conversions import _refuse_dtype, string_elements
 from ort_cffi._native.errors import OrtException
 from ort_cffi._facade.sessions.signature import InputSpec, mismatch, refuse
 from ort_cffi._facade.tensors.tensor import OnnxTensor, OnnxValue
-from ort_cffi._facade.tensors.tensor_info import DTYPE_TO_ONNX, STRING, OnnxTensorType
+from ort_cffi._facade.tensors.element_types import DTYPE_TO_ONNX, STRING, OnnxTensorType
 
 ANY_INPUT = InputSpec.of(0, None)  # the spec of an input whose signature is unknown: only emptiness is refused
 
@@ -24,7 +24,7 @@ ANY_INPUT = InputSpec.of(0, None)  # the spec of an input whose signature is unk
 def refuse_zero_sized(name: str, tensor: OnnxTensor) -> None:
     """ONNX Runtime 1.19 dies (SIGFPE) on zero-sized inputs in common operators (Gemm,
     SoftmaxCrossEntropyLoss): refuse them before the native call."""
-    if tensor._has_zero_sized_dimension():
+    if tensor.has_zero_sized_dimension():
         _refuse_empty(name, tensor.getInfo().shape)
 
 
@@ -75,8 +75,8 @@ def checked_input(what: str, name: str, value: Any, spec: InputSpec, made: List[
     else:
         tensor = OnnxTensor.createTensor(None, array)
         made.append(tensor)
-    tensor._checked = spec
-    tensor._dims = shape
+    tensor.passed_spec = spec
+    tensor.passed_dims = shape
     return tensor
 
 

@@ -6,7 +6,7 @@ import operator
 from typing import AbstractSet, Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from ort_cffi._native.errors import OrtClosedException, OrtException
-from ort_cffi._native.handles import NativeHandle, close_values, pin_all, process, read_names, unpin_all
+from ort_cffi._native.handles import NativeHandle, close_values, pin_all, pinned_pointer, pointer, process, read_names, unpin_all
 from ort_cffi._native.tables import check_status, ffi, get_runtime
 from ort_cffi._facade.sessions.options import RunOptions, SessionOptions
 from ort_cffi._facade.sessions.options import RunOptions as _RunOptions, SessionOptions as _SessionOptions
@@ -369,9 +369,9 @@ class OrtSession(NativeHandle):
             pin_all((options,))  # the caller may close them from another thread meanwhile
             try:
                 if path is not None:
-                    status = rt.api.CreateSession(native_env._handle(), native_path(path), options._ptr, out)
+                    status = rt.api.CreateSession(pointer(native_env), native_path(path), pinned_pointer(options), out)
                 else:
-                    status = rt.api.CreateSessionFromArray(native_env._handle(), data, len(data or b""), options._ptr, out)
+                    status = rt.api.CreateSessionFromArray(pointer(native_env), data, len(data or b""), pinned_pointer(options), out)
             finally:
                 unpin_all((options,))
             check_status(status, f"creating a session from {path!r}" if path else "creating a session from bytes")
@@ -586,7 +586,7 @@ class OrtSession(NativeHandle):
             for name, value in inputs.items():
                 tensors.append(checked_input("the model's", name, value, specs[self._input_pos[name]], made))
             if self._symbolic:  # e.g. one batch size for all inputs: a mismatch fails in a kernel, with a log line
-                check_symbolic("the model's", [(n, specs[self._input_pos[n]], t._dims or ()) for n, t in zip(inputs, tensors)])
+                check_symbolic("the model's", [(n, specs[self._input_pos[n]], t.passed_dims or ()) for n, t in zip(inputs, tensors)])
             # ONNX Runtime's Run may be called from several threads at once: no lock, only pins,
             # so that a close() meanwhile waits for the last run.
             in_use: List[NativeHandle] = [self, *tensors] + ([runOptions] if runOptions is not None else [])
@@ -599,7 +599,7 @@ class OrtSession(NativeHandle):
                     self._ptr,
                     runOptions._ptr if runOptions is not None else ffi.NULL,
                     ffi.new("char*[]", in_names),
-                    ffi.new("OrtValue*[]", [t._ptr for t in tensors]),
+                    ffi.new("OrtValue*[]", [pinned_pointer(t) for t in tensors]),
                     len(tensors),
                     ffi.new("char*[]", out_names),
                     len(wanted),

@@ -18,13 +18,12 @@ What the C API leaves to its caller, done here once:
 from __future__ import annotations
 
 import numbers
-import weakref
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ort_cffi._native.errors import OrtClosedException, OrtErrorCode, OrtException, c_string
-from ort_cffi._native.handles import NativeHandle, pin_all, process, read_names, unpin_all
+from ort_cffi._native.handles import NativeHandle, pin_all, pinned_pointer, pointer, process, read_names, unpin_all
 from ort_cffi._native.tables import check_status, ffi, get_runtime
 from ort_cffi._facade.sessions.options import RunOptions, SessionOptions
 from ort_cffi._native.files import PathLike, PathOrBytes, atomic_write, fspath, native_path, read_model
@@ -39,7 +38,7 @@ from ort_cffi._facade.tensors.tensor import (
     detach_aliased,
 )
 
-from ort_cffi._facade.sessions.checkpoint import INT64_MIN, INT64_MAX, OrtCheckpointState
+from ort_cffi._facade.sessions.checkpoint import INT64_MIN, INT64_MAX, OrtCheckpointState, StateBinding
 
 
 _CheckpointState = OrtCheckpointState
@@ -173,22 +172,19 @@ class OrtTrainingSession(NativeHandle):
         else:
             state, self._owns_state = _CheckpointState.loadCheckpoint(fspath(checkpoint, "checkpoint path")), True
         self._state = state
+        binding = self._binding = StateBinding(state)
         own_options = options is None
         session_options = options if options is not None else SessionOptions()
         try:
-            with state._lock:
-                state_ptr = state._handle()
-                if state._bound_session() is not None:
-                    raise OrtException.invalid_argument(
-                        "this checkpoint state is already bound to an open training session; load it again for a second session"
-                    )
+            with binding.lock:
+                state_ptr = binding.unbound_pointer()
                 env = process.env()
                 out = ffi.new("OrtTrainingSession**")
                 pin_all((session_options,))  # the caller may close them from another thread meanwhile
                 try:
                     if from_buffers:
                         status = rt.training_api.CreateTrainingSessionFromBuffer(
-                            env._handle(), session_options._ptr, state_ptr,
+                            pointer(env), pinned_pointer(session_options), state_ptr,
                             train[1], len(train[1] or b""),
                             evaluation[1] or ffi.NULL, len(evaluation[1] or b""),
                             optimizer[1] or ffi.NULL, len(optimizer[1] or b""),
@@ -197,7 +193,7 @@ class OrtTrainingSession(NativeHandle):
                         where = "creating a training session from model bytes"
                     else:
                         status = rt.training_api.CreateTrainingSession(
-                            env._handle(), session_options._ptr, state_ptr,
+                            pointer(env), pinned_pointer(session_options), state_ptr,
                             native_path(train[0] or ""),
                             native_path(evaluation[0]) if evaluation[0] else ffi.NULL,
                             native_path(optimizer[0]) if optimizer[0] else ffi.NULL,
@@ -208,7 +204,7 @@ class OrtTrainingSession(NativeHandle):
                     unpin_all((session_options,))
                 check_status(status, where)
                 self._own(out[0], rt.training_api.ReleaseTrainingSession, pinned=(env, state))
-                state._session = weakref.ref(self)
+                binding.bind(self)
         except BaseException:
             if self._owns_state:
                 state.close()  # the state this constructor loaded must not leak (a Java defect)
@@ -216,7 +212,7 @@ class OrtTrainingSession(NativeHandle):
         finally:
             if own_options:
                 session_options.close()
-        self._lock = state._lock
+        self._lock = binding.lock
         self._has_eval = evalModel is not None
         self._eval_from_path = evaluation[0] is not None
         self._has_optimizer = optimizerModel is not None
@@ -526,11 +522,11 @@ class OrtTrainingSession(NativeHandle):
             specs, dims_by_position = plan.specs, plan.dims_by_position
             for name, value in inputs.items():
                 position = input_pos.get(name)
-                if position is None or type(value) is not OnnxTensor or value._checked is not specs[position]:
+                if position is None or type(value) is not OnnxTensor or value.passed_spec is not specs[position]:
                     value = self._input_tensor(plan, inputs, name, value, made)  # checked against the model, or raises
                     position = input_pos[name]
-                in_values[position] = value._ptr  # checked below: pin_all refuses a closed tensor
-                dims_by_position[position] = value._dims
+                in_values[position] = pinned_pointer(value)  # checked below: pin_all refuses a closed tensor
+                dims_by_position[position] = value.passed_dims
                 in_use.append(value)
             for a, axis_a, b, axis_b in plan.pairs:  # a shared symbolic dimension (the batch) has one size
                 if dims_by_position[a][axis_a] != dims_by_position[b][axis_b]:
@@ -545,7 +541,7 @@ class OrtTrainingSession(NativeHandle):
                     out_values[i] = ffi.NULL
                 if pinned_tensors:
                     for position, tensor in zip(selection.pinned_positions, pinned_tensors):
-                        out_values[position] = tensor._ptr
+                        out_values[position] = pinned_pointer(tensor)
                 status = plan.step(
                     self._ptr, ffi.NULL if run_options is None else run_options._ptr,
                     input_count, in_values, output_count, out_values,
@@ -776,7 +772,7 @@ class OrtTrainingSession(NativeHandle):
         self._handle()
         if saveOptimizerState and not self._has_optimizer:
             raise OrtException.invalid_argument("cannot save optimizer state: this session has no optimizer model")
-        self._state._save(outputPath, saveOptimizerState, via_session=True)
+        self._binding.save(outputPath, saveOptimizerState)
 
     def getCheckpointState(self) -> _CheckpointState:
         """The checkpoint state this session trains.
@@ -814,7 +810,7 @@ class OrtTrainingSession(NativeHandle):
                 either contains NUL.
         """
         self._handle()
-        self._state._add_property(propertyName, propertyValue, via_session=True)
+        self._binding.add_property(propertyName, propertyValue)
 
     def getIntProperty(self, *args: Any) -> int:
         """An int property's value, the whole int64, from the session's checkpoint state (`GetProperty`).
@@ -833,7 +829,7 @@ class OrtTrainingSession(NativeHandle):
             OrtException: The checkpoint has no property of that name (the runtime's error).
         """
         self._handle()
-        return int(self._state._get_property(args, 0, via_session=True))
+        return int(self._binding.get_property(args, 0))
 
     def getFloatProperty(self, *args: Any) -> float:
         """A float property's value, a Python `float` holding the float32, from the session's checkpoint state (`GetProperty`).
@@ -852,7 +848,7 @@ class OrtTrainingSession(NativeHandle):
             OrtException: The checkpoint has no property of that name (the runtime's error).
         """
         self._handle()
-        return float(self._state._get_property(args, 1, via_session=True))
+        return float(self._binding.get_property(args, 1))
 
     def getStringProperty(self, *args: Any) -> str:
         """A str property's value, from the session's checkpoint state (`GetProperty`).
@@ -871,7 +867,7 @@ class OrtTrainingSession(NativeHandle):
             OrtException: The checkpoint has no property of that name (the runtime's error).
         """
         self._handle()
-        return str(self._state._get_property(args, 2, via_session=True))
+        return str(self._binding.get_property(args, 2))
 
     def exportModelForInference(self, outputPath: PathLike, outputNames: Sequence[str]) -> None:
         """Write an inference model: the eval graph with the current parameters (`ExportModelForInferencing`).

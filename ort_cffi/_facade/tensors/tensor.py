@@ -28,24 +28,11 @@ from ort_cffi._facade.tensors.conversions import array_for, as_tensor_array, buf
 from ort_cffi._native.errors import OrtException
 from ort_cffi._native.handles import NativeHandle, process
 from ort_cffi._facade.tensors.optional import Optional_
-from ort_cffi._facade.sessions.signature import InputSpec
 from ort_cffi._facade.tensors.strings import decode_strings, encode_elements, fill_string_tensor, new_string_tensor, read_strings
 from ort_cffi._native.tables import check_status, ffi, get_runtime
 from ort_cffi._facade.tensors.fp16 import bf16_to_float, mlas_fp16_to_float
-from ort_cffi._facade.tensors.tensor_info import (
-    BITS_TYPES,
-    DTYPE_TO_ONNX,
-    NUMPY_DTYPES,
-    ONNX_TO_DTYPE,
-    STRING,
-    VALUE_DTYPES,
-    OnnxJavaType,
-    OnnxTensorType,
-    OnnxValueType,
-    TensorInfo,
-    byte_size,
-    storage_dtype,
-)
+from ort_cffi._facade.tensors.element_types import BITS_TYPES, DTYPE_TO_ONNX, NUMPY_DTYPES, ONNX_TO_DTYPE, STRING, VALUE_DTYPES, OnnxJavaType, OnnxTensorType, OnnxValueType, byte_size, storage_dtype
+from ort_cffi._facade.tensors.tensor_info import TensorInfo
 
 _T = OnnxTensorType
 _DTYPE_BY_CODE: Dict[int, np.dtype] = {int(onnx_type): dtype for onnx_type, dtype in NUMPY_DTYPES.items()}
@@ -265,8 +252,8 @@ class OnnxTensor(OnnxValue):
     _buffer: Any = None
     _ref: Optional[np.ndarray] = None  # what getBufferRef() hands out
     _owns = False  # the memory is a copy ort_cffi made of the caller's buffer (Java's ownsBuffer)
-    _checked: Optional[InputSpec] = None  # the input signature this tensor last passed (see checked_input)
-    _dims: Optional[Tuple[int, ...]] = None  # its shape, once checked
+    passed_spec: Any = None  # the input signature (an InputSpec) this tensor last passed: see inputs.checked_input
+    passed_dims: Optional[Tuple[int, ...]] = None  # its shape, recorded with passed_spec
 
     @classmethod
     def createTensor(cls, env: Any, data: Any, shape: Optional[Sequence[int]] = None, type: Any = None) -> OnnxTensor:
@@ -663,7 +650,16 @@ class OnnxTensor(OnnxValue):
         closed = "true" if self._closed else "false"
         return f"OnnxTensor(info={info.toString() if info is not None else 'unknown'},closed={closed})"
 
-    def _has_zero_sized_dimension(self) -> bool:
+    def has_zero_sized_dimension(self) -> bool:
+        """Whether a dimension of the tensor is 0 (ONNX Runtime 1.19 crashes on such inputs, so steps and
+        runs refuse them).
+
+        Java: none (ort_cffi addition).
+
+        Raises:
+            OrtClosedException: The tensor is closed.
+        """
+        self._handle()
         if self._empty is None:
             self._empty = 0 in self.getInfo().shape
         return self._empty
