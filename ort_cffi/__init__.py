@@ -4,6 +4,15 @@
 Layers: ``_loader`` (find the runtime) → ``capi`` (raw tables, ``get_runtime()``) → ``_handles``
 (ownership, the environment) → the facade re-exported here.
 """
+from ort_cffi._facade.sessions.checkpoint import OrtAllocator, OrtCheckpointState
+from ort_cffi._facade.sessions.environment import OrtEnvironment
+from ort_cffi._facade.sessions.options import OrtLoggingLevel, RunOptions, SessionOptions
+from ort_cffi._facade.sessions.session import NodeInfo, OrtSession, Result
+from ort_cffi._facade.sessions.training import OrtTrainingSession
+from ort_cffi._facade.tensors.element_types import OnnxJavaType, OnnxTensorType, OnnxValueType
+from ort_cffi._facade.tensors.fp16 import Fp16Conversions
+from ort_cffi._facade.tensors.tensor import OnnxTensor, OnnxValue
+from ort_cffi._facade.tensors.tensor_info import TensorInfo
 from ort_cffi._native.errors import (
     OrtClosedException,
     OrtErrorCode,
@@ -15,15 +24,6 @@ from ort_cffi._native.errors import (
     TrainingApiUnavailableError,
     UnsupportedRuntimeError,
 )
-from ort_cffi._facade.sessions.environment import OrtEnvironment
-from ort_cffi._facade.sessions.options import OrtLoggingLevel, RunOptions, SessionOptions
-from ort_cffi._facade.sessions.session import NodeInfo, OrtSession, Result
-from ort_cffi._facade.tensors.fp16 import Fp16Conversions
-from ort_cffi._facade.tensors.tensor import OnnxTensor, OnnxValue
-from ort_cffi._facade.tensors.element_types import OnnxJavaType, OnnxTensorType, OnnxValueType
-from ort_cffi._facade.tensors.tensor_info import TensorInfo
-from ort_cffi._facade.sessions.checkpoint import OrtAllocator, OrtCheckpointState
-from ort_cffi._facade.sessions.training import OrtTrainingSession
 
 __version__ = "0.1.0"
 __all__ = [

@@ -27,11 +27,12 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from conftest import ROOT
+
 import ort_cffi
 from ort_cffi._facade.sessions.options import ExecutionMode, OptLevel
-from ort_cffi._facade.sessions.session import Entry, NameSet, Optional_
-
-from conftest import ROOT
+from ort_cffi._facade.sessions.results import Entry, NameSet
+from ort_cffi._facade.tensors.optional import Optional_
 
 MAP = ROOT / "docs" / "java-map.md"
 

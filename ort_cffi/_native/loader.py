@@ -28,6 +28,7 @@ The version checks that need the declared tables are made one layer up, in ``cap
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import hashlib
 import json
@@ -38,8 +39,6 @@ import tempfile
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
-
-import ctypes
 
 from ort_cffi._native.errors import RuntimeLoadError, RuntimeNotFoundError, StaleCacheError
 from ort_cffi._native.ffi import ffi

@@ -10,10 +10,6 @@ request's normal form), ``runner`` (the child process and its interpreter), ``_c
 which imports nothing of ort_cffi), ``generate`` and ``manifest``; ``python -m ort_cffi.artifacts`` is
 the ``ort-cffi-artifacts`` command.
 """
-from ort_cffi.artifacts.generate import generate_artifacts
-from ort_cffi.artifacts.manifest import MANIFEST, artifacts_match, files_intact, read_manifest
-from ort_cffi.artifacts.options import model_sha256, request_options
-from ort_cffi.artifacts.runner import ENV_PYTHON, GENERATOR_PACKAGES, generator_python
 from ort_cffi.artifacts.definitions import (
     ArtifactsError,
     ArtifactsInputError,
@@ -26,6 +22,10 @@ from ort_cffi.artifacts.definitions import (
     TensorSpec,
     describe,
 )
+from ort_cffi.artifacts.generate import generate_artifacts
+from ort_cffi.artifacts.manifest import MANIFEST, artifacts_match, files_intact, read_manifest
+from ort_cffi.artifacts.options import model_sha256, request_options
+from ort_cffi.artifacts.runner import ENV_PYTHON, GENERATOR_PACKAGES, generator_python
 
 __all__ = [
     "ENV_PYTHON",

@@ -25,12 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
 
-from ort_cffi import __version__
-from ort_cffi import OrtException, RuntimeLoadError
+from ort_cffi import OrtException, RuntimeLoadError, __version__
 from ort_cffi._facade.files import atomic_write, file_sha256
-from ort_cffi.artifacts.manifest import MANIFEST
-from ort_cffi.artifacts.options import model_bytes_or_path, request_options, writable_folder
-from ort_cffi.artifacts.runner import generator_python, run_child
 from ort_cffi.artifacts.definitions import (
     ArtifactsError,
     GeneratedArtifacts,
@@ -40,6 +36,9 @@ from ort_cffi.artifacts.definitions import (
     Parameter,
     TensorSpec,
 )
+from ort_cffi.artifacts.manifest import MANIFEST
+from ort_cffi.artifacts.options import model_bytes_or_path, request_options, writable_folder
+from ort_cffi.artifacts.runner import generator_python, run_child
 
 _FILE_NAMES = {
     "checkpoint": "checkpoint",
@@ -52,9 +51,7 @@ _FILE_NAMES = {
 
 def _check_loads(files: Dict[str, Path]) -> None:
     """Open the artifacts in a training session, as a trainer will: what the runtime refuses fails here."""
-    from ort_cffi import OrtEnvironment
-    from ort_cffi import OrtLoggingLevel, SessionOptions
-    from ort_cffi import OrtCheckpointState
+    from ort_cffi import OrtCheckpointState, OrtEnvironment, OrtLoggingLevel, SessionOptions
 
     try:
         env = OrtEnvironment.getEnvironment()

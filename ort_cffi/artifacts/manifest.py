@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
 from ort_cffi._facade.files import file_sha256
-from ort_cffi.artifacts.options import model_sha256
 from ort_cffi.artifacts.definitions import ModelLike
+from ort_cffi.artifacts.options import model_sha256
 
 MANIFEST = "artifacts.json"
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 from ort_cffi import __version__
 from ort_cffi.artifacts import ENV_PYTHON, ArtifactsError, LossType, OptimType, describe, generate_artifacts

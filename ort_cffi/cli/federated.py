@@ -29,11 +29,10 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
-from ort_cffi import __version__
+from ort_cffi import OrtException, __version__
 from ort_cffi.cli.args import non_negative_int, positive_float, positive_int
 from ort_cffi.trainer.data import DEFAULT_ARTIFACTS
 from ort_cffi.trainer.errors import SetupError
-from ort_cffi import OrtException
 
 INSTALL_HINT = "pip install 'flwr[simulation]>=1.42' (ort_cffi's [federated] extra)"
 CLIENT_APP = "ort_cffi.flower:clientapp"
@@ -212,7 +211,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         signal.signal(signal.SIGTERM, _interrupt)  # stop Flower's processes on the way out, as Ctrl-C does
     try:
         require_flower()
-        from ort_cffi.flower import FederatedError, StrategySettings, StrategyError
+        from ort_cffi.flower import FederatedError, StrategyError, StrategySettings
     except ImportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -17,7 +17,15 @@ from typing import Optional, Sequence, Tuple
 
 from filelock import Timeout
 
-from ort_cffi.runtime import RuntimeInstallError, check_loads, describe_choice, install, loader_choice, store_dir, stored_runtimes
+from ort_cffi.runtime import (
+    RuntimeInstallError,
+    check_loads,
+    describe_choice,
+    install,
+    loader_choice,
+    store_dir,
+    stored_runtimes,
+)
 
 
 def python_version_arg(text: str) -> Tuple[int, int]:

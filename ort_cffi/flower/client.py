@@ -23,16 +23,13 @@ from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import fixedclipping_mod
 from flwr.clientapp.typing import ClientAppCallable
 
-from ort_cffi.trainer.data import DEFAULT_ARTIFACTS, batches, find_artifacts, find_dataset, input_infos, load_dataset
-from ort_cffi.trainer.data import fixed_batch as model_fixed_batch
-from ort_cffi.trainer.loop import count_correct, evaluate
-from ort_cffi import OrtClosedException
-from ort_cffi import OrtEnvironment
-from ort_cffi import SessionOptions
-from ort_cffi import OrtTrainingSession
+from ort_cffi import OrtClosedException, OrtEnvironment, OrtTrainingSession, SessionOptions
 from ort_cffi.flower.config import RunConfigurable
 from ort_cffi.flower.data import Arrays, label_name, partition_dataset
 from ort_cffi.flower.model import FederatedError, ParameterLayout, PathLike
+from ort_cffi.trainer.data import DEFAULT_ARTIFACTS, batches, find_artifacts, find_dataset, input_infos, load_dataset
+from ort_cffi.trainer.data import fixed_batch as model_fixed_batch
+from ort_cffi.trainer.loop import count_correct, evaluate
 
 CLIPPING_NORM = "clipping_norm"  # the key Flower's client-side DP wrapper sends (flwr.supercore.differential_privacy)
 

@@ -21,14 +21,18 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
-from ort_cffi.trainer.data import DEFAULT_ARTIFACTS, find_artifacts, find_dataset, fixed_batch, input_infos, load_dataset
+from ort_cffi import OrtEnvironment, OrtException, OrtTrainingSession, SessionOptions
+from ort_cffi.flower.data import Arrays, label_name
+from ort_cffi.trainer.data import (
+    DEFAULT_ARTIFACTS,
+    find_artifacts,
+    find_dataset,
+    fixed_batch,
+    input_infos,
+    load_dataset,
+)
 from ort_cffi.trainer.errors import SetupError
 from ort_cffi.trainer.loop import check_export, evaluate, inference_check
-from ort_cffi import OrtException
-from ort_cffi import OrtEnvironment
-from ort_cffi import SessionOptions
-from ort_cffi import OrtTrainingSession
-from ort_cffi.flower.data import Arrays, label_name
 
 PathLike = Union[str, "os.PathLike[str]"]
 FLAT_KEY = "parameters"  # the one array of a model whose parameter names cannot be established

@@ -27,15 +27,29 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
-from ort_cffi.trainer.data import DEFAULT_ARTIFACTS
-from ort_cffi.trainer.errors import SetupError
 from ort_cffi.flower.config import RunConfigurable
 from ort_cffi.flower.model import FederatedError, GlobalModel, normalize_record
-from ort_cffi.flower.store import INFERENCE, PLOT, RunStore, format_round, new_history, plot_history, run_files, save_arrays
+from ort_cffi.flower.store import (
+    INFERENCE,
+    PLOT,
+    RunStore,
+    format_round,
+    new_history,
+    plot_history,
+    run_files,
+    save_arrays,
+)
 from ort_cffi.flower.strategies import (
-    StrategySettings, build_strategy, check_strategy, is_stateful, restore_strategy_state, strategy_state,
+    StrategySettings,
+    build_strategy,
+    check_strategy,
+    is_stateful,
+    restore_strategy_state,
+    strategy_state,
 )
 from ort_cffi.flower.updates import WEIGHT_KEY, Rejection, accepted_clients, screen_replies
+from ort_cffi.trainer.data import DEFAULT_ARTIFACTS
+from ort_cffi.trainer.errors import SetupError
 
 LOG_MARK = "[ort_cffi] "  # the server's own log lines; ort-cffi-federated shows these from Flower's log stream
 Report = Callable[[str], None]

@@ -20,12 +20,12 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 import numpy as np
 
-from ort_cffi.trainer.data import find_artifacts, find_dataset
-from ort_cffi.trainer.errors import SetupError
 from ort_cffi.flower import deploy
 from ort_cffi.flower.model import FederatedError, GlobalModel
 from ort_cffi.flower.server import LOG_MARK, ServerSettings
 from ort_cffi.flower.store import RunStore, run_files
+from ort_cffi.trainer.data import find_artifacts, find_dataset
+from ort_cffi.trainer.errors import SetupError
 
 CLIENT_APP = "ort_cffi.flower:clientapp"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

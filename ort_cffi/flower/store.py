@@ -21,13 +21,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ort_cffi import __version__
+from ort_cffi import OrtCheckpointState, OrtException, __version__
+from ort_cffi._facade.files import atomic_write, file_sha256
+from ort_cffi.flower.model import FederatedError, GlobalModel
 from ort_cffi.trainer.data import find_artifacts, find_dataset
 from ort_cffi.trainer.output import save_figure, write_json
-from ort_cffi import OrtException
-from ort_cffi._facade.files import atomic_write, file_sha256
-from ort_cffi import OrtCheckpointState
-from ort_cffi.flower.model import FederatedError, GlobalModel
 
 CHECKPOINT, HISTORY, STATE_DIR, PLOT, INFERENCE = (
     "global_checkpoint", "history.json", "server_state", "federated.png", "inference_model.onnx")

@@ -4,20 +4,20 @@ would use. ``ort-cffi-runtime`` is its command (``ort_cffi.cli.runtime``); the w
 """
 from ort_cffi._facade.runtimes import store_dir, stored_runtimes
 from ort_cffi.runtime.installer import (
+    FLAVOURS,
+    NATIVE_PREFIX,
+    RuntimeInstallError,
     check_loads,
     choose_wheel,
     describe_choice,
     download_wheel,
-    FLAVOURS,
     glibc_version,
     install,
     install_wheel,
     loader_choice,
     machine,
-    NATIVE_PREFIX,
     published_wheels,
     row_of_wheel,
-    RuntimeInstallError,
 )
 
 __all__ = [

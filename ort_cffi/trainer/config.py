@@ -9,10 +9,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ort_cffi import OrtException
+from ort_cffi import OrtCheckpointState, OrtException
 from ort_cffi._facade.files import file_sha256
 from ort_cffi.trainer.errors import SetupError
-from ort_cffi import OrtCheckpointState
 
 # Checkpoint properties this trainer writes and a resumed run reads.
 EPOCH, STEP, BEST_ACC, BEST_LOSS = "epoch", "step", "best_val_accuracy", "best_val_loss"

@@ -9,8 +9,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from ort_cffi import OrtEnvironment
-from ort_cffi import TensorInfo
+from ort_cffi import OrtEnvironment, TensorInfo
 from ort_cffi.trainer.errors import SetupError
 
 DEFAULT_ARTIFACTS = Path(__file__).resolve().parents[1] / "data" / "digits"

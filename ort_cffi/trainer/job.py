@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ort_cffi import OrtEnvironment, OrtTrainingSession, SessionOptions, __version__
-from ort_cffi.artifacts import LossType, OptimType, artifacts_match, describe, generate_artifacts, model_sha256, request_options
+from ort_cffi.artifacts import (
+    LossType,
+    OptimType,
+    artifacts_match,
+    describe,
+    generate_artifacts,
+    model_sha256,
+    request_options,
+)
 from ort_cffi.trainer.config import (
     DEFAULTS,
     Resumed,

@@ -14,12 +14,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from ort_cffi import OrtException
-from ort_cffi import OrtEnvironment
+from ort_cffi import OrtEnvironment, OrtException, OrtTrainingSession
 from ort_cffi.trainer.config import BEST_ACC, BEST_LOSS, CONFIG, EPOCH, STEP, RunConfig
 from ort_cffi.trainer.data import Arrays, batches
 from ort_cffi.trainer.errors import SetupError
-from ort_cffi import OrtTrainingSession
 
 
 class _NoBar:

@@ -17,12 +17,15 @@ from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 
+from ort_cffi._facade.tensors.conversions import as_tensor_array
+from ort_cffi._facade.tensors.element_types import DTYPE_TO_ONNX
+from ort_cffi._facade.tensors.tensor import OnnxTensor
+from ort_cffi._facade.tensors.tensor_info import TensorInfo
+from ort_cffi._facade.tensors.value_info import TensorTypeAndShapeInfo
 from ort_cffi._native.errors import OrtException, c_string
 from ort_cffi._native.files import PathLike, atomic_write, existing_file, fspath, native_path
 from ort_cffi._native.handles import NativeHandle, process
 from ort_cffi._native.tables import check_status, ffi, get_runtime
-from ort_cffi._facade.tensors.tensor import DTYPE_TO_ONNX, OnnxTensor, TensorInfo, TensorTypeAndShapeInfo, as_tensor_array
-
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 FLOAT32_MAX = float(np.finfo(np.float32).max)

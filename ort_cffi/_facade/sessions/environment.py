@@ -5,14 +5,14 @@ from __future__ import annotations
 import threading
 from typing import Any, Optional, Union
 
+from ort_cffi._facade.sessions.checkpoint import OrtAllocator, OrtCheckpointState
+from ort_cffi._facade.sessions.options import OrtLoggingLevel, SessionOptions, _member
+from ort_cffi._facade.sessions.session import OrtSession
+from ort_cffi._facade.sessions.training import OrtTrainingSession
+from ort_cffi._native.errors import c_string
+from ort_cffi._native.files import PathLike, PathOrBytes
 from ort_cffi._native.handles import process
 from ort_cffi._native.tables import get_runtime
-from ort_cffi._native.errors import c_string
-from ort_cffi._facade.sessions.options import OrtLoggingLevel, SessionOptions, _member
-from ort_cffi._native.files import PathLike, PathOrBytes
-from ort_cffi._facade.sessions.session import OrtSession
-from ort_cffi._facade.sessions.checkpoint import OrtAllocator, OrtCheckpointState
-from ort_cffi._facade.sessions.training import OrtTrainingSession
 
 
 class OrtEnvironment:

@@ -12,11 +12,11 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
-from ort_cffi._facade.tensors.conversions import _refuse_dtype, string_elements
-from ort_cffi._native.errors import OrtException
 from ort_cffi._facade.sessions.signature import InputSpec, mismatch, refuse
-from ort_cffi._facade.tensors.tensor import OnnxTensor, OnnxValue
+from ort_cffi._facade.tensors.conversions import _refuse_dtype, string_elements
 from ort_cffi._facade.tensors.element_types import DTYPE_TO_ONNX, STRING, OnnxTensorType
+from ort_cffi._facade.tensors.tensor import OnnxTensor, OnnxValue
+from ort_cffi._native.errors import OrtException
 
 ANY_INPUT = InputSpec.of(0, None)  # the spec of an input whose signature is unknown: only emptiness is refused
 

@@ -31,8 +31,8 @@ import mmap
 import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from ort_cffi._native.errors import OrtException
 from ort_cffi._facade.tensors.element_types import NUMPY_DTYPES, OnnxTensorType
+from ort_cffi._native.errors import OrtException
 
 Dim = Tuple[int, str]  # (fixed size or -1, symbolic name or '')
 

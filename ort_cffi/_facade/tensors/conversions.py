@@ -24,9 +24,20 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ort_cffi._native.errors import OrtException
+from ort_cffi._facade.tensors.element_types import (
+    BITS_TYPES,
+    DTYPE_TO_ONNX,
+    NUMPY_DTYPES,
+    PACKED_TYPES,
+    STRING,
+    UNSUPPORTED_TYPES,
+    OnnxJavaType,
+    OnnxTensorType,
+    byte_size,
+    storage_dtype,
+)
 from ort_cffi._facade.tensors.fp16 import bf16_to_float
-from ort_cffi._facade.tensors.element_types import BITS_TYPES, DTYPE_TO_ONNX, NUMPY_DTYPES, PACKED_TYPES, STRING, UNSUPPORTED_TYPES, OnnxJavaType, OnnxTensorType, byte_size, storage_dtype
+from ort_cffi._native.errors import OrtException
 
 _T = OnnxTensorType
 INT64_MAX = 2**63 - 1

@@ -14,10 +14,10 @@ from typing import Any, List, Sequence
 
 import numpy as np
 
+from ort_cffi._facade.tensors.element_types import STRING
 from ort_cffi._native.errors import OrtException
 from ort_cffi._native.handles import process
 from ort_cffi._native.tables import check_status, ffi, get_runtime
-from ort_cffi._facade.tensors.element_types import STRING
 
 
 def encode_elements(elements: np.ndarray, what: str = "tensor data") -> List[bytes]:

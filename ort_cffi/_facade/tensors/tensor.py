@@ -19,149 +19,43 @@ are in ``tensor_info.py``; turning Python data into arrays, and raw bits into va
 """
 from __future__ import annotations
 
-import threading
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ort_cffi._facade.tensors.conversions import array_for, as_tensor_array, buffer_array, data_array, values_from_bits
+from ort_cffi._facade.tensors.conversions import array_for, buffer_array, data_array, values_from_bits
+from ort_cffi._facade.tensors.element_types import (
+    BITS_TYPES,
+    DTYPE_TO_ONNX,
+    NUMPY_DTYPES,
+    STRING,
+    VALUE_DTYPES,
+    OnnxTensorType,
+    OnnxValueType,
+    byte_size,
+    storage_dtype,
+)
+from ort_cffi._facade.tensors.fp16 import bf16_to_float, mlas_fp16_to_float
+from ort_cffi._facade.tensors.optional import Optional_
+from ort_cffi._facade.tensors.strings import (
+    decode_strings,
+    encode_elements,
+    fill_string_tensor,
+    new_string_tensor,
+    read_strings,
+)
+from ort_cffi._facade.tensors.tensor_info import TensorInfo
+from ort_cffi._facade.tensors.value_info import (
+    calls,
+    scratch,
+    value_tensor_info,
+)
 from ort_cffi._native.errors import OrtException
 from ort_cffi._native.handles import NativeHandle, process
-from ort_cffi._facade.tensors.optional import Optional_
-from ort_cffi._facade.tensors.strings import decode_strings, encode_elements, fill_string_tensor, new_string_tensor, read_strings
-from ort_cffi._native.tables import check_status, ffi, get_runtime
-from ort_cffi._facade.tensors.fp16 import bf16_to_float, mlas_fp16_to_float
-from ort_cffi._facade.tensors.element_types import BITS_TYPES, DTYPE_TO_ONNX, NUMPY_DTYPES, ONNX_TO_DTYPE, STRING, VALUE_DTYPES, OnnxJavaType, OnnxTensorType, OnnxValueType, byte_size, storage_dtype
-from ort_cffi._facade.tensors.tensor_info import TensorInfo
+from ort_cffi._native.tables import check_status, ffi
 
 _T = OnnxTensorType
 _DTYPE_BY_CODE: Dict[int, np.dtype] = {int(onnx_type): dtype for onnx_type, dtype in NUMPY_DTYPES.items()}
-_SCALAR_POINTER_POINTERS = {  # to read a one-element tensor directly (float16 has no C type)
-    np.dtype(dtype): ffi.typeof(ctype)
-    for dtype, ctype in (
-        (np.float32, "float**"), (np.float64, "double**"), (np.bool_, "_Bool**"),
-        (np.int8, "int8_t**"), (np.int16, "int16_t**"), (np.int32, "int32_t**"), (np.int64, "int64_t**"),
-        (np.uint8, "uint8_t**"), (np.uint16, "uint16_t**"), (np.uint32, "uint32_t**"), (np.uint64, "uint64_t**"),
-    )
-}
-
-
-class _Scratch(threading.local):
-    """Out-parameters for reading a tensor's type and shape, allocated once per thread (this runs
-    for every output a step returns)."""
-
-    def __init__(self) -> None:
-        self.info = ffi.new("OrtTensorTypeAndShapeInfo**")
-        self.element_type = ffi.new("ONNXTensorElementDataType*")
-        self.count = ffi.new("size_t*")
-        self.dims = ffi.new("int64_t[]", 16)
-        self.data = ffi.new("void**")
-        self.value = ffi.new("OrtValue**")
-        # ``data`` seen as a pointer to a pointer to each scalar type: a one-element tensor is read
-        # with two index operations (an ``ffi.cast`` per read costs as much as a native call)
-        self.scalar_views = {dtype: ffi.cast(ctype, self.data) for dtype, ctype in _SCALAR_POINTER_POINTERS.items()}
-
-
-_scratch = _Scratch()
-
-
-class _Calls:
-    """The C functions the per-output path calls, looked up once (each access to a field of the
-    ``OrtApi`` struct makes a new cdata object)."""
-
-    def __init__(self, api: Any) -> None:
-        self.GetTensorTypeAndShape = api.GetTensorTypeAndShape
-        self.GetTensorElementType = api.GetTensorElementType
-        self.GetDimensionsCount = api.GetDimensionsCount
-        self.GetDimensions = api.GetDimensions
-        self.ReleaseTensorTypeAndShapeInfo = api.ReleaseTensorTypeAndShapeInfo
-        self.GetTensorMutableData = api.GetTensorMutableData
-        self.ReleaseValue = api.ReleaseValue
-        self.CreateTensorWithDataAsOrtValue = api.CreateTensorWithDataAsOrtValue
-
-
-_calls: Optional[_Calls] = None
-
-
-def calls() -> _Calls:
-    """The per-output C functions, looked up on first use (the runtime loads then)."""
-    global _calls
-    if _calls is None:
-        _calls = _Calls(get_runtime().api)
-    return _calls
-
-
-def read_tensor_info(info_ptr: Any, with_names: bool = False) -> TensorInfo:
-    """A ``TensorInfo`` from an ``OrtTensorTypeAndShapeInfo*`` (which the caller still owns). On the
-    hot path (every output read): per-thread out-parameters. ``with_names``: also the symbolic
-    dimension names (``GetSymbolicDimensions``; a model signature's)."""
-    c, scratch = _calls or calls(), _scratch
-    element_type, count = scratch.element_type, scratch.count
-    status = c.GetTensorElementType(info_ptr, element_type)
-    if status:
-        check_status(status, "GetTensorElementType")
-    status = c.GetDimensionsCount(info_ptr, count)
-    if status:
-        check_status(status, "GetDimensionsCount")
-    rank = count[0]
-    shape: Tuple[int, ...] = ()
-    names: Tuple[str, ...] = ()
-    if rank:
-        dims = scratch.dims if rank <= 16 else ffi.new("int64_t[]", rank)
-        check_status(c.GetDimensions(info_ptr, dims, rank), "GetDimensions")
-        shape = tuple(dims[0:rank])
-        if with_names:
-            symbolic = ffi.new("const char*[]", rank)
-            check_status(get_runtime().api.GetSymbolicDimensions(info_ptr, symbolic, rank), "GetSymbolicDimensions")
-            names = tuple(ffi.string(p).decode("utf-8", "replace") if p else "" for p in symbolic)
-    return TensorInfo(element_type[0], shape, names)
-
-
-class TensorTypeAndShapeInfo(NativeHandle):
-    """Owns an ``OrtTensorTypeAndShapeInfo*`` (``ReleaseTensorTypeAndShapeInfo``)."""
-
-    _kind = "OrtTensorTypeAndShapeInfo"
-
-    def __init__(self, ptr: Any) -> None:
-        self._own(ptr, get_runtime().api.ReleaseTensorTypeAndShapeInfo)
-
-    def toTensorInfo(self) -> TensorInfo:
-        """The element type and shape it describes."""
-        return read_tensor_info(self._handle())
-
-
-class TypeInfo(NativeHandle):
-    """Owns an ``OrtTypeInfo*`` (``ReleaseTypeInfo``), e.g. a session input's signature."""
-
-    _kind = "OrtTypeInfo"
-
-    def __init__(self, ptr: Any) -> None:
-        self._own(ptr, get_runtime().api.ReleaseTypeInfo)
-
-    def toTensorInfo(self, what: str) -> TensorInfo:
-        """The tensor type, shape and dimension names (``CastTypeInfoToTensorInfo``: borrowed, owned by this TypeInfo)."""
-        rt = get_runtime()
-        tensor_info = ffi.new("const OrtTensorTypeAndShapeInfo**")
-        check_status(rt.api.CastTypeInfoToTensorInfo(self._handle(), tensor_info), "CastTypeInfoToTensorInfo")
-        if not tensor_info[0]:
-            raise OrtException.invalid_argument(f"{what} is not a tensor")
-        return read_tensor_info(tensor_info[0], with_names=True)
-
-
-def _value_tensor_info(value_ptr: Any) -> TensorInfo:
-    """The type and shape of a tensor value (``GetTensorTypeAndShape``). On the hot path (every output
-    read): the info object lives for these lines only, released in ``finally``, with no Python owner."""
-    c, out = _calls or calls(), _scratch.info
-    status = c.GetTensorTypeAndShape(value_ptr, out)
-    if status:
-        check_status(status, "GetTensorTypeAndShape")
-    info_ptr = out[0]
-    try:
-        return read_tensor_info(info_ptr)
-    finally:
-        c.ReleaseTensorTypeAndShapeInfo(info_ptr)
-
-
 class OnnxValue(NativeHandle):
     """A value the runtime reads or produced (`OrtValue`): the base class of `OnnxTensor`.
 
@@ -334,7 +228,7 @@ class OnnxTensor(OnnxValue):
             onnx_type = DTYPE_TO_ONNX[array.dtype]
         shape = array.shape if dims is None else tuple(dims)
         ndim = len(shape)
-        out = _scratch.value
+        out = scratch.value
         status = c.CreateTensorWithDataAsOrtValue(
             process.memory_info()._handle(), buffer, array.nbytes,
             ffi.new("int64_t[]", shape) if ndim else ffi.NULL, ndim, onnx_type, out,
@@ -371,7 +265,7 @@ class OnnxTensor(OnnxValue):
     def _adopt(cls, value_ptr: Any) -> OnnxTensor:
         """Own a value the runtime allocated (a step's output). Called right after the native call."""
         tensor = cls.__new__(cls)
-        tensor._own(value_ptr, (_calls or calls()).ReleaseValue)
+        tensor._own(value_ptr, calls().ReleaseValue)
         return tensor
 
     @property
@@ -437,7 +331,7 @@ class OnnxTensor(OnnxValue):
             return self._info
         ptr = self._use()  # pinned: a close() from another thread waits until the read is done
         try:
-            self._info = _value_tensor_info(ptr)
+            self._info = value_tensor_info(ptr)
         finally:
             self._unuse()
         return self._info
@@ -466,7 +360,7 @@ class OnnxTensor(OnnxValue):
         try:
             info = self._info
             if info is None:
-                info = self._info = _value_tensor_info(ptr)
+                info = self._info = value_tensor_info(ptr)
             dtype = _DTYPE_BY_CODE.get(info.onnxType)
             if dtype is None:
                 return self._special_value(ptr, info)
@@ -476,9 +370,8 @@ class OnnxTensor(OnnxValue):
                 count *= dim
             if count == 0:
                 return np.empty(shape, dtype=dtype)
-            scratch = _scratch
             data = scratch.data
-            status = (_calls or calls()).GetTensorMutableData(ptr, data)
+            status = calls().GetTensorMutableData(ptr, data)
             if status:
                 check_status(status, "GetTensorMutableData")
             if not shape:
@@ -506,8 +399,8 @@ class OnnxTensor(OnnxValue):
         nbytes = byte_size(info.onnxType, info.getNumElements())
         if nbytes == 0:
             return np.empty(0, storage)
-        data = _scratch.data
-        check_status((_calls or calls()).GetTensorMutableData(ptr, data), "GetTensorMutableData")
+        data = scratch.data
+        check_status(calls().GetTensorMutableData(ptr, data), "GetTensorMutableData")
         return np.frombuffer(ffi.buffer(data[0], nbytes), dtype=storage).copy()
 
     def _read_as(self, accept: Any, convert: Any = None) -> Optional[np.ndarray]:
@@ -517,7 +410,7 @@ class OnnxTensor(OnnxValue):
         try:
             info = self._info
             if info is None:
-                info = self._info = _value_tensor_info(ptr)
+                info = self._info = value_tensor_info(ptr)
             if info.onnxType not in accept:
                 return None
             raw = self._storage(ptr, info)
@@ -632,7 +525,7 @@ class OnnxTensor(OnnxValue):
         try:
             info = self._info
             if info is None:
-                info = self._info = _value_tensor_info(ptr)
+                info = self._info = value_tensor_info(ptr)
             if info.onnxType != STRING:
                 raise OrtException.invalid_argument(f"this tensor holds {info.onnxType.name}, not strings")
             return decode_strings(read_strings(ptr, info.getNumElements()), info.shape, raw)
@@ -698,63 +591,14 @@ def _shares_buffer(array: np.ndarray, buffer: Any) -> bool:
     return view.c_contiguous and np.may_share_memory(array, np.frombuffer(view, dtype=np.uint8))
 
 
-def adopt_outputs(out_values: Any, count: int) -> list[Optional[OnnxTensor]]:
-    """Own, at once, every value a run or step allocated in ``out_values[0:count]`` (NULL slots give None)."""
-    if count == 1:  # a loss alone: no slice of the C array (a new cdata object)
-        value = out_values[0]
-        return [OnnxTensor._adopt(value) if value else None]
-    return [OnnxTensor._adopt(p) if p else None for p in out_values[0:count]]
+def adopted_tensor(value_ptr: Any) -> OnnxTensor:
+    """An ``OnnxTensor`` that owns ``value_ptr``, a value the runtime allocated (a run's or step's output)."""
+    return OnnxTensor._adopt(value_ptr)
 
 
-def _own_copy(ptr: Any, info: TensorInfo) -> OnnxTensor:
-    """A tensor over a numpy copy of the memory of the value ``ptr`` (a numeric tensor described by ``info``)."""
-    storage = storage_dtype(info.onnxType)
-    assert storage is not None  # not a string: the caller keeps those
-    nbytes = byte_size(info.onnxType, info.getNumElements())
-    copy = np.empty(nbytes // storage.itemsize, storage)
-    if nbytes:
-        data = _scratch.data
-        check_status((_calls or calls()).GetTensorMutableData(ptr, data), "GetTensorMutableData")
-        ffi.memmove(ffi.from_buffer(copy), data[0], nbytes)
-    if info.onnxType not in BITS_TYPES:
-        copy = copy.reshape(info.shape)
-    return OnnxTensor._over_array(copy, info.onnxType, info.shape)
+def tensor_over_copy(copy: np.ndarray, onnx_type: OnnxTensorType, shape: Tuple[int, ...]) -> OnnxTensor:
+    """An ``OnnxTensor`` over ``copy``, an array ort_cffi made and the tensor keeps alive."""
+    return OnnxTensor._over_array(copy, onnx_type, shape)
 
 
-def detach_aliased(values: list[Optional[OnnxTensor]], positions: Iterable[int]) -> None:
-    """Give each output at ``positions`` (a graph input the model also lists as an output) memory of
-    its own. ONNX Runtime returns such an output as the input's own tensor, over the memory the input
-    was made over: the caller's numpy array, or the copy ort_cffi made of it, which is freed when
-    that array or tensor goes away, and which the caller's later writes change. The output is
-    replaced by a tensor over a copy, and closed; a string tensor, whose strings the runtime owns
-    and shares, is kept. On failure every value is closed."""
-    try:
-        for position in positions:
-            value = values[position]
-            if value is None:  # a pinned output: the caller's own tensor
-                continue
-            info = _value_tensor_info(value._ptr)
-            if info.onnxType == STRING:
-                continue
-            values[position] = _own_copy(value._ptr, info)
-            value.close()
-    except BaseException:
-        for value in values:
-            if value is not None:
-                value.close()
-        raise
-
-
-def check_outputs(status: Any, values: Sequence[Optional[OnnxTensor]], context: str) -> None:
-    """After a run or step: on failure, release what it produced anyway, then raise."""
-    if status:
-        for value in values:
-            if value is not None:
-                value.close()
-        check_status(status, context)
-
-
-__all__ = [
-    "DTYPE_TO_ONNX", "ONNX_TO_DTYPE", "OnnxJavaType", "OnnxTensor", "OnnxTensorType", "OnnxValue", "OnnxValueType",
-    "TensorInfo", "as_tensor_array",
-]
+__all__ = ["OnnxTensor", "OnnxValue", "adopted_tensor", "close_all", "tensor_over_copy"]

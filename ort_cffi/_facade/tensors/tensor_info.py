@@ -2,14 +2,21 @@
 the element-type catalogue in ``element_types``."""
 from __future__ import annotations
 
-import enum
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ort_cffi._native.errors import OrtException
 from ort_cffi._facade.tensors.conversions import buffer_array, data_array
-from ort_cffi._facade.tensors.element_types import JAVA_BY_ONNX, NUMPY_DTYPES, ONNX_TYPES, OnnxJavaType, OnnxTensorType, STRING, VALUE_DTYPES
+from ort_cffi._facade.tensors.element_types import (
+    JAVA_BY_ONNX,
+    NUMPY_DTYPES,
+    ONNX_TYPES,
+    STRING,
+    VALUE_DTYPES,
+    OnnxJavaType,
+    OnnxTensorType,
+)
+from ort_cffi._native.errors import OrtException
 
 
 class TensorInfo:
