@@ -4,7 +4,8 @@ training layer (``onnxruntime.capi._pybind_state``), in a process of its own.
     python tests/oracle_child.py PLAN.json
 
 ``PLAN.json`` holds ``{"data": NPZ, "programs": {name: {"artifacts": DIR, "ops": [...]}}, "out": DIR}``;
-each program's records go to ``OUT/<name>.npz``. The op language (and its ort_cffi interpreter) is
+each program's records go to ``OUT/<name>.npz``, and which runtime made them (its version and build, the
+interpreter) to ``OUT/oracle_runtime.json``. The op language (and its ort_cffi interpreter) is
 documented in tests/test_oracle.py. This file never imports ort_cffi, so no object of one runtime image
 can reach the other; it blocks torch (which ``import onnxruntime`` pulls in where installed) so the
 child behaves as in CI, where torch is absent.
@@ -12,6 +13,7 @@ child behaves as in CI, where torch is absent.
 from __future__ import annotations
 
 import json
+import platform
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -149,6 +151,9 @@ def main(plan_path: str) -> int:
         oracle.close()
         arrays: "dict[str, Any]" = {tag: np.stack(values) for tag, values in records.items()}
         np.savez(out / f"{name}.npz", **arrays)
+    runtime = {"onnxruntime": onnxruntime.__version__, "build_info": onnxruntime.get_build_info(),
+               "python": platform.python_version(), "executable": sys.executable, "extension": C.__file__}
+    (out / "oracle_runtime.json").write_text(json.dumps(runtime, indent=1) + "\n")
     return 0
 
 

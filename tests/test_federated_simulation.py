@@ -207,6 +207,9 @@ def test_default_run_reaches_the_target(tmp_path: Path) -> None:
     lines = ROUND_LINE.findall(proc.stdout)
     assert [int(r) for r, _, _ in lines] == list(range(1, 21)), proc.stdout
     accuracy = float(re.findall(r"^inference model accuracy on validation: (\d\.\d{4})$", proc.stdout, re.M)[-1])
+    # A bound, not the measured 0.9694 (docs/guides/federated.md: 349 of 360; 0.96 leaves 3 samples): float32
+    # last bits depend on the CPU's kernels, and over 20 rounds another CPU follows a slightly different
+    # trajectory. The equality compares two printouts of the same run.
     assert accuracy >= 0.96 and float(lines[-1][2]) == accuracy
     assert not deprecations_in(proc.stdout + proc.stderr) and "Traceback" not in proc.stderr
     for name in ("global_checkpoint", "inference_model.onnx", "history.json", "federated.png"):

@@ -125,6 +125,8 @@ def test_default_run_reaches_95_percent(tmp_path: Path) -> None:
         cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr
+    # A bound, not the measured 0.9889 (docs/guides/getting-started.md; 0.95 leaves 14 of 360 samples): float32
+    # last bits depend on the CPU's kernels, so another CPU trains along a slightly different trajectory.
     assert float(ACCURACY_LINE.findall(proc.stdout)[-1]) >= 0.95
     out = tmp_path / "runs" / "digits"
     assert {p.name for p in out.iterdir()} >= {"best_checkpoint", "last_checkpoint", "inference_model.onnx", "metrics.json", "training.png"}

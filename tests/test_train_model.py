@@ -56,7 +56,9 @@ def test_fine_tune_only_the_last_layer_on_a_new_task(tmp_path: Path, digits_mode
     assert "trainable:  2 tensors, 650 parameters (13.5% of the model's 4,810 parameters)" in stdout
     assert f"artifacts: {out / 'artifacts'} (generated)" in stdout
     before, after = float(BEFORE.findall(stdout)[0]), float(ACCURACY.findall(stdout)[0])
-    assert before < 0.3 and after >= 0.85, (before, after)  # measured: 0.1417 -> 0.8944
+    # Bounds, not the measured 0.1417 -> 0.8944 (322 of 360; 0.85 leaves 16 samples): float32 last bits depend
+    # on the CPU's kernels, so another CPU trains along a slightly different trajectory.
+    assert before < 0.3 and after >= 0.85, (before, after)
     with OrtEnvironment.getEnvironment().createTrainingSession(out / "best_checkpoint", out / "artifacts" / "training_model.onnx") as s:
         assert s.getParametersSize(True) == 650
     # The inference model is complete: the frozen layer's weights are constants in it.
