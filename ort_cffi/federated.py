@@ -207,7 +207,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     started, started_at = time.monotonic(), time.time()
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)  # stop Flower's processes on the way out, as Ctrl-C does
+        _STOPPING.clear()
+        for signum in (signal.SIGINT, signal.SIGTERM):  # SIGTERM stops the run as Ctrl-C does
+            signal.signal(signum, _interrupt)
     try:
         require_flower()
         from .flower import FederatedError, StrategySettings, StrategyError
@@ -246,8 +248,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {message}{hint}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"\ninterrupted: the last global model is in {args.out / 'global_checkpoint'}; "
-              "continue with --resume", file=sys.stderr)
+        doc = _saved_history(args.out)
+        if doc.get("status") == "interrupted" and doc.get("resume"):
+            done = (doc.get("interrupted") or {}).get("after_round")
+            kept = f" (round {done})" if done is not None else ""
+            print(f"\ninterrupted: the last global model{kept} is in {args.out / 'global_checkpoint'}; "
+                  f"continue with: {doc['resume']}", file=sys.stderr)
+        else:
+            print("\ninterrupted before the first round: nothing to continue", file=sys.stderr)
         return 130
     final = history["rounds"][-1]
     inference = history.get("inference") or {}
@@ -268,8 +276,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
+_STOPPING = threading.Event()
+
+
 def _interrupt(signum: int, frame: Any) -> None:
+    """SIGINT or SIGTERM: a KeyboardInterrupt, once. The run's processes are then stopped and its history
+    marked (a second or two); a second Ctrl-C meanwhile would break that off, so it is ignored."""
+    if _STOPPING.is_set():
+        return
+    _STOPPING.set()
     raise KeyboardInterrupt
+
+
+def _saved_history(out: Path) -> Dict[str, Any]:
+    try:
+        doc = json.loads((Path(out) / "history.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def _version(name: str) -> str:

@@ -198,6 +198,8 @@ class FederatedServer:
             else:
                 done, records, state, saved = point
                 self.history = dict(saved, status="running", error=None, rounds=records, inference=None, sha256=files)
+                for key in ("resume", "interrupted"):  # what an interrupted run's history said (store.mark_interrupted)
+                    self.history.pop(key, None)
                 self.history.setdefault("resumed", []).append(
                     {"after_round": done, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
                 restore_strategy_state(strategy, state)

@@ -139,6 +139,23 @@ class RunStore:
             for old in folder.glob("round-*.npz") if folder.is_dir() else []:
                 old.unlink(missing_ok=True)
 
+    def mark_interrupted(self, resume: str) -> Optional[Dict[str, Any]]:
+        """Record in the history that the run was stopped from outside (Ctrl-C, SIGTERM) after its
+        last committed round, and the command that continues it: status ``interrupted``, ``resume``,
+        ``interrupted`` (the checkpoint's round, the time). Only once no process of the run is left to
+        write. Returns the document (None when there is no history)."""
+        doc = self.read_history()
+        if doc is None:
+            return None
+        try:
+            done = self.checkpoint_round()
+        except FederatedError:
+            done = None
+        doc.update(status="interrupted", error=None, resume=resume,
+                   interrupted={"after_round": done, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        self.write_history(doc)
+        return doc
+
     def write_history(self, doc: Mapping[str, Any]) -> None:
         """``history.json``, crash-safe."""
         self.out.mkdir(parents=True, exist_ok=True)
