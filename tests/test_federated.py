@@ -228,6 +228,39 @@ def test_each_client_keeps_its_own_session_from_round_to_round(small_data: Path,
     assert not again.session.isClosed() and again.session is not second.session and first.session.isClosed()
 
 
+def test_a_clients_optimizer_state_travels_in_its_context_state(small_data: Path, shared_sessions: None) -> None:
+    """A simulation's client is served by whichever Ray actor is free: its AdamW state (moments, step
+    count) travels in its Context.state, so that round 2 trains the same wherever it runs. Here: round 2
+    in the process that ran round 1, then again as in another process (no cached session), then in a
+    process whose cached session of the client is stale (it trained an earlier round there): all three
+    give the same model, to the bit; a fresh optimizer would not."""
+    from flwr.app import ConfigRecord, RecordDict
+
+    settings = flower.ClientSettings(data=str(small_data))
+
+    def train(learner: "flower.LocalLearner", start: np.ndarray, server_round: int) -> np.ndarray:
+        content = RecordDict({"arrays": learner.layout.to_record(start), "config": ConfigRecord(
+            {"local-epochs": 1, "batch-size": 16, "lr": 0.01, "server-round": server_round})})
+        reply = learner.train_reply(content)
+        return learner.layout.to_buffer(reply["arrays"])
+
+    state = RecordDict()
+    start = flower.load_learner(settings, 0, 3, state=state).parameters()
+    after_1 = train(flower.load_learner(settings, 0, 3, state=state), start, 1)
+    kept = RecordDict({"ort_cffi": state["ort_cffi"]})  # the state after round 1, as Flower keeps it
+    here = train(flower.load_learner(settings, 0, 3, state=state), after_1, 2)
+    flower.close_shared_sessions()  # another process: nothing cached
+    elsewhere = train(flower.load_learner(settings, 0, 3, state=RecordDict({"ort_cffi": kept["ort_cffi"]})), after_1, 2)
+    np.testing.assert_array_equal(here, elsewhere)
+    stale = flower.load_learner(settings, 0, 3, state=RecordDict({"ort_cffi": kept["ort_cffi"]}))
+    train(stale, after_1, 2)  # this process's session of the client is now a round ahead of `kept`
+    again = train(flower.load_learner(settings, 0, 3, state=RecordDict({"ort_cffi": kept["ort_cffi"]})), after_1, 2)
+    np.testing.assert_array_equal(here, again)
+    flower.close_shared_sessions()
+    fresh = train(flower.load_learner(settings, 0, 3, state=RecordDict()), after_1, 2)
+    assert not np.array_equal(here, fresh)  # the moments matter: a fresh optimizer takes other steps
+
+
 def test_train_and_evaluate_replies_are_flower_records(small_data: Path, shared_sessions: None) -> None:
     learner = _learner(small_data, 2)
     sent = RecordDict({"arrays": learner.layout.to_record(learner.parameters()),

@@ -219,6 +219,42 @@ def test_default_run_reaches_the_target(tmp_path: Path) -> None:
     _logs_are_clean(out)
 
 
+def _numbers(history: Dict) -> List[Dict]:
+    """A history's rounds without what differs from run to run by nature: the seconds, and the Flower node
+    ids (the SuperLink draws them at random) beside the client names."""
+    def strip(record: Dict) -> Dict:
+        kept = {k: v for k, v in record.items() if k != "seconds"}
+        for key in ("accepted", "failed", "evaluate_failed"):
+            if key in kept:
+                kept[key] = [{k: v for k, v in entry.items() if k != "node"} for entry in kept[key]]
+        return kept
+    return [strip(r) for r in history["rounds"]]
+
+
+def test_the_default_run_repeats_itself_exactly(tmp_path: Path) -> None:
+    """The command's defaults (10 clients on two CPUs, FedAvg, seed 0), two rounds, twice: the same numbers
+    in every round, to the last bit, and the same global model. The replies arrive in another order each
+    time, and each Ray actor serves whichever client comes next: before, the runs differed from round 2
+    on (a client's AdamW state was that of whichever actor served it last; the updates were summed in the
+    order they arrived)."""
+    runs = []
+    for name in ("first", "second"):
+        out = tmp_path / name
+        proc = subprocess.run([sys.executable, "-m", "ort_cffi.federated", "--rounds", "2", "--cpus", "2", "--no-plot",
+                               "--out", str(out)], capture_output=True, text=True, cwd=str(ROOT), timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        runs.append(out)
+    first, second = (json.loads((out / "history.json").read_text()) for out in runs)
+    assert [r["round"] for r in first["rounds"]] == [0, 1, 2]
+    assert _numbers(first) == _numbers(second)
+    assert first["inference"] == second["inference"]
+    assert [c["client"] for c in first["rounds"][2]["accepted"]] == [f"client {n}" for n in range(10)]
+    env = OrtEnvironment.getEnvironment()
+    with env.createTrainingSession(runs[0] / "global_checkpoint", DIGITS / "training_model.onnx") as a, \
+            env.createTrainingSession(runs[1] / "global_checkpoint", DIGITS / "training_model.onnx") as b:
+        np.testing.assert_array_equal(a.copyParametersToBuffer(True), b.copyParametersToBuffer(True))
+
+
 def _wait_for_line(proc: subprocess.Popen, pattern: str, seen: List[str], timeout: float) -> None:
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout

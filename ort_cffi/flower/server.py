@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -236,7 +237,8 @@ class FederatedServer:
                 self._wait_for(grid, s.min_fit, "min-fit-clients")
             lr = s.lr_for(server_round)
             config = ConfigRecord({"local-epochs": s.local_epochs, "batch-size": s.batch_size, "lr": lr, "seed": s.seed})
-            sent = list(strategy.configure_train(server_round, arrays, config, grid))
+            _seed_round(s.seed, server_round, "train")
+            sent = list(strategy.configure_train(server_round, arrays, config, SortedNodes(grid)))
             replies = list(grid.send_and_receive(sent, timeout=s.round_timeout))
             accepted, rejected = screen_replies(sent, replies, model.layout, train=True, timeout=s.round_timeout,
                                                 names=self._names)
@@ -275,7 +277,9 @@ class FederatedServer:
         a client that fails here is recorded but costs the round nothing."""
         if self.settings.fraction_evaluate <= 0:
             return {}
-        sent = list(strategy.configure_evaluate(server_round, arrays, ConfigRecord({"eval-batch-size": 128}), grid))
+        _seed_round(self.settings.seed, server_round, "evaluate")
+        sent = list(strategy.configure_evaluate(server_round, arrays, ConfigRecord({"eval-batch-size": 128}),
+                                                SortedNodes(grid)))
         replies = list(grid.send_and_receive(sent, timeout=self.settings.round_timeout))
         accepted, rejected = screen_replies(sent, replies, model.layout, train=False,
                                             timeout=self.settings.round_timeout, names=self._names)
@@ -347,6 +351,28 @@ class FederatedServer:
         part = f"Dirichlet({s.alpha:g})" if s.partitioning == "dirichlet" else s.partitioning.upper()
         return (f"{s.strategy_settings().describe()}, {s.clients} clients ({part}), {s.rounds} rounds x "
                 f"{s.local_epochs} local epochs")
+
+
+class SortedNodes:
+    """A ``Grid`` whose ``get_node_ids`` lists the nodes sorted, for a strategy's sampling (`_seed_round`):
+    the SuperLink lists them in no fixed order."""
+
+    def __init__(self, grid: Grid) -> None:
+        self._grid = grid
+
+    def get_node_ids(self) -> List[int]:
+        return sorted(self._grid.get_node_ids())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grid, name)
+
+
+def _seed_round(seed: int, server_round: int, step: str) -> None:
+    """Seed what the strategies draw from, per round and step (so a resumed run draws what the whole run
+    would have): Python's ``random`` (Flower's sampling of the clients with a fraction below 1) and
+    numpy's global generator (the Gaussian noise of Flower's differential privacy wrappers)."""
+    random.seed(f"ort_cffi {seed} {server_round} {step}")
+    np.random.seed([seed, server_round, 0 if step == "train" else 1])
 
 
 def _weight(message: Message) -> float:
