@@ -56,7 +56,8 @@ strategies (--strategy), each Flower's own implementation:
 
 writes to --out after every round: global_checkpoint (the global model), history.json (a record per
 round, who was left out and why); after the last: inference_model.onnx, federated.png (plot).
-A killed run continues from its last completed round with --resume.
+A killed run continues from its last completed round with --resume; a run in --out, finished or
+not, is only replaced with --overwrite.
 
 examples:
   ort-cffi-federated                                     # 10 IID clients, 20 rounds of FedAvg
@@ -83,8 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dataset, as ort-cffi-train reads it (default: the one .npz in the artifacts folder)")
     p.add_argument("--out", type=Path, default=Path("runs") / "federated", metavar="DIR",
                    help="output folder (default: runs/federated)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out from its last completed round, with its own settings")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="continue the run in --out from its last completed round, with its own settings")
+    again.add_argument("--overwrite", action="store_true",
+                       help="start a new run in --out even though it holds a run, replacing it (a run in --out is "
+                            "never replaced without this)")
     p.add_argument("--clients", type=_train._positive_int, default=10, metavar="N", help="simulated clients (default: 10)")
     p.add_argument("--rounds", type=_train._positive_int, default=20, metavar="R", help="rounds (default: 20)")
     p.add_argument("--local-epochs", type=_train._positive_int, default=2, metavar="E",
@@ -198,7 +203,7 @@ def settings_from_args(args: argparse.Namespace) -> Dict[str, Any]:
     """The ServerSettings fields the command line sets."""
     values = {name: getattr(args, name) for name in SETTING_ARGS}
     values.update(artifacts=str(args.artifacts), data=str(args.data) if args.data else None,
-                  plot=not args.no_plot, resume=args.resume)
+                  plot=not args.no_plot, resume=args.resume, overwrite=args.overwrite)
     return values
 
 

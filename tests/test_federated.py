@@ -619,6 +619,41 @@ def test_what_the_output_folder_refuses_is_a_usage_error(tmp_path: Path, capsys:
         flower.ServerSettings(seed=-1).check()
 
 
+def test_a_run_in_the_output_folder_is_replaced_only_with_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A run folder is never overwritten: a new run over a completed run is refused (it was silently
+    replaced), saying --overwrite; over an unfinished one, saying --resume; --overwrite replaces either,
+    and the new run then starts without the old one's inference model, plot or state."""
+    out = tmp_path / "run"
+    settings = _unfinished_run(out)
+    store = RunStore(out)
+    doc = store.read_history()
+    assert doc is not None
+    store.write_history({**doc, "status": "completed"})
+    (out / "inference_model.onnx").write_bytes(b"old")
+    (out / "federated.png").write_bytes(b"old")
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    with pytest.raises(UsageError, match=r"holds a completed run \(4 rounds\): a run is never overwritten unless asked\. "
+                                         r"To run again in this folder, replacing it, pass --overwrite"):
+        flower.preflight(settings)
+    assert federated.main(["--out", str(out), "--rounds", "4"]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(rf"error: {re.escape(str(out))} holds a completed run \(4 rounds\): [^\n]*pass --overwrite[^\n]*\n", err), err
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before  # untouched
+    with pytest.raises(SystemExit) as exit_info:
+        federated.main(["--out", str(out), "--resume", "--overwrite"])
+    assert exit_info.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="resume continues the run in the output folder, overwrite replaces it: not both"):
+        flower.ServerSettings(resume=True, overwrite=True).check()
+    overwrite = flower.ServerSettings(**{**settings.history_config(), "out": str(out), "overwrite": True})
+    flower.preflight(overwrite)  # accepted
+    store.write_history({**doc, "status": "running"})  # unfinished: the refusal points at --resume
+    with pytest.raises(UsageError, match=r"stopped after round 1 of 4: continue it with --resume .*--overwrite would discard it"):
+        flower.preflight(settings)
+    flower.preflight(overwrite)
+    store.clear()  # what a new run's server does first
+    assert not (out / "inference_model.onnx").exists() and not (out / "federated.png").exists()
+
+
 def test_flower_processes_keep_the_users_telemetry_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Telemetry and the update check are off unless the user has set them (as the guide says)."""
     from ort_cffi.flower.deploy import flower_env

@@ -86,6 +86,7 @@ class ServerSettings(RunConfigurable):
     out: str = "federated_run"  # global_checkpoint, history.json, inference_model.onnx, federated.png
     plot: bool = True
     resume: bool = False
+    overwrite: bool = False  # a new run may replace the run in ``out`` (never without it)
     save_updates: bool = False  # keep every round's accepted client updates (updates/round-N.npz), for audits
     threads: int = 1  # intra-op threads of the server's session
 
@@ -97,7 +98,7 @@ class ServerSettings(RunConfigurable):
         "partitioning": "partitioning", "alpha": "dirichlet-alpha", "strategy": "strategy",
         "proximal_mu": "proximal-mu", "trim_beta": "trim-beta", "krum_f": "krum-f", "server_lr": "server-lr",
         "dp_clipping": "dp-clipping", "dp_noise": "dp-noise", "dp_side": "dp-side",
-        "export_outputs": "export-outputs", "out": "out", "plot": "plot", "resume": "resume",
+        "export_outputs": "export-outputs", "out": "out", "plot": "plot", "resume": "resume", "overwrite": "overwrite",
         "save_updates": "save-updates", "threads": "server-threads"}
 
     @property
@@ -145,6 +146,8 @@ class ServerSettings(RunConfigurable):
             problems.append("lr, round-timeout and connect-timeout must be positive")
         if self.seed < 0:
             problems.append(f"seed must not be negative, got {self.seed}")
+        if self.resume and self.overwrite:
+            problems.append("resume continues the run in the output folder, overwrite replaces it: not both")
         if problems:
             raise _train.UsageError("; ".join(problems))
         check_strategy(self.strategy_settings(), sampled=self.min_fit)
@@ -152,7 +155,7 @@ class ServerSettings(RunConfigurable):
     def history_config(self) -> Dict[str, Any]:
         """The settings as the history records them (and a resume compares them)."""
         config = asdict(self)
-        for key in ("resume", "out"):
+        for key in ("resume", "overwrite", "out"):
             config.pop(key)
         return config
 
@@ -179,7 +182,7 @@ class FederatedServer:
         files = run_files(s.artifacts, s.data)
         point = self.store.resume_point(s.history_config(), files) if s.resume else None
         if not s.resume:
-            self.store.check_fresh()
+            self.store.check_fresh(s.overwrite)
         exports = [n.strip() for n in s.export_outputs.split(",") if n.strip()] if s.export_outputs else None
         with GlobalModel(s.artifacts, s.data, s.threads, checkpoint=self.store.checkpoint if point else None,
                          export_outputs=exports) as model:

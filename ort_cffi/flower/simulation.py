@@ -35,8 +35,9 @@ def preflight(settings: ServerSettings) -> None:
     """Everything that would stop the run later, checked now (``UsageError``, ``StrategyError``): the
     settings, artifacts, dataset, enough training samples for the clients, the batch size a model may fix,
     the inference export, the output folder (made now), and what it holds (an unfinished run is only
-    continued with ``resume``, and only with its own settings): Flower has not started, so each is a
-    usage error."""
+    continued with ``resume``, and only with its own settings; a run is only replaced with
+    ``overwrite``): Flower has not started, so each is a usage error. A check that fails leaves the file
+    system as it was: the folders made for ``out`` are removed again."""
     settings.check()
     artifacts = Path(settings.artifacts)
     _train.find_artifacts(artifacts)
@@ -62,7 +63,7 @@ def preflight(settings: ServerSettings) -> None:
             if store.resume_point(settings.history_config(), run_files(artifacts, data_path)) is not None:
                 checkpoint = store.checkpoint
         else:
-            store.check_fresh()
+            store.check_fresh(settings.overwrite)
     except FederatedError as exc:  # what --out holds does not fit the settings
         raise _train.UsageError(str(exc)) from None
     exports = [n.strip() for n in settings.export_outputs.split(",") if n.strip()] if settings.export_outputs else None
