@@ -559,7 +559,7 @@ def test_an_eval_model_with_nothing_to_export_fails_before_the_first_round(tmp_p
                                          r"nothing to export for inference after the last round: name the inference "
                                          r"model's outputs with --export-outputs"):
         flower.preflight(settings)
-    assert not list(out.glob("*")) if out.exists() else True  # nothing written, no Flower process started
+    assert not out.exists()  # nothing written, no Flower process started
     flower.preflight(flower.ServerSettings(artifacts=str(artifacts), clients=2, rounds=1, out=str(out),
                                            export_outputs="logits"))
     with pytest.raises(UsageError, match="cannot export nowhere for inference"):
@@ -652,6 +652,23 @@ def test_a_run_in_the_output_folder_is_replaced_only_with_overwrite(tmp_path: Pa
     flower.preflight(overwrite)
     store.clear()  # what a new run's server does first
     assert not (out / "inference_model.onnx").exists() and not (out / "federated.png").exists()
+
+
+def test_a_failed_preflight_leaves_the_file_system_as_it_was(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The checks before Flower starts made --out (and its parents) first: when a later one failed, the
+    empty folders stayed behind. Now they are removed again; a folder that existed stays, as it was."""
+    artifacts = loss_only_artifacts(tmp_path)
+    new = tmp_path / "new" / "deeper" / "run"
+    with pytest.raises(UsageError, match="nothing to export for inference"):
+        flower.preflight(flower.ServerSettings(artifacts=str(artifacts), clients=2, rounds=1, out=str(new)))
+    assert not (tmp_path / "new").exists()
+    assert federated.main(["--artifacts", str(artifacts), "--rounds", "1", "--out", str(new)]) == 2
+    assert "nothing to export for inference" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    assert federated.main(["--artifacts", str(artifacts), "--rounds", "1", "--out", str(existing / "a" / "b")]) == 2
+    assert [p.name for p in tmp_path.iterdir() if p.name != "loss_only"] == ["existing"] and not list(existing.iterdir())
 
 
 def test_flower_processes_keep_the_users_telemetry_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

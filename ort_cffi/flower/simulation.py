@@ -48,6 +48,19 @@ def preflight(settings: ServerSettings) -> None:
             f"--clients {settings.clients} is more than the {n_train} training samples of dataset {str(data_path)!r}: "
             f"every client needs training data, so use at most {n_train} clients")
     out = Path(settings.out)
+    made = [folder for folder in (out, *out.parents) if not os.path.lexists(folder)]  # deepest first
+    try:
+        _check_out(settings, artifacts, data_path, out)
+    except BaseException:
+        for folder in made:  # what this check made, if it holds nothing
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def _check_out(settings: ServerSettings, artifacts: Path, data_path: Path, out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
