@@ -241,7 +241,7 @@ class FederatedServer:
             lr = s.lr_for(server_round)
             config = ConfigRecord({"local-epochs": s.local_epochs, "batch-size": s.batch_size, "lr": lr, "seed": s.seed})
             _seed_round(s.seed, server_round, "train")
-            sent = list(strategy.configure_train(server_round, arrays, config, SortedNodes(grid)))
+            sent = list(strategy.configure_train(server_round, arrays, config, sorted_nodes(grid)))
             replies = list(grid.send_and_receive(sent, timeout=s.round_timeout))
             accepted, rejected = screen_replies(sent, replies, model.layout, train=True, timeout=s.round_timeout,
                                                 names=self._names)
@@ -282,7 +282,7 @@ class FederatedServer:
             return {}
         _seed_round(self.settings.seed, server_round, "evaluate")
         sent = list(strategy.configure_evaluate(server_round, arrays, ConfigRecord({"eval-batch-size": 128}),
-                                                SortedNodes(grid)))
+                                                sorted_nodes(grid)))
         replies = list(grid.send_and_receive(sent, timeout=self.settings.round_timeout))
         accepted, rejected = screen_replies(sent, replies, model.layout, train=False,
                                             timeout=self.settings.round_timeout, names=self._names)
@@ -368,6 +368,12 @@ class SortedNodes:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._grid, name)
+
+
+def sorted_nodes(grid: Grid) -> Grid:
+    """``grid`` as a strategy's sampling should see it (`SortedNodes`; typed as the ``Grid`` it stands for)."""
+    proxy: Any = SortedNodes(grid)
+    return proxy
 
 
 def _seed_round(seed: int, server_round: int, step: str) -> None:
