@@ -116,6 +116,20 @@ def processes_matching(text: str) -> List[int]:
     return [pid for pid in _ppids() if text in command_line(pid)]
 
 
+def processes_with_env(name: str, value: str) -> List[int]:
+    """Live processes whose environment holds ``name=value``: the environment is inherited, so this finds
+    every process a command started with it, even one that left its session or outlived its parent."""
+    needle = f"{name}={value}".encode()
+    found = []
+    for pid in _ppids():
+        try:
+            if needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
 def wait_gone(pids: List[int], timeout: float = 120.0) -> List[int]:
     """Wait until none of ``pids`` is alive; returns those still alive after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

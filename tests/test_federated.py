@@ -228,6 +228,39 @@ def test_each_client_keeps_its_own_session_from_round_to_round(small_data: Path,
     assert not again.session.isClosed() and again.session is not second.session and first.session.isClosed()
 
 
+def test_a_clients_optimizer_state_travels_in_its_context_state(small_data: Path, shared_sessions: None) -> None:
+    """A simulation's client is served by whichever Ray actor is free: its AdamW state (moments, step
+    count) travels in its Context.state, so that round 2 trains the same wherever it runs. Here: round 2
+    in the process that ran round 1, then again as in another process (no cached session), then in a
+    process whose cached session of the client is stale (it trained an earlier round there): all three
+    give the same model, to the bit; a fresh optimizer would not."""
+    from flwr.app import ConfigRecord, RecordDict
+
+    settings = flower.ClientSettings(data=str(small_data))
+
+    def train(learner: "flower.LocalLearner", start: np.ndarray, server_round: int) -> np.ndarray:
+        content = RecordDict({"arrays": learner.layout.to_record(start), "config": ConfigRecord(
+            {"local-epochs": 1, "batch-size": 16, "lr": 0.01, "server-round": server_round})})
+        reply = learner.train_reply(content)
+        return learner.layout.to_buffer(reply["arrays"])
+
+    state = RecordDict()
+    start = flower.load_learner(settings, 0, 3, state=state).parameters()
+    after_1 = train(flower.load_learner(settings, 0, 3, state=state), start, 1)
+    kept = RecordDict({"ort_cffi": state["ort_cffi"]})  # the state after round 1, as Flower keeps it
+    here = train(flower.load_learner(settings, 0, 3, state=state), after_1, 2)
+    flower.close_shared_sessions()  # another process: nothing cached
+    elsewhere = train(flower.load_learner(settings, 0, 3, state=RecordDict({"ort_cffi": kept["ort_cffi"]})), after_1, 2)
+    np.testing.assert_array_equal(here, elsewhere)
+    stale = flower.load_learner(settings, 0, 3, state=RecordDict({"ort_cffi": kept["ort_cffi"]}))
+    train(stale, after_1, 2)  # this process's session of the client is now a round ahead of `kept`
+    again = train(flower.load_learner(settings, 0, 3, state=RecordDict({"ort_cffi": kept["ort_cffi"]})), after_1, 2)
+    np.testing.assert_array_equal(here, again)
+    flower.close_shared_sessions()
+    fresh = train(flower.load_learner(settings, 0, 3, state=RecordDict()), after_1, 2)
+    assert not np.array_equal(here, fresh)  # the moments matter: a fresh optimizer takes other steps
+
+
 def test_train_and_evaluate_replies_are_flower_records(small_data: Path, shared_sessions: None) -> None:
     learner = _learner(small_data, 2)
     sent = RecordDict({"arrays": learner.layout.to_record(learner.parameters()),
@@ -526,7 +559,7 @@ def test_an_eval_model_with_nothing_to_export_fails_before_the_first_round(tmp_p
                                          r"nothing to export for inference after the last round: name the inference "
                                          r"model's outputs with --export-outputs"):
         flower.preflight(settings)
-    assert not list(out.glob("*")) if out.exists() else True  # nothing written, no Flower process started
+    assert not out.exists()  # nothing written, no Flower process started
     flower.preflight(flower.ServerSettings(artifacts=str(artifacts), clients=2, rounds=1, out=str(out),
                                            export_outputs="logits"))
     with pytest.raises(SetupError, match="cannot export nowhere for inference"):
@@ -584,6 +617,58 @@ def test_what_the_output_folder_refuses_is_a_usage_error(tmp_path: Path, capsys:
     assert exit_info.value.code == 2 and "argument --seed: must not be negative, got -1" in capsys.readouterr().err
     with pytest.raises(SetupError, match="seed must not be negative, got -1"):
         flower.ServerSettings(seed=-1).check()
+
+
+def test_a_run_in_the_output_folder_is_replaced_only_with_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A run folder is never overwritten: a new run over a completed run is refused (it was silently
+    replaced), saying --overwrite; over an unfinished one, saying --resume; --overwrite replaces either,
+    and the new run then starts without the old one's inference model, plot or state."""
+    out = tmp_path / "run"
+    settings = _unfinished_run(out)
+    store = RunStore(out)
+    doc = store.read_history()
+    assert doc is not None
+    store.write_history({**doc, "status": "completed"})
+    (out / "inference_model.onnx").write_bytes(b"old")
+    (out / "federated.png").write_bytes(b"old")
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    with pytest.raises(UsageError, match=r"holds a completed run \(4 rounds\): a run is never overwritten unless asked\. "
+                                         r"To run again in this folder, replacing it, pass --overwrite"):
+        flower.preflight(settings)
+    assert federated.main(["--out", str(out), "--rounds", "4"]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(rf"error: {re.escape(str(out))} holds a completed run \(4 rounds\): [^\n]*pass --overwrite[^\n]*\n", err), err
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before  # untouched
+    with pytest.raises(SystemExit) as exit_info:
+        federated.main(["--out", str(out), "--resume", "--overwrite"])
+    assert exit_info.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="resume continues the run in the output folder, overwrite replaces it: not both"):
+        flower.ServerSettings(resume=True, overwrite=True).check()
+    overwrite = flower.ServerSettings(**{**settings.history_config(), "out": str(out), "overwrite": True})
+    flower.preflight(overwrite)  # accepted
+    store.write_history({**doc, "status": "running"})  # unfinished: the refusal points at --resume
+    with pytest.raises(UsageError, match=r"stopped after round 1 of 4: continue it with --resume .*--overwrite would discard it"):
+        flower.preflight(settings)
+    flower.preflight(overwrite)
+    store.clear()  # what a new run's server does first
+    assert not (out / "inference_model.onnx").exists() and not (out / "federated.png").exists()
+
+
+def test_a_failed_preflight_leaves_the_file_system_as_it_was(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The checks before Flower starts made --out (and its parents) first: when a later one failed, the
+    empty folders stayed behind. Now they are removed again; a folder that existed stays, as it was."""
+    artifacts = loss_only_artifacts(tmp_path)
+    new = tmp_path / "new" / "deeper" / "run"
+    with pytest.raises(UsageError, match="nothing to export for inference"):
+        flower.preflight(flower.ServerSettings(artifacts=str(artifacts), clients=2, rounds=1, out=str(new)))
+    assert not (tmp_path / "new").exists()
+    assert federated.main(["--artifacts", str(artifacts), "--rounds", "1", "--out", str(new)]) == 2
+    assert "nothing to export for inference" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    assert federated.main(["--artifacts", str(artifacts), "--rounds", "1", "--out", str(existing / "a" / "b")]) == 2
+    assert [p.name for p in tmp_path.iterdir() if p.name != "loss_only"] == ["existing"] and not list(existing.iterdir())
 
 
 def test_flower_processes_keep_the_users_telemetry_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -57,7 +57,8 @@ strategies (--strategy), each Flower's own implementation:
 
 writes to --out after every round: global_checkpoint (the global model), history.json (a record per
 round, who was left out and why); after the last: inference_model.onnx, federated.png (plot).
-A killed run continues from its last completed round with --resume.
+A killed run continues from its last completed round with --resume; a run in --out, finished or
+not, is only replaced with --overwrite.
 
 examples:
   ort-cffi-federated                                     # 10 IID clients, 20 rounds of FedAvg
@@ -84,8 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dataset, as ort-cffi-train reads it (default: the one .npz in the artifacts folder)")
     p.add_argument("--out", type=Path, default=Path("runs") / "federated", metavar="DIR",
                    help="output folder (default: runs/federated)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out from its last completed round, with its own settings")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="continue the run in --out from its last completed round, with its own settings")
+    again.add_argument("--overwrite", action="store_true",
+                       help="start a new run in --out even though it holds a run, replacing it (a run in --out is "
+                            "never replaced without this)")
     p.add_argument("--clients", type=positive_int, default=10, metavar="N", help="simulated clients (default: 10)")
     p.add_argument("--rounds", type=positive_int, default=20, metavar="R", help="rounds (default: 20)")
     p.add_argument("--local-epochs", type=positive_int, default=2, metavar="E",
@@ -199,7 +204,7 @@ def settings_from_args(args: argparse.Namespace) -> Dict[str, Any]:
     """The ServerSettings fields the command line sets."""
     values = {name: getattr(args, name) for name in SETTING_ARGS}
     values.update(artifacts=str(args.artifacts), data=str(args.data) if args.data else None,
-                  plot=not args.no_plot, resume=args.resume)
+                  plot=not args.no_plot, resume=args.resume, overwrite=args.overwrite)
     return values
 
 
@@ -208,7 +213,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     started, started_at = time.monotonic(), time.time()
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)  # stop Flower's processes on the way out, as Ctrl-C does
+        _STOPPING.clear()
+        for signum in (signal.SIGINT, signal.SIGTERM):  # SIGTERM stops the run as Ctrl-C does
+            signal.signal(signum, _interrupt)
     try:
         require_flower()
         from ort_cffi.flower import FederatedError, StrategyError, StrategySettings
@@ -247,8 +254,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {message}{hint}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"\ninterrupted: the last global model is in {args.out / 'global_checkpoint'}; "
-              "continue with --resume", file=sys.stderr)
+        doc = _saved_history(args.out)
+        if doc.get("status") == "interrupted" and doc.get("resume"):
+            done = (doc.get("interrupted") or {}).get("after_round")
+            kept = f" (round {done})" if done is not None else ""
+            print(f"\ninterrupted: the last global model{kept} is in {args.out / 'global_checkpoint'}; "
+                  f"continue with: {doc['resume']}", file=sys.stderr)
+        else:
+            print("\ninterrupted before the first round: nothing to continue", file=sys.stderr)
         return 130
     final = history["rounds"][-1]
     inference = history.get("inference") or {}
@@ -269,8 +282,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
+_STOPPING = threading.Event()
+
+
 def _interrupt(signum: int, frame: Any) -> None:
+    """SIGINT or SIGTERM: a KeyboardInterrupt, once. The run's processes are then stopped and its history
+    marked (a second or two); a second Ctrl-C meanwhile would break that off, so it is ignored."""
+    if _STOPPING.is_set():
+        return
+    _STOPPING.set()
     raise KeyboardInterrupt
+
+
+def _saved_history(out: Path) -> Dict[str, Any]:
+    try:
+        doc = json.loads((Path(out) / "history.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def _version(name: str) -> str:

@@ -11,7 +11,9 @@ server records and leaves out of the round.
 """
 from __future__ import annotations
 
+import tempfile
 import threading
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,7 @@ from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import fixedclipping_mod
 from flwr.clientapp.typing import ClientAppCallable
 
-from ort_cffi import OrtClosedException, OrtEnvironment, OrtTrainingSession, SessionOptions
+from ort_cffi import OrtCheckpointState, OrtClosedException, OrtEnvironment, OrtTrainingSession, SessionOptions
 from ort_cffi.flower.config import RunConfigurable
 from ort_cffi.flower.data import Arrays, label_name, partition_dataset
 from ort_cffi.flower.model import FederatedError, ParameterLayout, PathLike
@@ -59,53 +61,109 @@ class ClientSettings(RunConfigurable):
 #: The most training sessions one process keeps. A simulation's Ray actor serves any of the federation's
 #: clients, one at a time, and keeps each client's own session (its AdamW moments and step count) from
 #: round to round; so that a large federation does not hold a session per client in every actor, the
-#: sessions beyond this many are closed, least recently used first, and such a client starts again with
-#: a fresh session (fresh moments) when it is next sampled.
+#: sessions beyond this many are closed, least recently used first.
 MAX_SESSIONS = 32
 
+#: The ``ConfigRecord`` of a client's ``Context.state`` (which Flower keeps for each node from round to
+#: round, whichever process serves it) that holds the client's optimizer state: ``checkpoint``, the
+#: bytes of its session's checkpoint with the optimizer state, and ``stamp``, which names that state.
+STATE_KEY = "ort_cffi"
+
 _cache_lock = threading.Lock()
-_sessions: "OrderedDict[Tuple[str, int, Hashable], Tuple[OrtTrainingSession, ParameterLayout]]" = OrderedDict()
+_SessionKey = Tuple[str, int, Hashable]
+_sessions: "OrderedDict[_SessionKey, Tuple[OrtTrainingSession, ParameterLayout]]" = OrderedDict()
+_stamps: Dict[_SessionKey, Optional[str]] = {}  # the stamp of the state each cached session holds
 _datasets: Dict[Tuple[Any, ...], Any] = {}
 
 
-def shared_session(artifacts: PathLike, threads: int = 1, seed: int = 0,
-                   client: Hashable = None) -> Tuple[OrtTrainingSession, ParameterLayout]:
+def session_key(artifacts: PathLike, threads: int = 1, client: Hashable = None) -> _SessionKey:
+    """The cache key of a client's session (`shared_session`)."""
+    return (str(Path(artifacts).resolve()), int(threads), client)
+
+
+def shared_session(artifacts: PathLike, threads: int = 1, seed: int = 0, client: Hashable = None,
+                   state: Optional[RecordDict] = None) -> Tuple[OrtTrainingSession, ParameterLayout]:
     """The training session over ``artifacts`` of the client ``client`` (any hashable identity, e.g. its
     partition or data path) in this process, and its parameter layout: created on first use (the runtime
     is loaded then, once) and reused for that client in every round, so its optimizer state carries
     over. Each client has its own; this process keeps the `MAX_SESSIONS` used last (the others are
-    closed). `close_shared_sessions` releases them."""
+    closed). `close_shared_sessions` releases them.
+
+    ``state`` is the client's ``Context.state``: the session then holds the optimizer state that the
+    client's last training left there (`keep_state`; none: a fresh optimizer), whichever process it
+    trained in. A simulation's Ray actors serve the clients in whatever order they come, so without it a
+    client's optimizer state would depend on which actor served it last: the runs would not repeat."""
     folder = Path(artifacts)
-    key = (str(folder.resolve()), int(threads), client)
+    key = session_key(folder, threads, client)
+    saved = state.get(STATE_KEY) if state is not None else None
+    saved = saved if isinstance(saved, ConfigRecord) else None
+    stamp = str(saved["stamp"]) if saved is not None and "stamp" in saved else None
     with _cache_lock:
         cached = _sessions.get(key)
-        if cached is None or cached[0].isClosed():
+        stale = state is not None and cached is not None and _stamps.get(key) != stamp
+        if cached is None or cached[0].isClosed() or stale:
+            if cached is not None:
+                _close(cached[0])
             paths = find_artifacts(folder)
             OrtTrainingSession.setSeed(seed)
-            with SessionOptions() as options:
-                if threads:
-                    options.setIntraOpNumThreads(threads)
-                session = OrtEnvironment.getEnvironment().createTrainingSession(
-                    paths["checkpoint"], paths["train"], paths["eval"], paths["optimizer"], options)
+            checkpoint: Any = paths["checkpoint"]
+            if stamp is not None:  # closed with the session (`_close`)
+                checkpoint = OrtCheckpointState.loadCheckpointFromBuffer(saved["checkpoint"])  # type: ignore[index,arg-type]
+            try:
+                with SessionOptions() as options:
+                    if threads:
+                        options.setIntraOpNumThreads(threads)
+                    session = OrtEnvironment.getEnvironment().createTrainingSession(
+                        checkpoint, paths["train"], paths["eval"], paths["optimizer"], options)
+            except BaseException:
+                if isinstance(checkpoint, OrtCheckpointState):
+                    checkpoint.close()
+                raise
             try:
                 cached = (session, ParameterLayout.of_session(session, paths["train"]))
             except BaseException:
-                session.close()
+                _close(session)
                 raise
             _sessions[key] = cached
+            _stamps[key] = stamp
         _sessions.move_to_end(key)
         while len(_sessions) > MAX_SESSIONS:
-            _, (evicted, _) = _sessions.popitem(last=False)
-            evicted.close()
+            gone, (evicted, _) = _sessions.popitem(last=False)
+            _stamps.pop(gone, None)
+            _close(evicted)
         return cached
+
+
+def _close(session: OrtTrainingSession) -> None:
+    """Close a session and its checkpoint state: one the session loaded is closed with it already, one
+    loaded here from a client's state (`shared_session`) is this module's to close."""
+    state = None if session.isClosed() else session.getCheckpointState()
+    session.close()
+    if state is not None:
+        state.close()  # idempotent
+
+
+def keep_state(session: OrtTrainingSession, key: _SessionKey, state: RecordDict) -> None:
+    """Put ``session``'s checkpoint with its optimizer state into the client's ``Context.state``, under a new
+    stamp that the cached session ``key`` now holds (see `shared_session`)."""
+    with tempfile.TemporaryDirectory(prefix="ort-cffi-client-") as folder:
+        path = Path(folder) / "state"
+        session.saveCheckpoint(path, True)
+        data = path.read_bytes()
+    stamp = uuid.uuid4().hex
+    state[STATE_KEY] = ConfigRecord({"stamp": stamp, "checkpoint": data})
+    with _cache_lock:
+        if key in _sessions:
+            _stamps[key] = stamp
 
 
 def close_shared_sessions() -> None:
     """Close this process's cached sessions (and forget its cached datasets)."""
     with _cache_lock:
         for session, _ in _sessions.values():
-            session.close()
+            _close(session)
         _sessions.clear()
+        _stamps.clear()
         _datasets.clear()
 
 
@@ -169,12 +227,17 @@ class LocalLearner:
 
     A client's session is kept from round to round (`shared_session`, one per client), so AdamW's
     moments carry over from one ``fit`` to the next; only the parameters are replaced by the global model's.
+    With ``state`` (the client's ``Context.state``, as `learner_for` passes it) `train_reply` also leaves
+    the optimizer state there (`keep_state`), and the next round starts from it in whichever process
+    serves the client: a simulation with a fixed seed then repeats itself.
     """
 
     def __init__(self, session: OrtTrainingSession, data: Mapping[str, Arrays], *, name: str = "client 0",
                  order_id: int = 0, fixed_batch: Optional[int] = None,
-                 layout: Optional[ParameterLayout] = None) -> None:
+                 layout: Optional[ParameterLayout] = None, state: Optional[RecordDict] = None,
+                 key: Optional[_SessionKey] = None) -> None:
         self.session = session
+        self.state, self.key = state, key  # the client's Context.state, and its session's cache key
         self.name = name
         self.order_id = int(order_id)
         self.fixed_batch = fixed_batch
@@ -268,6 +331,8 @@ class LocalLearner:
             buffer, epochs=int(_number(config, "local-epochs", 1)), batch_size=_int_or_none(_number(config, "batch-size", None)),
             lr=lr, server_round=int(_number(config, "server-round", 0)), seed=int(_number(config, "seed", 0)),
             proximal_mu=float(_number(config, "proximal-mu", 0.0)))
+        if self.state is not None and self.key is not None:
+            keep_state(self.session, self.key, self.state)
         return RecordDict({"arrays": self.layout.to_record(trained), "metrics": MetricRecord(metrics),  # type: ignore[arg-type]
                            "client": ConfigRecord({"name": self.name})})
 
@@ -303,7 +368,7 @@ class LocalLearner:
 
     def close(self) -> None:
         """Close the session, shared or not: a learner closed is closed for good."""
-        self.session.close()
+        _close(self.session)
 
     def __enter__(self) -> LocalLearner:
         return self
@@ -332,11 +397,13 @@ def _arrays_and_config(content: RecordDict, name: str) -> Tuple[ArrayRecord, Con
 
 
 def load_learner(settings: ClientSettings = ClientSettings(), partition_id: Optional[int] = None,
-                 num_partitions: Optional[int] = None, data_path: Optional[str] = None) -> LocalLearner:
+                 num_partitions: Optional[int] = None, data_path: Optional[str] = None,
+                 state: Optional[RecordDict] = None) -> LocalLearner:
     """A learner over this client's session in this process (`shared_session`) and its local data:
     partition ``partition_id`` of ``num_partitions`` of the settings' dataset, or all of ``data_path``.
     The session stays cached for the client's next round (do not close it unless you mean to end the
-    client's optimizer state)."""
+    client's optimizer state). With ``state`` (the client's ``Context.state``) the optimizer state also
+    travels there, so that it does not depend on the process that serves the client."""
     if data_path:
         client: Hashable = ("data-path", str(Path(data_path).resolve()))
         name = f"client {Path(data_path).name}"
@@ -345,22 +412,23 @@ def load_learner(settings: ClientSettings = ClientSettings(), partition_id: Opti
         name = f"client {partition_id}"
     else:
         client, name = ("all", settings.data), "client"
-    session, layout = shared_session(settings.artifacts, settings.threads, settings.seed, client)
+    session, layout = shared_session(settings.artifacts, settings.threads, settings.seed, client, state)
     data, fixed_batch = local_data(settings, session, partition_id, num_partitions, data_path)
-    return LocalLearner(session, data, name=name, order_id=partition_id or 0, fixed_batch=fixed_batch, layout=layout)
+    return LocalLearner(session, data, name=name, order_id=partition_id or 0, fixed_batch=fixed_batch, layout=layout,
+                        state=state, key=session_key(settings.artifacts, settings.threads, client))
 
 
 def learner_for(settings: ClientSettings, context: Context) -> LocalLearner:
     """The learner a message's ``context`` asks for: the node config's ``partition-id``/``num-partitions``
     (set by the simulation, or by ``flower-supernode --node-config``) or ``data-path``, with the run config
     overriding the settings (``artifacts``, ``data``, ``partitioning``, ``dirichlet-alpha``, ``seed``,
-    ``client-threads``)."""
+    ``client-threads``); its optimizer state travels in ``context.state`` (see `shared_session`)."""
     node = context.node_config
     resolved = settings.with_run_config(context.run_config)
     partition_id = int(node["partition-id"]) if "partition-id" in node else None
     num_partitions = int(node["num-partitions"]) if "num-partitions" in node else None
     data_path = str(node["data-path"]) if node.get("data-path") else None
-    return load_learner(resolved, partition_id, num_partitions, data_path)
+    return load_learner(resolved, partition_id, num_partitions, data_path, context.state)
 
 
 def client_side_clipping(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:

@@ -126,6 +126,75 @@ def _stop_groups(groups: Set[int], grace: float) -> None:
             return
 
 
+#: The environment variable that marks every process of one `ort_cffi.flower.simulation.LocalSimulation`
+#: (its value is the simulation's own token): the environment is inherited, so it also marks the
+#: processes that Flower and Ray start in sessions of their own or that outlive their parent
+#: (re-parented to PID 1), which a walk of the process tree would miss.
+RUN_MARK = "ORT_CFFI_RUN"
+
+
+def marked_processes(token: str) -> Set[int]:
+    """The live processes (zombies excluded) whose environment holds ``RUN_MARK=token`` (Linux: /proc;
+    only this user's processes can be read, which are the only ones a run starts)."""
+    needle = f"{RUN_MARK}={token}".encode()
+    found = set()
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if needle not in environ.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue  # gone meanwhile, or another user's
+        found.add(int(entry))
+    return found
+
+
+def descendant_pids(pid: int) -> Set[int]:
+    """Every live process below ``pid`` (children, their children, ...)."""
+    table = _process_table()
+    found, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        children = [child for child, (parent, _) in table.items() if parent == current and child not in found]
+        found.update(children)
+        todo += children
+    return found
+
+
+def kill_now(find: Callable[[], Set[int]], grace: float = 1.0, timeout: float = 1.5) -> Set[int]:
+    """Stop the processes ``find`` returns, fast: SIGTERM to each, SIGKILL to what is left after ``grace``
+    seconds, then SIGKILL to whatever ``find`` still returns (a process started meanwhile) until nothing is
+    left or ``timeout`` more seconds have passed. Returns the processes still alive then (none, normally).
+    For an interrupted run: its files are committed atomically, so nothing gains from a longer wait."""
+    own = {os.getpid(), os.getppid()}
+
+    def alive() -> Set[int]:
+        return find() - own
+
+    def send(pids: Set[int], sig: int) -> None:
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    send(alive(), signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while (left := alive()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    deadline = time.monotonic() + timeout
+    while left and time.monotonic() < deadline:
+        send(left, signal.SIGKILL)
+        time.sleep(0.05)
+        left = alive()
+    return left
+
+
 class FlowerProcess:
     """One Flower command as a child process, in a session of its own, with its output in ``log``."""
 
@@ -364,7 +433,11 @@ def run_app(app: Path, connection: str, *, home: Path, federation_config: Option
         finally:
             if follow.poll() is None:
                 follow.terminate()
-            code = follow.wait()
+            try:
+                code = follow.wait(2.0)
+            except subprocess.TimeoutExpired:  # it does not stop: an interrupted run must not wait for it
+                follow.kill()
+                code = follow.wait()
             if log is not None:
                 log.parent.mkdir(parents=True, exist_ok=True)
                 with open(log, "a", errors="replace") as file:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -100,6 +101,7 @@ class ServerSettings(RunConfigurable):
     out: str = "federated_run"  # global_checkpoint, history.json, inference_model.onnx, federated.png
     plot: bool = True
     resume: bool = False
+    overwrite: bool = False  # a new run may replace the run in ``out`` (never without it)
     save_updates: bool = False  # keep every round's accepted client updates (updates/round-N.npz), for audits
     threads: int = 1  # intra-op threads of the server's session
 
@@ -111,7 +113,7 @@ class ServerSettings(RunConfigurable):
         "partitioning": "partitioning", "alpha": "dirichlet-alpha", "strategy": "strategy",
         "proximal_mu": "proximal-mu", "trim_beta": "trim-beta", "krum_f": "krum-f", "server_lr": "server-lr",
         "dp_clipping": "dp-clipping", "dp_noise": "dp-noise", "dp_side": "dp-side",
-        "export_outputs": "export-outputs", "out": "out", "plot": "plot", "resume": "resume",
+        "export_outputs": "export-outputs", "out": "out", "plot": "plot", "resume": "resume", "overwrite": "overwrite",
         "save_updates": "save-updates", "threads": "server-threads"}
 
     @property
@@ -159,6 +161,8 @@ class ServerSettings(RunConfigurable):
             problems.append("lr, round-timeout and connect-timeout must be positive")
         if self.seed < 0:
             problems.append(f"seed must not be negative, got {self.seed}")
+        if self.resume and self.overwrite:
+            problems.append("resume continues the run in the output folder, overwrite replaces it: not both")
         if problems:
             raise SetupError("; ".join(problems))
         check_strategy(self.strategy_settings(), sampled=self.min_fit)
@@ -166,7 +170,7 @@ class ServerSettings(RunConfigurable):
     def history_config(self) -> Dict[str, Any]:
         """The settings as the history records them (and a resume compares them)."""
         config = asdict(self)
-        for key in ("resume", "out"):
+        for key in ("resume", "overwrite", "out"):
             config.pop(key)
         return config
 
@@ -193,7 +197,7 @@ class FederatedServer:
         files = run_files(s.artifacts, s.data)
         point = self.store.resume_point(s.history_config(), files) if s.resume else None
         if not s.resume:
-            self.store.check_fresh()
+            self.store.check_fresh(s.overwrite)
         exports = [n.strip() for n in s.export_outputs.split(",") if n.strip()] if s.export_outputs else None
         with GlobalModel(s.artifacts, s.data, s.threads, checkpoint=self.store.checkpoint if point else None,
                          export_outputs=exports) as model:
@@ -213,6 +217,8 @@ class FederatedServer:
             else:
                 done, records, state, saved = point
                 self.history = dict(saved, status="running", error=None, rounds=records, inference=None, sha256=files)
+                for key in ("resume", "interrupted"):  # what an interrupted run's history said (store.mark_interrupted)
+                    self.history.pop(key, None)
                 self.history.setdefault("resumed", []).append(
                     {"after_round": done, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
                 restore_strategy_state(strategy, state)
@@ -249,7 +255,8 @@ class FederatedServer:
                 self._wait_for(grid, s.min_fit, "min-fit-clients")
             lr = s.lr_for(server_round)
             config = ConfigRecord({"local-epochs": s.local_epochs, "batch-size": s.batch_size, "lr": lr, "seed": s.seed})
-            sent = list(strategy.configure_train(server_round, arrays, config, grid))
+            _seed_round(s.seed, server_round, "train")
+            sent = list(strategy.configure_train(server_round, arrays, config, sorted_nodes(grid)))
             replies = list(grid.send_and_receive(sent, timeout=s.round_timeout))
             accepted, rejected = screen_replies(sent, replies, model.layout, train=True, timeout=s.round_timeout,
                                                 names=self._names)
@@ -288,7 +295,9 @@ class FederatedServer:
         a client that fails here is recorded but costs the round nothing."""
         if self.settings.fraction_evaluate <= 0:
             return {}
-        sent = list(strategy.configure_evaluate(server_round, arrays, ConfigRecord({"eval-batch-size": 128}), grid))
+        _seed_round(self.settings.seed, server_round, "evaluate")
+        sent = list(strategy.configure_evaluate(server_round, arrays, ConfigRecord({"eval-batch-size": 128}),
+                                                sorted_nodes(grid)))
         replies = list(grid.send_and_receive(sent, timeout=self.settings.round_timeout))
         accepted, rejected = screen_replies(sent, replies, model.layout, train=False,
                                             timeout=self.settings.round_timeout, names=self._names)
@@ -360,6 +369,34 @@ class FederatedServer:
         part = f"Dirichlet({s.alpha:g})" if s.partitioning == "dirichlet" else s.partitioning.upper()
         return (f"{s.strategy_settings().describe()}, {s.clients} clients ({part}), {s.rounds} rounds x "
                 f"{s.local_epochs} local epochs")
+
+
+class SortedNodes:
+    """A ``Grid`` whose ``get_node_ids`` lists the nodes sorted, for a strategy's sampling (`_seed_round`):
+    the SuperLink lists them in no fixed order."""
+
+    def __init__(self, grid: Grid) -> None:
+        self._grid = grid
+
+    def get_node_ids(self) -> List[int]:
+        return sorted(self._grid.get_node_ids())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grid, name)
+
+
+def sorted_nodes(grid: Grid) -> Grid:
+    """``grid`` as a strategy's sampling should see it (`SortedNodes`; typed as the ``Grid`` it stands for)."""
+    proxy: Any = SortedNodes(grid)
+    return proxy
+
+
+def _seed_round(seed: int, server_round: int, step: str) -> None:
+    """Seed what the strategies draw from, per round and step (so a resumed run draws what the whole run
+    would have): Python's ``random`` (Flower's sampling of the clients with a fraction below 1) and
+    numpy's global generator (the Gaussian noise of Flower's differential privacy wrappers)."""
+    random.seed(f"ort_cffi {seed} {server_round} {step}")
+    np.random.seed([seed, server_round, 0 if step == "train" else 1])
 
 
 def _weight(message: Message) -> float:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import tempfile
 import time
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Set
 
 import numpy as np
 
@@ -35,8 +36,9 @@ def preflight(settings: ServerSettings) -> None:
     """Everything that would stop the run later, checked now (``SetupError``, ``StrategyError``): the
     settings, artifacts, dataset, enough training samples for the clients, the batch size a model may fix,
     the inference export, the output folder (made now), and what it holds (an unfinished run is only
-    continued with ``resume``, and only with its own settings): Flower has not started, so each is a
-    usage error."""
+    continued with ``resume``, and only with its own settings; a run is only replaced with
+    ``overwrite``): Flower has not started, so each is a usage error. A check that fails leaves the file
+    system as it was: the folders made for ``out`` are removed again."""
     settings.check()
     artifacts = Path(settings.artifacts)
     find_artifacts(artifacts)
@@ -47,6 +49,19 @@ def preflight(settings: ServerSettings) -> None:
             f"--clients {settings.clients} is more than the {n_train} training samples of dataset {str(data_path)!r}: "
             f"every client needs training data, so use at most {n_train} clients")
     out = Path(settings.out)
+    made = [folder for folder in (out, *out.parents) if not os.path.lexists(folder)]  # deepest first
+    try:
+        _check_out(settings, artifacts, data_path, out)
+    except BaseException:
+        for folder in made:  # what this check made, if it holds nothing
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def _check_out(settings: ServerSettings, artifacts: Path, data_path: Path, out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -62,7 +77,7 @@ def preflight(settings: ServerSettings) -> None:
             if store.resume_point(settings.history_config(), run_files(artifacts, data_path)) is not None:
                 checkpoint = store.checkpoint
         else:
-            store.check_fresh()
+            store.check_fresh(settings.overwrite)
     except FederatedError as exc:  # what --out holds does not fit the settings
         raise SetupError(str(exc)) from None
     exports = [n.strip() for n in settings.export_outputs.split(",") if n.strip()] if settings.export_outputs else None
@@ -91,15 +106,39 @@ def train_samples(path: Path) -> Optional[int]:
     return int(shape[0]) if shape else None
 
 
+#: Ray makes AF_UNIX sockets in its session folder, ``<temp>/ray/session_<date>_<time>_<us>_<pid>/sockets/
+#: plasma_store``, and refuses a path longer than 107 bytes: the simulation's home takes this many
+#: bytes beyond the folder it is made in (``/ort-fl-XXXXXXXX/t``, Ray's part with a 7-digit pid).
+RAY_SOCKET_TAIL = len("/ort-fl-XXXXXXXX/t/ray/session_2025-01-01_00-00-00_000000_1234567/sockets/plasma_store")
+
+
+def _simulation_home() -> Path:
+    """A new folder for one simulation: in the temporary folder (``TMPDIR``), or in ``/tmp`` when that is
+    too long a path for Ray's sockets (see `RAY_SOCKET_TAIL`)."""
+    base = tempfile.gettempdir()
+    if len(os.fsencode(base)) + RAY_SOCKET_TAIL > 107 and os.access("/tmp", os.W_OK | os.X_OK):
+        base = "/tmp"
+    return Path(tempfile.mkdtemp(prefix="ort-fl-", dir=base))
+
+
 class LocalSimulation:
     """A SuperLink in simulation mode that runs simulated federations one after another (`run`).
-    It starts on the first run (or ``with``) in a temporary Flower home, on a free loopback port, and is
-    stopped, its home removed, by `close`. ``env`` adds to the environment of Flower's processes (say,
-    ``PYTHONPATH`` for a ClientApp of your own); its log goes to ``log_dir`` (default: in the home)."""
+    It starts on the first run (or ``with``) in a temporary folder of its own (the home), on a free
+    loopback port, and is stopped, its home removed, by `close`. ``env`` adds to the environment of
+    Flower's processes (say, ``PYTHONPATH`` for a ClientApp of your own); its log goes to ``log_dir``
+    (default: in the home).
+
+    Everything Flower and Ray write to a temporary folder goes to the home too (``TMPDIR`` and
+    ``RAY_TMPDIR`` point there: Ray's session folders would otherwise stay in ``/tmp/ray`` after every
+    run), and every process they start carries the home's token in its environment (`deploy.RUN_MARK`),
+    so that `close` and `abort` find each one, even one that left its session or outlived its parent."""
 
     def __init__(self, *, env: Optional[Mapping[str, str]] = None, log_dir: Optional[Path] = None) -> None:
-        self.env = dict(env or {})
-        self.home = Path(tempfile.mkdtemp(prefix="ort-cffi-simulation-"))
+        self.home = _simulation_home()
+        self.token = self.home.name
+        temp = self.home / "t"
+        temp.mkdir()
+        self.env = {**dict(env or {}), deploy.RUN_MARK: self.token, "TMPDIR": str(temp), "RAY_TMPDIR": str(temp)}
         self.log_dir = Path(log_dir) if log_dir else self.home / "logs"
         self.superlink: Optional[deploy.SuperLink] = None
 
@@ -107,6 +146,7 @@ class LocalSimulation:
         """Start the SuperLink (once) and wait until it answers."""
         if self.superlink is not None and self.superlink.alive():
             return
+        (self.home / "t").mkdir(parents=True, exist_ok=True)  # again after an `abort`
         self.superlink = deploy.SuperLink(home=self.home / "superlink", log=self.log_dir / "superlink.log",
                                           simulation=True, env=self.env)
         self.superlink.wait_ready()
@@ -126,6 +166,18 @@ class LocalSimulation:
                 settings[key] = str(Path(settings[key]).resolve())
         server = ServerSettings(out=str(out_dir), **settings)
         preflight(server)
+        store = RunStore(out_dir)
+        try:
+            return self._run(server, out_dir, cpus=cpus, verbose=verbose, report=report, client_app=client_app)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM as ort-cffi-federated turns it into one
+            before = store.read_history()
+            self.abort()  # first: no process of the run may write after the history says "interrupted"
+            if before is not None and before.get("status") in ("running", "interrupted"):
+                store.mark_interrupted(resume_command(out, client_app))
+            raise
+
+    def _run(self, server: ServerSettings, out_dir: Path, *, cpus: Optional[int], verbose: bool,
+             report: Optional[Callable[[str], None]], client_app: str) -> Dict[str, Any]:
         self.start()
         assert self.superlink is not None
         run_config = server.to_run_config()
@@ -167,10 +219,30 @@ class LocalSimulation:
         raise FederatedError(f"the simulation ended before its last round (flwr run exited {code}); Flower's log "
                              f"is in {log}:\n{ANSI.sub('', tail)}")
 
+    def processes(self) -> Set[int]:
+        """The live processes of this simulation: the SuperLink, whatever it started, and every process
+        marked with the simulation's token (`deploy.RUN_MARK`)."""
+        found = deploy.marked_processes(self.token)
+        if self.superlink is not None and self.superlink.alive():
+            found |= {self.superlink.pid} | deploy.descendant_pids(self.superlink.pid)
+        return found
+
     def close(self) -> None:
-        """Stop the SuperLink (and with it the runs' processes) and remove the Flower home."""
+        """Stop the SuperLink (and with it the runs' processes), then any process of the simulation still
+        alive, and remove the home (Flower's and Ray's temporary files with it)."""
         if self.superlink is not None:
             self.superlink.stop()
+            self.superlink = None
+        deploy.kill_now(self.processes)
+        shutil.rmtree(self.home, ignore_errors=True)
+
+    def abort(self) -> None:
+        """Stop every process of the simulation now (SIGTERM, SIGKILL one second later: an interrupted run
+        has nothing to finish, its files are committed atomically) and remove the home. A later `run`
+        starts a new SuperLink."""
+        deploy.kill_now(self.processes)
+        if self.superlink is not None:
+            self.superlink.kill()  # reaped
             self.superlink = None
         shutil.rmtree(self.home, ignore_errors=True)
 
@@ -180,6 +252,14 @@ class LocalSimulation:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
+
+
+def resume_command(out: Any, client_app: str = CLIENT_APP) -> str:
+    """The command that continues the run in ``out`` (its settings come from its history)."""
+    words = ["ort-cffi-federated", "--out", str(out), "--resume"]
+    if client_app != CLIENT_APP:
+        words += ["--client-app", client_app]
+    return shlex.join(words)
 
 
 def _read(path: Path) -> Optional[Dict[str, Any]]:

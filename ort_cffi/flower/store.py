@@ -79,16 +79,25 @@ class RunStore:
         except OrtException as exc:
             raise FederatedError(f"{self.checkpoint} is not a global checkpoint of a federated run: {exc}") from None
 
-    def check_fresh(self) -> None:
-        """Refuse to start over a run that stopped before its end (use resume), so nothing is lost."""
+    def check_fresh(self, overwrite: bool = False) -> None:
+        """Refuse to start a new run over a run in this folder, so nothing is lost: one that stopped before
+        its end (the refusal suggests resume) or one that completed (it suggests overwrite). A folder whose
+        run never completed a round holds nothing to lose. ``overwrite`` lets the new run replace either."""
         doc = self.read_history()
         done = self.checkpoint_round()
-        if doc is None or done is None or doc.get("status") == "completed" or done < 1:
+        if overwrite or doc is None or done is None:
             return
         total = doc.get("config", {}).get("rounds", "?")
+        if doc.get("status") == "completed":
+            raise FederatedError(
+                f"{self.out} holds a completed run ({total} rounds): a run is never overwritten unless asked. "
+                "To run again in this folder, replacing it, pass --overwrite (run-config overwrite=true); or "
+                "write the new run to another output folder")
+        if done < 1:
+            return
         raise FederatedError(
             f"{self.out} holds a run that stopped after round {done} of {total}: continue it with --resume "
-            "(run-config resume=true), or write to another output folder")
+            "(run-config resume=true), or write to another output folder (--overwrite would discard it)")
 
     def resume_point(self, config: Mapping[str, Any], files: Optional[Mapping[str, str]] = None
                      ) -> Optional[Tuple[int, List[Dict[str, Any]], Dict[str, np.ndarray], Dict[str, Any]]]:
@@ -132,11 +141,30 @@ class RunStore:
     # -- writing --
 
     def clear(self) -> None:
-        """A fresh run in a used folder: forget the previous run's strategy state and saved updates (its
-        checkpoint and history are replaced by the new run's first commit)."""
+        """A fresh run in a used folder: forget the previous run's strategy state, saved updates, inference
+        model and plot (its checkpoint and history are replaced by the new run's first commit)."""
         for folder in (self.state_dir, self.out / "updates"):
             for old in folder.glob("round-*.npz") if folder.is_dir() else []:
                 old.unlink(missing_ok=True)
+        for name in (INFERENCE, PLOT):
+            (self.out / name).unlink(missing_ok=True)
+
+    def mark_interrupted(self, resume: str) -> Optional[Dict[str, Any]]:
+        """Record in the history that the run was stopped from outside (Ctrl-C, SIGTERM) after its
+        last committed round, and the command that continues it: status ``interrupted``, ``resume``,
+        ``interrupted`` (the checkpoint's round, the time). Only once no process of the run is left to
+        write. Returns the document (None when there is no history)."""
+        doc = self.read_history()
+        if doc is None:
+            return None
+        try:
+            done = self.checkpoint_round()
+        except FederatedError:
+            done = None
+        doc.update(status="interrupted", error=None, resume=resume,
+                   interrupted={"after_round": done, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        self.write_history(doc)
+        return doc
 
     def write_history(self, doc: Mapping[str, Any]) -> None:
         """``history.json``, crash-safe."""

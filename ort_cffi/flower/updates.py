@@ -131,7 +131,18 @@ def screen_replies(sent: Iterable[Message], replies: Iterable[Message], layout: 
         if message.metadata.message_id not in answered:
             waited = f" within {timeout:g} s" if timeout is not None else ""
             rejected.append(Rejection(node, names.get(node), f"no reply{waited}"))
+    # A fixed order, not the order the replies arrived in: a strategy's sums in floating point, and so the
+    # global model, depend on it (a run with a fixed seed repeats itself).
+    accepted.sort(key=lambda m: reply_order(names.get(reply_node(m, nodes)), reply_node(m, nodes)))
+    rejected.sort(key=lambda r: reply_order(r.client, r.node))
     return accepted, rejected
+
+
+def reply_order(name: Optional[str], node: int) -> Tuple[object, ...]:
+    """The sort key of a client's reply: by the name it gives (numbers in it by value: ``client 2`` before
+    ``client 10``), then by node id; replies without a name last."""
+    parts = tuple((int(part), "") if part.isdigit() else (-1, part) for part in re.split(r"(\d+)", name or "") if part)
+    return (name is None, parts, node)
 
 
 def _weight(message: Message) -> float:
