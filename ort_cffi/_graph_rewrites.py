@@ -42,15 +42,14 @@ GRADIENT_OPS = frozenset([
     "Gemm", "GlobalAveragePool", "Identity", "LayerNormalization", "LeakyRelu", "Log", "LogSoftmax", "MatMul",
     "Max", "MaxPool", "Min", "Mul", "Neg", "Pad", "Pow", "Reciprocal", "ReduceL2", "ReduceLogSumExp",
     "ReduceMean", "ReduceSum", "Relu", "Reshape", "Resize", "ScatterElements", "ScatterND", "Sigmoid", "Sin",
-    "Slice", "Softmax", "Split", "Sqrt", "Squeeze", "Sub", "Tanh", "Tile", "TopK", "Transpose", "Unsqueeze",
-    "Where",
+    "Slice", "Softmax", "Split", "Sqrt", "Squeeze", "Sub", "Tanh", "Tile", "TopK", "Transpose", "Trilu",
+    "Unsqueeze", "Where",
 ])
 # Default-domain operators known to have no gradient builder in 1.19.2 and no rewrite here: refused when on
 # the path. (An operator in neither list is left to ONNX Runtime, which may know it.)
 KNOWN_WITHOUT_GRADIENT = frozenset([
-    "Acos", "Asin", "Atan", "Acosh", "Asinh", "Atanh", "ReduceProd", "CumSum", "Einsum", "RNN", "GRU", "LSTM",
-    "Det", "LpNormalization", "LpPool", "GlobalLpPool", "MeanVarianceNormalization", "Hardmax", "Trilu",
-    "GridSample", "Col2Im", "Upsample", "Scatter", "CastLike", "Compress", "ReverseSequence", "Unique",
+    "Acos", "Asin", "Atan", "Acosh", "Asinh", "Atanh", "ReduceProd", "CumSum", "Einsum", "RNN", "Det",
+    "LpNormalization", "GlobalLpPool", "Hardmax", "Shrink",
 ])
 ML_DOMAIN = "ai.onnx.ml"
 
@@ -453,24 +452,32 @@ def rewrite_instance_normalization(e, node, prep):
 
 
 def rewrite_group_normalization(e, node, prep):
-    # Opset 18: scale and bias per group (num_groups,); opset 21: per channel (C,). Statistics over each
-    # group of C / num_groups channels and all spatial positions.
+    # Opset 18: scale and bias per group (num_groups,); opset 21: per channel (C,), and the statistics in
+    # stash_type (default float32) whatever the input type. Statistics over each group of C / num_groups
+    # channels and all spatial positions.
     x, scale, bias = node.input[0], node.input[1], node.input[2]
     a = _attrs(node)
     groups = int(a["num_groups"])
     rank = _rank(prep, x, node)
+    per_channel = e.opset >= 21
+    stash = int(a.get("stash_type", TensorProto.FLOAT)) if per_channel else e.elem_type
+    original = e.elem_type
+    if stash != original:
+        x = e.cast(x, stash)
+        e.elem_type = stash
     grouped = e.one("Reshape", [x, e.i64([0, groups, -1])])
     normalized = _normalize_last(e, grouped, a.get("epsilon", 1e-5), [2])
-    per_channel = e.opset >= 21
     if not per_channel:
         normalized = e.one("Add", [e.one("Mul", [normalized, e.one("Reshape", [scale, e.i64([-1, 1])])]),
                                    e.one("Reshape", [bias, e.i64([-1, 1])])])
+        e.one("Reshape", [normalized, e.one("Shape", [x])], node.output[0])
+        return
     shaped = e.one("Reshape", [normalized, e.one("Shape", [x])])
-    if per_channel:
-        scaled = e.one("Mul", [shaped, _per_channel(e, scale, rank)])
-        e.one("Add", [scaled, _per_channel(e, bias, rank)], node.output[0])
-    else:
-        e.one("Identity", [shaped], node.output[0])
+    if stash != original:
+        shaped = e.cast(shaped, original)
+        e.elem_type = original
+    scaled = e.one("Mul", [shaped, _per_channel(e, scale, rank)])
+    e.one("Add", [scaled, _per_channel(e, bias, rank)], node.output[0])
 
 
 def _reduce_by_topk(e, prep, node, x, axes, keepdims, largest, output):

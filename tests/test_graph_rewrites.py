@@ -208,6 +208,37 @@ def test_forward_equals_the_operator(case: Case):
         assert np.array_equal(np.isnan(got), np.isnan(expected))
 
 
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT16, TensorProto.DOUBLE], ids=["float16", "float64"])
+def test_forward_in_other_float_types(dtype: int):
+    """The rewrites build their constants in the input's type (float16 and bfloat16 zero-gradient operators
+    run in float32, which holds their values exactly). Compared where ONNX Runtime's CPU kernels take the
+    type: float64 to 1e-10 (reduction order; GroupNormalization-21 computes in float32 by its stash_type);
+    float16 to 2e-3 relative and 1e-3 absolute (the rewrite rounds each step to float16 where the kernels
+    mostly compute in float32 and round once: a few float16 ulps of 2**-10)."""
+    np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
+    compared = []
+    for case in ALL_CASES:
+        with np.errstate(over="ignore"):  # float32 extremes become float16 infinities: wanted
+            feeds = {k: v.astype(np_dtype) for k, v in case.inputs(np.random.default_rng(0)).items()}
+        if case.reference is not None:
+            continue
+        try:
+            expected = run(single_op_model(case, dtype), feeds)
+        except OrtException:  # no kernel for this type
+            continue
+        prepared, _ = prepare(single_op_model(case, dtype, out_shape=expected.shape), set(feeds))
+        got = run(prepared, feeds)
+        assert got.dtype == expected.dtype, case.id
+        if case.op == "Sign" and dtype == TensorProto.FLOAT16:
+            expected = np.where(np.isnan(feeds["x0"]), np.float16("nan"), expected)  # its kernel: Sign(NaN) = 0
+        rtol, atol = (2e-3, 1e-3) if dtype == TensorProto.FLOAT16 else (1e-10, 1e-10)
+        if case.op == "GroupNormalization" and case.opset >= 21 and dtype == TensorProto.DOUBLE:
+            rtol, atol = case.tol  # both compute the statistics in float32 (stash_type), in their own order
+        np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol, err_msg=case.id)
+        compared.append(case.id)
+    assert len(compared) >= (40 if dtype == TensorProto.FLOAT16 else 20), compared
+
+
 # --- gradients -------------------------------------------------------------------------------------------------
 # For each table entry, W (a parameter, one per element of the operator's first input) scales that input:
 # Y = Op(X * W, P1, P2, ...), with the operator's other float inputs parameters P1... too, and the loss
