@@ -607,7 +607,8 @@ def _floor_parts(e, x):
     """(base, r) with x = base + r exactly, base a multiple of 4 computed from integer casts only (no gradient
     path) and |r| < 4. For every finite float32 x: x * 2**-65 fits int64 (|x| < 2**128), so does
     (x - a * 2**65) / 4, and each product and difference is exact (powers of two; the parts are x's own bits).
-    float64 inputs beyond 2**128 in magnitude are out of this range."""
+    float16 and bfloat16 run in float32. float64 is exact below 2**128 in magnitude; beyond, the int64 casts
+    overflow and ``_special_values`` gives NaN."""
     high = e.cast(e.cast(e.one("Mul", [x, e.const(2.0 ** -65)]), TensorProto.INT64), e.elem_type)
     high = e.one("Mul", [high, e.const(2.0 ** 65)])
     rest = e.one("Sub", [x, high])
@@ -626,7 +627,12 @@ def _floor_small(e, r):
 
 
 def _special_values(e, x, finite, output):
-    """``finite`` where x is finite; x's own value (NaN, +inf, -inf) elsewhere, from constants."""
+    """``finite`` where x is finite; x's own value (NaN, +inf, -inf) elsewhere, from constants. float64
+    values of magnitude 2**128 and above, beyond ``_floor_parts``' range, give NaN rather than a wrong
+    number (float32 has no such values)."""
+    if e.elem_type == TensorProto.DOUBLE:
+        in_range = e.one("Less", [e.one("Abs", [x]), e.const(2.0 ** 128)])
+        finite = e.one("Where", [in_range, finite, e.const(float("nan"))])
     infinite = e.one("Where", [e.one("Greater", [x, e.const(0.0)]), e.const(float("inf")), e.const(float("-inf"))])
     not_finite = e.one("Where", [e.one("IsNaN", [x]), e.const(float("nan")), infinite])
     is_special = e.one("Or", [e.one("IsNaN", [x]), e.one("IsInf", [x])])

@@ -239,6 +239,17 @@ def test_forward_in_other_float_types(dtype: int):
     assert len(compared) >= (40 if dtype == TensorProto.FLOAT16 else 20), compared
 
 
+@pytest.mark.parametrize("op", ["Floor", "Ceil", "Round"])
+def test_zero_gradient_operators_in_float64_are_exact_below_2_to_128_and_nan_beyond(op: str):
+    values = np.array([[0.5, -2.5, 2.0 ** 52 + 1, -(2.0 ** 60) - 0.5 * 2 ** 8, 2.0 ** 127 * 1.5, 1e-300, 2.0 ** 128, -1e300]])
+    case = Case(op, op, [values.shape])
+    model = single_op_model(case, TensorProto.DOUBLE, out_shape=values.shape)
+    got = run(prepare(model, {"x0"})[0], {"x0": values})
+    expected = run(model, {"x0": values})
+    np.testing.assert_array_equal(got[0, :6], expected[0, :6])
+    assert np.isnan(got[0, 6:]).all()  # out of range: NaN, not a wrong number
+
+
 # --- gradients -------------------------------------------------------------------------------------------------
 # For each table entry, W (a parameter, one per element of the operator's first input) scales that input:
 # Y = Op(X * W, P1, P2, ...), with the operator's other float inputs parameters P1... too, and the loss
@@ -607,3 +618,24 @@ def test_transpose_without_perm_gets_it_written_out(tmp_path):
     assert helper.get_attribute_value(flip.attribute[0]) == [1, 0]
     feeds = {"input": np.random.default_rng(5).standard_normal((2, 4)).astype(np.float32)}
     np.testing.assert_array_equal(run(prepared, feeds), run(model, feeds))
+
+
+def test_rewrites_need_opset_11_and_say_how_to_get_there():
+    model = mlp("Softplus")
+    model.opset_import[0].version = 10
+    with pytest.raises(PreparationError, match="Softplus node 'act'.*opset 11 or newer.*has 10.*version_converter"):
+        prepare(model)
+
+
+def test_every_emitted_operator_has_a_gradient_or_sits_behind_a_stop_edge():
+    """What the rewrites emit on the gradient path is in GRADIENT_OPS; the rest (integer casts, comparisons,
+    shape arithmetic) is off the path, which a second preparation confirms by finding nothing to do."""
+    for case in ALL_CASES:
+        feeds = case.inputs(np.random.default_rng(0))
+        prepared, _ = prepare(single_op_model(case), set(feeds))
+        types = rewrites._types(prepared)
+        path = rewrites._gradient_path(prepared.graph, sorted(feeds), types, ["y"])
+        on_path = {prepared.graph.node[i].op_type for i in path}
+        assert on_path <= rewrites.GRADIENT_OPS, (case.id, on_path - rewrites.GRADIENT_OPS)
+        again, records = prepare(prepared, set(feeds))
+        assert again is prepared and records == [], case.id
