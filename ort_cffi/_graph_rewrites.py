@@ -788,6 +788,23 @@ def _duplicate_reads(prep, node, index):
     return identities, new
 
 
+def _may_need_a_rule(node):
+    """Whether some rule could apply to ``node`` if it were on the gradient path (a cheap first look)."""
+    if node.domain == ML_DOMAIN:
+        return True
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    op = node.op_type
+    if op in REWRITES or op in ZERO_GRADIENT or op in KNOWN_WITHOUT_GRADIENT:
+        return True
+    if op in ("LayerNormalization", "Dropout", "BatchNormalization"):
+        return True  # _declare_outputs decides
+    if op == "Transpose" and not any(a.name == "perm" for a in node.attribute):
+        return True
+    reads = [name for name in node.input if name]
+    return len(set(reads)) < len(reads)
+
+
 def prepare(model, requires_grad=None, outputs=None):
     """Prepare ``model`` (an ``onnx.ModelProto``) for ONNX Runtime 1.19.2's gradient builder.
 
@@ -799,6 +816,8 @@ def prepare(model, requires_grad=None, outputs=None):
     ``{"rule": ..., "op": ..., "count": ..., "nodes": [names of the original nodes]}``, in the order first met.
     Raises PreparationError for an operator on the gradient path without gradient or rewrite.
     """
+    if not any(_may_need_a_rule(node) for node in model.graph.node):
+        return model, []  # the common case, without shape inference (a copy of the model) or path search
     prep = _Preparation(model, requires_grad, outputs)
     graph = model.graph
     on_path = _gradient_path(graph, prep.params, prep.types, prep.outputs)

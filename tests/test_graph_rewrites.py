@@ -5,6 +5,7 @@ differences of the original operator's forward values."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -434,6 +435,8 @@ def test_a_model_that_needs_nothing_comes_back_unchanged():
         prepared, records = prepare(model, requires_grad)
         assert prepared is model and records == []
     assert model.SerializeToString() == data
+    golden = onnx.load(str(Path(__file__).parent / "data" / "golden_mlp.onnx"))  # test_artifacts' byte-exact model
+    assert prepare(golden) == (golden, [])
 
 
 def test_operators_off_the_gradient_path_need_nothing():
