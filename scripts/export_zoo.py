@@ -274,9 +274,11 @@ def segmentation(rng: np.random.Generator, n: int, classes: int) -> Tuple[np.nda
 
 
 def marker_tokens(rng: np.random.Generator, n: int, length: int, vocab: int, markers: Sequence[int],
-                  first_plain: int, min_length: int, cls: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  first_plain: int, min_length: int, cls: Optional[int] = None,
+                  last: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Token sequences holding exactly one marker token, whose index is the class; padded with 0 after a
-    random length (mask 0 there). ``cls``: a token put first (BERT's [CLS])."""
+    random length (mask 0 there). ``cls``: a token put first (BERT's [CLS]); ``last``: the marker lies
+    within the last ``last`` tokens."""
     ids = np.zeros((n, length), np.int64)
     mask = np.zeros((n, length), np.int64)
     y = rng.integers(0, len(markers), size=n).astype(np.int64)
@@ -288,6 +290,8 @@ def marker_tokens(rng: np.random.Generator, n: int, length: int, vocab: int, mar
         if cls is not None:
             ids[i, 0] = cls
             start = 1
+        if last is not None:
+            start = max(start, size - last)
         ids[i, rng.integers(start, size)] = markers[y[i]]
     return ids, mask, y
 
@@ -692,16 +696,17 @@ def zoo(out: Path) -> Dict[str, Callable[[], Dict[str, Any]]]:
                                 ["tokens"], ["logits"], {"tokens": BATCH, "logits": BATCH})
         rng = np.random.default_rng(4)
         markers = [1, 2, 3, 4]
-        tt, _, ty = marker_tokens(rng, N_TRAIN, length, vocab, markers, 5, length)
-        vt, _, vy = marker_tokens(rng, N_VAL, length, vocab, markers, 5, length)
+        tt, _, ty = marker_tokens(rng, N_TRAIN, length, vocab, markers, 5, length, last=6)
+        vt, _, vy = marker_tokens(rng, N_VAL, length, vocab, markers, 5, length, last=6)
         write_npz(out / "lstm_text.npz", {"train_tokens": tt, "train_labels": ty, "val_tokens": vt, "val_labels": vy})
         return {
             "architecture": "Embedding(64, 32) -> LSTM(32, 48, batch_first) -> last step -> Linear(48, 4)",
             "source": "hand-written (torch.nn.LSTM)", "exporter": exporter,
             "task": "classification", "classes": classes, "loss": "cross-entropy", "loss_reads": "logits",
             "label_input": "labels", "label_shape": ["N"],
-            "rule": f"20 tokens from 5-63 with exactly one marker {markers} anywhere; the marker's index is the class",
-            "torch_fit": torch_fit(model, first, ce, ([tt], ty), ([vt], vy), epochs=3, lr=1e-2),
+            "rule": f"20 tokens from 5-63 with exactly one marker {markers} among the last 6; the marker's index is "
+                    "the class",
+            "torch_fit": torch_fit(model, first, ce, ([tt], ty), ([vt], vy)),
         }
 
     def conv1d_regressor() -> Dict[str, Any]:
@@ -974,6 +979,46 @@ def generator_options(entry: Dict[str, Any]) -> Dict[str, Any]:
     return options
 
 
+def summary(message: str) -> str:
+    """An ONNX Runtime error without the source path and C++ signature it starts with: what went wrong."""
+    import re
+
+    while True:
+        found = re.search(r"/onnxruntime_src/\S+:\d+ ", message)
+        if not found:
+            return message
+        depth, i = 0, message.find("(", found.end())
+        while i != -1 and i < len(message):
+            depth += {"(": 1, ")": -1}.get(message[i], 0)
+            i += 1
+            if depth == 0:
+                break
+        rest = message[i:].lstrip()
+        rest = rest[len("const"):].lstrip() if rest.startswith("const") else rest
+        message = message[:found.start()] + rest
+
+
+def trainer_smoke(out: Path, entry: Dict[str, Any], options: Dict[str, Any], tmp: Path) -> Dict[str, Any]:
+    """ort-cffi-train --model on the model and its dataset for 3 epochs: what the trainer says today."""
+    import subprocess
+
+    command = [sys.executable, "-m", "ort_cffi.train", "--model", str(out / entry["file"]), "--data",
+               str(out / entry["dataset"]["file"]), "--out", str(tmp / "run"), "--epochs", "3", "--lr", "0.001",
+               "--threads", "1", "--no-progress", "--no-plot", "--loss", options["loss"]]
+    if "loss_input_names" in options:
+        command += ["--loss-input", *options["loss_input_names"]]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    said: Dict[str, Any] = {"command": "ort-cffi-train --model M.onnx --data M.npz --epochs 3 --lr 0.001 --loss "
+                            + options["loss"] + "".join(f" --loss-input {n}" for n in options.get("loss_input_names", [])),
+                            "exit": done.returncode}
+    said["says"] = [summary(line).split(" -> ")[0]  # not the temporary folder it wrote into
+                    for line in lines if line.startswith(("before training", "epoch", "best", "error"))][-6:]
+    if done.returncode and not said["says"]:
+        said["says"] = [summary(line) for line in lines[-2:]]
+    return said
+
+
 def baseline(out: Path, only: Optional[Sequence[str]]) -> None:
     """Generate artifacts for each model with ort_cffi.artifacts (ONNX Runtime 1.19.2's generator) into a
     temporary folder, and record ok or the error's first line; also whether the model runs for inference."""
@@ -994,7 +1039,14 @@ def baseline(out: Path, only: Optional[Sequence[str]]) -> None:
                         "trainable_tensors": len(made.trainable), "eval_outputs": list(made.eval_outputs)}
             except ArtifactsError as exc:
                 lines = [line for line in str(exc).splitlines() if line.strip()]
-                said = {"result": "error", "error": type(exc).__name__, "message": lines[0] if lines else ""}
+                import re
+
+                message = lines[0] if lines else ""  # the temporary folders' names change from run to run
+                message = re.sub(re.escape(tmp) + r"/artifacts(/\.ort_cffi-artifacts-[^/]+/out)?", "<artifacts>", message)
+                said = {"result": "error", "error": type(exc).__name__, "message": message}
+                said["summary"] = summary(said["message"])
+            if said["result"] == "ok":
+                said["trainer"] = trainer_smoke(out, entry, options, Path(tmp))
         said["options"] = options
         try:  # does ONNX Runtime run it for inference, on the first validation samples?
             session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -1007,7 +1059,8 @@ def baseline(out: Path, only: Optional[Sequence[str]]) -> None:
         except Exception as exc:  # noqa: BLE001 - recorded, not raised
             said["inference"] = f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         entry["generator_onnxruntime_1_19_2"] = said
-        print(f"{name}: {said['result']} {said.get('message', '')} | inference {said['inference']}", flush=True)
+        print(f"{name}: {said['result']} {said.get('summary', '')} | inference {said['inference']}"
+              f"{' | trainer ' + str(said['trainer']) if 'trainer' in said else ''}", flush=True)
     manifest["versions_baseline"] = {"onnxruntime": onnxruntime.__version__, "python": sys.version.split()[0]}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
 
