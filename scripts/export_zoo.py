@@ -851,12 +851,20 @@ def zoo(out: Path) -> Dict[str, Callable[[], Dict[str, Any]]]:
         from skl2onnx.common.data_types import FloatTensorType
 
         x, y = sklearn_data(seed)
-        with warnings.catch_warnings():
+        from threadpoolctl import threadpool_limits
+
+        # One BLAS thread: with more, the fitted coefficients' last bits depend on how many threads BLAS had
+        # (a full export, after torch set its own, gave another LogisticRegression than --only did).
+        with warnings.catch_warnings(), threadpool_limits(1):
             warnings.simplefilter("ignore")  # MLPClassifier's ConvergenceWarning
             estimator.fit(x[:N_TRAIN], y[:N_TRAIN])
         # name: the graph's name, else a fresh uuid4 each run (the only part that is not reproducible)
         onx = convert_sklearn(estimator, name=name, initial_types=[("input", FloatTensorType([None, 8]))],
                               options=options)
+        # skl2onnx lists the opsets in set order, which changes with Python's string hashing from run to run
+        imports = sorted((copy.deepcopy(o) for o in onx.opset_import), key=lambda o: o.domain)
+        del onx.opset_import[:]
+        onx.opset_import.extend(imports)
         (out / f"{name}.onnx").write_bytes(onx.SerializeToString())
         write_npz(out / f"{name}.npz", {"train_input": x[:N_TRAIN], "train_labels": y[:N_TRAIN],
                                         "val_input": x[N_TRAIN:], "val_labels": y[N_TRAIN:]})
@@ -925,9 +933,10 @@ def versions() -> Dict[str, str]:
 
 def export(out: Path, only: Optional[Sequence[str]]) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    previous = {}
+    previous, earlier = {}, {}
     if (out / MANIFEST).is_file():
-        previous = json.loads((out / MANIFEST).read_text()).get("models", {})
+        earlier = json.loads((out / MANIFEST).read_text())
+        previous = earlier.get("models", {})
     builders = zoo(out)
     names = list(builders) if not only else list(only)
     models: Dict[str, Any] = dict(previous) if only else {}
@@ -964,6 +973,8 @@ def export(out: Path, only: Optional[Sequence[str]]) -> None:
         "total_bytes": total,
         "models": models,
     }
+    if "versions_baseline" in earlier and any("generator_onnxruntime_1_19_2" in m for m in models.values()):
+        manifest["versions_baseline"] = earlier["versions_baseline"]
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     print(f"wrote {len(models)} models, {total:,} bytes in all, and {out / MANIFEST}")
 
