@@ -1,4 +1,4 @@
-"""Export the real-model zoo of ``tests/zoo`` (issue 25): small, seeded models written out by the exporters
+"""Export the real-model zoo of ``tests/zoo`` : small, seeded models written out by the exporters
 people use (torch.onnx's TorchScript exporter, transformers models built from a config, skl2onnx), each with a
 tiny learnable dataset in the trainer's ``.npz`` format, and ``zoo.json``, the manifest the tests read.
 
@@ -19,7 +19,7 @@ torch 2.13.0 ("operator torchvision::nms does not exist"), so the MobileNets are
 ``torchvision/models/mobilenetv2.py`` and ``mobilenetv3.py`` (same blocks, same initialisation, small
 ``width_mult``), which export the same ONNX operators.
 
-Then record what ONNX Runtime's generator says about each model (the baseline of issue 25's table), with
+Then record what ONNX Runtime's generator says about each model (the baseline column of the zoo table in tests/zoo/zoo.json), with
 the repository's own environment, which has ONNX Runtime's training layer and no torch:
 
     PYTHONPATH=. .venv/bin/python scripts/export_zoo.py --out tests/zoo --baseline
@@ -31,8 +31,7 @@ baseline while its file's sha256 is unchanged.
 Every torch export is opset 17, ``dynamo=False`` (the TorchScript exporter), IR version 8; skl2onnx writes
 its default opsets. Each file is checked for ONNX Runtime 1.19's limits (IR version <= 10, default opset
 <= 21). All models take a symbolic batch dimension ``N``. The exporter merges initializers of equal values
-(norm weights all start at 1, biases and running means at 0; see docs/runtime-notes.md §8 in the shared
-notes, summarised in zoo.json), so parameters and batch-norm statistics that start constant are nudged by
+(norm weights all start at 1, biases and running means at 0; summarised in zoo.json), so parameters and batch-norm statistics that start constant are nudged by
 U(-0.01, 0.01) from the model's seed before export.
 
 Datasets (``<name>.npz``): ``train_<input>`` and ``val_<input>`` for every input of the training model, as
@@ -959,7 +958,7 @@ def export(out: Path, only: Optional[Sequence[str]]) -> None:
         models[name] = record
     total = sum(m["bytes"] + m["dataset"]["bytes"] for m in models.values())
     manifest = {
-        "about": "Small seeded models exported by their real exporters, with learnable datasets (issue 25). "
+        "about": "Small seeded models exported by their real exporters, with learnable datasets. "
                  "Made by scripts/export_zoo.py (its docstring says how); generator_onnxruntime_1_19_2 is what "
                  "ort_cffi.artifacts.generate_artifacts (ONNX Runtime 1.19.2's generator) said, recorded by "
                  "scripts/export_zoo.py --baseline.",

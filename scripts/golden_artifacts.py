@@ -1,4 +1,4 @@
-"""The golden data of tests/test_artifacts.py: sha256 of the artifacts made from tests/data/golden_mlp.onnx.
+"""The golden data of tests/apps/test_artifacts.py: sha256 of the artifacts made from tests/data/golden_mlp.onnx.
 
     python scripts/golden_artifacts.py reference   # ONNX Runtime's own generate_artifacts, imported as
                                                     # ONNX Runtime documents it (needs torch installed)

@@ -3,7 +3,7 @@
 
 Pure Python, no compiler: cffi parses the headers here, once, and emits the parsed types as data, so
 that ``import ort_cffi`` does not parse C at every start (see ort_cffi/_native/ffi.py). Run it after editing
-the headers; tests/test_raw_capi.py fails while the module is stale.
+the headers; tests/native/test_raw_capi.py fails while the module is stale.
 
     python scripts/make_ffi.py [--check]
 """

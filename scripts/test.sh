@@ -77,7 +77,7 @@ else
     SELECT=(-m "not needs_onnxruntime_python")
   fi
   "$VENV_PY" -m pytest "${SELECT[@]}" \
-    tests/test_loader.py tests/test_static_finder.py tests/test_runtime_cli.py tests/test_raw_capi.py \
-    tests/test_facade.py tests/test_tensor_types.py tests/test_input_signatures.py tests/test_java_additions.py \
-    tests/test_training_java.py tests/test_onnx_tensor_java.py tests/test_cross_interpreter.py "$@"
+    tests/native/test_loader.py tests/native/test_static_finder.py tests/apps/test_runtime_cli.py tests/native/test_raw_capi.py \
+    tests/facade/test_facade.py tests/facade/test_tensor_types.py tests/facade/test_input_signatures.py tests/java/test_java_additions.py \
+    tests/java/test_training_java.py tests/java/test_onnx_tensor_java.py tests/guarantees/test_cross_interpreter.py "$@"
 fi

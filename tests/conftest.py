@@ -15,14 +15,22 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "tests" / "artifacts"
+TESTS = ROOT / "tests"
+ARTIFACTS = TESTS / "artifacts"
+# The tests live in folders by layer (native, facade, guarantees, java, apps, docs), their shared helpers in
+# support/. Helpers and test modules import each other by name (and _childcases' children import a test
+# module by name), so these folders are on sys.path.
+SEARCH_PATH = [str(TESTS), str(TESTS / "support")] + sorted(
+    str(folder) for folder in TESTS.iterdir() if folder.is_dir() and any(folder.glob("test_*.py"))
+)
+sys.path[:0] = [folder for folder in SEARCH_PATH if folder not in sys.path]
 DIGITS = ROOT / "ort_cffi" / "data" / "digits"
 JAVA_DATA_ENV = "ORT_CFFI_JAVA_TESTDATA"
 
 
 REQUIRE_JAVA_DATA_ENV = "ORT_CFFI_REQUIRE_JAVA_TESTDATA"
 # Set by CI (.ci/run): a bit-identity test that finds no ONNX Runtime Python layer to run as its oracle on
-# this machine (tests/test_cross_interpreter.py) fails instead of skipping.
+# this machine (tests/guarantees/test_cross_interpreter.py) fails instead of skipping.
 REQUIRE_ORACLE_ENV = "ORT_CFFI_REQUIRE_ORACLE"
 
 

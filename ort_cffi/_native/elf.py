@@ -1,8 +1,8 @@
-"""Layer 1, the loader's file reader: where ``OrtApiBase`` lies in an ONNX Runtime ELF file, found
+"""The loader's file reader: where ``OrtApiBase`` lies in an ONNX Runtime ELF file, found
 statically, and the renames of CPython imports that let an extension load in a newer interpreter.
 
 The training wheel links the whole C API into ``onnxruntime_pybind11_state*.so`` without exporting
-``OrtGetApiBase`` (runtime-notes §1, §6). Its ``OrtApiBase`` is a static table of two function
+``OrtGetApiBase`` (docs/internals/runtime.md §1, §6). Its ``OrtApiBase`` is a static table of two function
 pointers, ``{GetApi, GetVersionString}``, and because the file is position-independent each of the
 two slots carries an ``R_*_RELATIVE`` relocation whose addend is the function's address.
 ``GetVersionString`` is a three-instruction function returning a string constant:
@@ -65,7 +65,7 @@ class ApiBaseLocation:
 
     @property
     def offset(self) -> int:
-        """``api_base`` minus the anchor's address: what runtime-notes §6 calls "PyInit + offset"."""
+        """``api_base`` minus the anchor's address: what docs/internals/runtime.md §6 calls the fixed offset from PyInit."""
         return self.api_base - self.anchor_address
 
     def as_record(self) -> Dict[str, Any]:

@@ -1,11 +1,11 @@
-"""Layer 0 of the raw API: the cffi declarations of the C text in ``include/``.
+"""The cffi declarations of the C text in ``include/``.
 
 The headers are our own text derived from ONNX Runtime 1.19's public C headers (API version 19):
 ``ort_c_api.h`` (``OrtApiBase``, ``OrtApi`` with every slot in order, the enums and handle types)
 and ``ort_training_c_api.h`` (``OrtTrainingApi``, all 33 slots). They are the source of truth.
 
 Parsing them (cffi's in-line ABI mode, with pycparser) takes about 0.4 s, most of a cold start. So
-``scripts/make_ffi.py`` parses them once and writes ``_ffi_abi.py``: the same declarations in cffi's
+``scripts/make_ffi.py`` parses them once and writes ``ffi_abi.py``: the same declarations in cffi's
 out-of-line ABI mode, pure Python (no compiler), which loads in about 10 ms. That module records the
 sha256 of the headers it was made from; when they differ (headers edited, module not regenerated),
 the headers are parsed here instead, so the declarations in use are always the headers'.

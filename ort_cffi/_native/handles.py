@@ -1,4 +1,4 @@
-"""Layer 3: one Python owner per native handle, and the process's ``OrtEnv``.
+"""One Python owner per native handle, and the process's ``OrtEnv``.
 
 Rules every handle follows:
 

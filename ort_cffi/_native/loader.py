@@ -1,4 +1,4 @@
-"""Layer 1: find a training-enabled ONNX Runtime and hand back the address of its ``OrtApiBase``.
+"""Find a training-enabled ONNX Runtime and hand back the address of its ``OrtApiBase``.
 
 Sources, tried in this order:
 
@@ -10,7 +10,7 @@ Sources, tried in this order:
 4. **The runtime store**: the most recently fetched runtime (``ort-cffi-runtime install``).
 
 A wheel's C API is linked into its Python extension but not exported, and the image that
-``import onnxruntime`` loads cannot create an ``OrtEnv`` (runtime-notes §1–2). So the loader maps a
+``import onnxruntime`` loads cannot create an ``OrtEnv`` (docs/internals/runtime.md §1–2). So the loader maps a
 *private copy* of the file (another inode: the dynamic loader never hands back an image that
 ``import onnxruntime`` may load; ``PyInit`` never runs there) and finds ``OrtApiBase`` in it
 statically (``_elf.find_api_base``: no child process, no ``import onnxruntime``, no compiled code).
@@ -24,7 +24,7 @@ The copy is made once per file and interpreter and kept in the image cache with 
 - before anything is called through the address, it and the two function pointers it holds are
   checked to lie inside the mapped image.
 
-The version checks that need the declared tables are made one layer up, in ``capi.py``.
+The version checks that need the declared tables are made in ``tables``, which loads them.
 """
 from __future__ import annotations
 

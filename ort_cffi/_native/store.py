@@ -1,11 +1,11 @@
-"""Layer 1: where ort_cffi keeps files on disk, shared by the loader and ``ort-cffi-runtime``.
+"""Where ort_cffi keeps files on disk, shared by the loader and ``ort-cffi-runtime``.
 
 - **The runtime store** (``$ORT_CFFI_RUNTIME_DIR``, else ``<user cache>/ort_cffi/runtimes``): one
   folder per runtime that ``ort-cffi-runtime install`` fetched, holding only the native libraries of
   a training wheel and a ``runtime.json`` manifest. It is where the runtime comes from on
   interpreters pip cannot install the training wheel into (CPython 3.13 and later).
 - **The image cache** (``$ORT_CFFI_CACHE_DIR``, else ``<user cache>/ort_cffi``): the private copies
-  of runtime files that the loader maps (see ``_loader.py``).
+  of runtime files that the loader maps (see ``loader.py``).
 - **The table of known runtime files** (``ort_cffi/data/runtimes.json``), written by
   ``scripts/survey_runtimes.py``: every published 1.19.2 training wheel's extension, its sha256 and
   where its ``OrtApiBase`` lies.

@@ -1,5 +1,5 @@
 """Facade: ``OrtTrainingSession`` (Java's class, one call at a time), over ``OrtTrainingApi``. Its
-checkpoint state, ``OrtCheckpointState``, is in ``checkpoint.py``.
+checkpoint state, ``OrtCheckpointState``, is in ``checkpoint``, the step engine in ``steps``.
 
 What the C API leaves to its caller, done here once:
 
@@ -7,7 +7,7 @@ What the C API leaves to its caller, done here once:
   session learns the names at construction; each step matches inputs *by name*, fetches every output,
   and returns exactly the requested ones, labelled right (the Java binding did neither).
 - **Guards before C.** Closed handles, missing models (eval, optimizer, scheduler), out-of-range
-  indices and bad names are refused in Python: several of them crash the runtime (runtime-notes §4).
+  indices and bad names are refused in Python: several of them crash the runtime (docs/internals/runtime.md §4).
 - **Ownership.** A checkpoint the session loaded is the session's; one the caller passed stays the
   caller's and is pinned by the session, so closing it early cannot free it under the session. One
   lock per checkpoint serializes the session and the state (the runtime's session is not

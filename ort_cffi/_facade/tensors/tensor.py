@@ -1,8 +1,8 @@
 """Facade: ``OnnxValue`` and ``OnnxTensor`` (Java's ai.onnxruntime classes), numpy in and out.
 
-The element types and their Java descriptions (``TensorInfo``, ``OnnxTensorType``, ``OnnxJavaType``)
-are in ``tensor_info.py``; turning Python data into arrays, and raw bits into values, in
-``_conversions.py``; string tensors in ``_strings.py``. Here, the tensor itself:
+The element types are in ``element_types``, their Java description ``TensorInfo`` in ``tensor_info``;
+turning Python data into arrays, and raw bits into values, in ``conversions``; string tensors in
+``strings``; what runs and steps do with the values they return in ``outputs``. Here, the tensor itself:
 
 - Memory. ``createTensor(env, array)`` does not copy a C-contiguous, aligned, native-order numeric
   array: the tensor is created over its memory (``CreateTensorWithDataAsOrtValue``) and keeps the

@@ -1,4 +1,4 @@
-"""Issue 4, item 3: lifetimes are safe in any order.
+"""Lifetimes are safe in any order.
 
 Dropping the last reference to the environment, a session, its checkpoint, a ``Result``, its values or
 the numpy array behind a tensor, in any order (garbage collection, reference cycles, other threads,
@@ -422,6 +422,7 @@ def train_and_eval_output_that_is_an_input_outlives_the_input() -> None:
 PRELUDE = f"""
 import gc, sys, threading, time
 sys.path.insert(0, {str(ARTIFACTS.parent)!r})
+import conftest  # noqa: F401  (puts the test folders and tests/support on sys.path)
 import numpy as np
 from conftest import tiny_batch
 from _childcases import artifact_session
@@ -520,6 +521,7 @@ def test_atexit_handler_running_after_the_bindings_shutdown() -> None:
         f"""
         import atexit, sys
         sys.path.insert(0, {str(ARTIFACTS.parent)!r})
+        import conftest  # noqa: F401  (puts the test folders and tests/support on sys.path)
         state = {{}}
         def late():
             from ort_cffi import OrtException

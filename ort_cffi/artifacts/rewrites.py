@@ -1,4 +1,4 @@
-"""Graph preparation before ONNX Runtime's gradient builder, only where needed (issue #25).
+"""Graph preparation before ONNX Runtime's gradient builder, only where needed.
 
 ONNX Runtime 1.19.2 builds the backward graph operator by operator from a registry of gradient builders
 (``orttraining/orttraining/core/graph/gradient_builder_registry.cc``). An operator on the way from a trained
@@ -34,7 +34,7 @@ from onnx import TensorProto, helper, numpy_helper
 __all__ = ["prepare", "PreparationError", "REWRITES", "ZERO_GRADIENT", "GRADIENT_OPS", "KNOWN_WITHOUT_GRADIENT"]
 
 # Default-domain operators with a gradient builder in ONNX Runtime 1.19.2 (measured with single-operator
-# models through its generator; see tests/test_graph_rewrites.py). Rewrites emit only these, and Constant,
+# models through its generator; see tests/apps/test_graph_rewrites.py). Rewrites emit only these, and Constant,
 # plus operators that sit behind a stop-gradient edge (Cast to an integer type, comparisons, Shape).
 GRADIENT_OPS = frozenset([
     "Abs", "Add", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "Conv", "ConvTranspose",

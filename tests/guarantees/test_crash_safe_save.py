@@ -1,4 +1,4 @@
-"""Issue 4, item 5: checkpoints survive crashes.
+"""Checkpoints survive crashes.
 
 ``saveCheckpoint`` never leaves a partial file at the target path: it writes a temporary file beside
 the target, flushes it to disk, then renames it over the target; on any failure the temporary file
@@ -243,6 +243,7 @@ def test_checkpoint_state_save_is_crash_safe_too(tmp_path, monkeypatch, env) -> 
 SAVER = """
 import sys
 sys.path.insert(0, {tests!r})
+import conftest  # noqa: F401  (puts the test folders and tests/support on sys.path)
 from conftest import tiny_batch
 from _childcases import artifact_session
 from ort_cffi import OrtEnvironment
@@ -265,6 +266,7 @@ while True:
 VERIFY = """
 import json, sys
 sys.path.insert(0, {tests!r})
+import conftest  # noqa: F401  (puts the test folders and tests/support on sys.path)
 import numpy as np
 from conftest import tiny_batch
 from _childcases import artifact_session

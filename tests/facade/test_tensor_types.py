@@ -1,4 +1,4 @@
-"""Issue 17: every element type the runtime has, round trips (hypothesis), the typed getters, Java's
+"""Every element type the runtime has, round trips (hypothesis), the typed getters, Java's
 buffer semantics, strings, and Java's conversions checked against known answers.
 
 Oracles, each independent of the code under test: numpy's own float16 conversions (IEEE, round to

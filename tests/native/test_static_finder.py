@@ -78,7 +78,7 @@ def test_the_survey_covers_every_published_linux_wheel():
     assert any("aarch64" in line for line in survey["absent"])
     assert all("not a Linux wheel" in entry["why"] for entry in survey["not_surveyed"])
     cp312 = next(row for row in survey["files"] if row["python_tag"] == "cp312" and row["flavour"] == "cpu")
-    assert cp312["offset_from_anchor"] == 16989520  # runtime-notes §6: OrtApiBase = PyInit + 16989520
+    assert cp312["offset_from_anchor"] == 16989520  # docs/internals/runtime.md §6: OrtApiBase = PyInit + 16989520
 
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
@@ -136,7 +136,7 @@ def test_what_is_not_an_onnx_runtime_is_refused_saying_what_was_not_found(tmp_pa
 
 # --- renames for newer interpreters --------------------------------------------------------------
 
-# What each surveyed CPU build needs in each interpreter, measured (runtime-notes §7): CPython 3.13
+# What each surveyed CPU build needs in each interpreter, measured (docs/internals/runtime.md §7): CPython 3.13
 # dropped _PyThreadState_UncheckedGet (made public as PyThreadState_GetUnchecked) and
 # _PyObject_NextNotImplemented, which only the cp38 and cp39 builds import and which has no successor.
 EXPECTED_RENAMES = {
@@ -181,7 +181,7 @@ def test_a_missing_cpython_symbol_is_a_clear_error_never_a_failed_dlopen(tmp_pat
 def test_renaming_rewrites_only_the_names_and_the_finder_reads_the_copy_the_same(tmp_path):
     """Applied to a copy of the cp312 build: the renamed import reads as its successor, every other
     byte is unchanged, and the file is still a runtime the finder reads the same. (That the renamed
-    copy loads and trains is proved on CPython 3.13 by tests/test_cross_interpreter.py.)"""
+    copy loads and trains is proved on CPython 3.13 by tests/guarantees/test_cross_interpreter.py.)"""
     row = next(r for r in known_runtimes()["files"] if r["python_tag"] == "cp312" and r["flavour"] == "cpu")
     extension = extract(present_wheel(row["wheel"]), row["extension"], tmp_path)
     renames = _elf.plan_renames(

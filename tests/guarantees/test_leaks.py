@@ -1,4 +1,4 @@
-"""Issue 4, item 6: no leaks.
+"""No leaks.
 
 Thousands of steps with fresh tensors and results left to the garbage collector, and hundreds of
 sessions created and closed (or dropped), do not grow resident memory: each case warms up, measures

@@ -1,4 +1,4 @@
-"""Issue 17: a step or run whose input has the wrong element type, rank or fixed dimension, or whose
+"""A step or run whose input has the wrong element type, rank or fixed dimension, or whose
 inputs disagree on a symbolic dimension (the batch), fails before the native call, with an
 ``OrtException`` naming the input, what the model expects and what was given; and the runtime
 prints nothing (it used to print an error line for a batch mismatch).
@@ -265,6 +265,7 @@ def test_refused_inputs_leave_no_runtime_log_line() -> None:
     code = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(ROOT / 'tests')!r})
+        import conftest  # noqa: F401  (puts the test folders and tests/support on sys.path)
         import numpy as np
         from _childcases import artifact_session
         from conftest import tiny_batch

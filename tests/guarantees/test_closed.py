@@ -1,4 +1,4 @@
-"""Issue 4, item 2: closed means closed.
+"""Closed means closed.
 
 Every public method of every handle-owning object raises a clear error (an ``OrtException`` that
 says "closed") after ``close()``; closing twice, in any order, is harmless; a value taken from a

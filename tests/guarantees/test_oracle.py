@@ -1,7 +1,7 @@
 """Differential tests: ort_cffi against ONNX Runtime's own Python training layer, bit for bit.
 
 The same programs run on both sides: here through ort_cffi (the C training API, in a private image of
-the runtime), and in a child process through ``onnxruntime.capi._pybind_state`` (tests/oracle_child.py),
+the runtime), and in a child process through ``onnxruntime.capi._pybind_state`` (tests/support/oracle_child.py),
 on the project's committed artifacts (scripts/make_artifacts.py). Arrays come back through .npz files;
 no object of one runtime image ever reaches the other. Every comparison is exact (byte equality of
 float32 arrays): the two sides run the same kernels on the same inputs with one intra-op thread, so any
@@ -44,10 +44,10 @@ import pytest
 
 from ort_cffi import OrtEnvironment, SessionOptions
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "artifacts"
 DIGITS = ROOT / "ort_cffi" / "data" / "digits"
-CHILD = Path(__file__).resolve().parent / "oracle_child.py"
+CHILD = Path(__file__).resolve().parents[1] / "support" / "oracle_child.py"
 
 MODELS = {"twoout": ARTIFACTS / "twoout", "tiny": ARTIFACTS / "tiny", "digits": DIGITS}
 STEPS = 100  # training batches 0..STEPS-1

@@ -65,7 +65,7 @@ def test_a_symbolic_dimension_set_to_a_value_is_fixed(digits_model):
             assert session.getInputInfo()["input"].getInfo().getShape() == (3, 64)
             with session.run({"input": images(3)}) as result:
                 assert result.get(0).getValue().shape == (3, 10)
-            # refused before the native call (issue 17), naming the input, the expected and the given
+            # refused before the native call, naming the input, the expected and the given
             with pytest.raises(OrtException, match=r"input 'input' has the wrong shape: .*\[3, 64\], got .*\[2, 64\]"):
                 session.run({"input": images(2)})
     with env.createSession(digits_model) as session:  # without the override the batch stays open

@@ -1,9 +1,9 @@
-"""Issue 4, items 1 and 7: bad input gets a clear exception, never a crash; a failure half-way
+"""Bad input gets a clear exception, never a crash; a failure half-way
 releases everything acquired so far.
 
 Every case touches native code with bad input, so every case runs in a child process
 (``_childcases``): a crash (SIGSEGV, SIGABRT, SIGFPE...) fails that case only. After each case the
-child also checks that no native handle was left alive (exception safety, item 7); the cases marked
+child also checks that no native handle was left alive (exception safety); the cases marked
 RSS measure resident memory over hundreds of failures, for what handle counting cannot see.
 """
 from __future__ import annotations
@@ -309,7 +309,7 @@ STRING_DATA = NON_NUMERIC[:2] + [np.array("x"), np.array(["a", "bb"]), "text", n
 
 @case
 def string_and_object_arrays_in_create_tensor() -> None:
-    """Issue 17: str data makes string tensors; everything else that is not a number is refused."""
+    """str data makes string tensors; everything else that is not a number is refused."""
     for array in NON_NUMERIC[2:] + [None, {"a": 1}, object(), np.array([1, "a"], dtype=object), [1, "a"], [None], 1j]:
         with raises(kind=ValueError):
             OnnxTensor.createTensor(env, array)
@@ -811,7 +811,7 @@ def bad_session_options_and_session_arguments() -> None:
 
 @case
 def one_checkpoint_state_for_two_sessions_is_refused() -> None:
-    """ONNX Runtime accepts it (runtime-notes §4); two sessions writing one state is corruption."""
+    """ONNX Runtime accepts it (docs/internals/runtime.md §4); two sessions writing one state is corruption."""
     with OrtCheckpointState.loadCheckpoint(TINY / "checkpoint") as state:
         with env.createTrainingSession(state, str(TINY / "training_model.onnx")):
             with raises(kind=OrtException):
@@ -881,7 +881,7 @@ def inference_session_zero_sized_batch() -> None:
             pass
 
 
-# --- item 7: what a failure half-way has acquired is released (resident memory) --------------
+# --- what a failure half-way has acquired is released (resident memory) --------------
 
 
 def _bounded_growth(label: str, run, warmup: int, count: int, bound_mb: float) -> None:
@@ -984,7 +984,7 @@ def labels_far_out_of_class_range() -> None:
 # --- the parent side -------------------------------------------------------------------------------
 
 _KNOWN_RUNTIME_HAZARDS = {
-    "labels_far_out_of_class_range": "runtime-notes §4 lists out-of-range labels as silent misuse ORT accepts; "
+    "labels_far_out_of_class_range": "docs/internals/runtime.md §4 lists out-of-range labels as silent misuse ORT accepts; "
     "far out of range they crash SoftmaxCrossEntropyLoss, and the binding cannot know a model's class count",
 }
 
@@ -1001,7 +1001,7 @@ def test_bad_input(name: str, request) -> None:
 
 
 def test_the_harness_reports_a_native_abort() -> None:
-    """The raw layer's out-of-range name index aborts inside ONNX Runtime (runtime-notes §4): a child
+    """The raw layer's out-of-range name index aborts inside ONNX Runtime (docs/internals/runtime.md §4): a child
     shows it as a signal, so the cases above would fail instead of taking the test run down."""
     proc = run_child(
         f"""

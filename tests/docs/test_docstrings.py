@@ -82,7 +82,7 @@ def test_the_reference_pages_list_every_public_name():
 
     import ort_cffi
 
-    pages = (Path(__file__).resolve().parent.parent / "docs" / "reference").glob("*.md")
+    pages = (Path(__file__).resolve().parents[2] / "docs" / "reference").glob("*.md")
     listed = {name for page in pages for name in re.findall(r"^::: ort_cffi\.(\w+)$", page.read_text(), re.M)}
     listed -= {"capi", "artifacts", "flower"}  # the modules with a page of their own
     assert sorted(set(ort_cffi.__all__) - listed) == []
@@ -101,7 +101,7 @@ def test_the_reference_pages_list_every_public_name():
 #    anything but None, bool, int, float, str or an enum has a `Returns:` section that says who owns
 #    what comes back (it uses the word "own": "a new numpy array the caller owns", "owned by the
 #    Result", "nobody owns it").
-# 3. Closed: each method that tests/test_closed.py proves raises `OrtClosedException` on a closed
+# 3. Closed: each method that tests/guarantees/test_closed.py proves raises `OrtClosedException` on a closed
 #    object lists `OrtClosedException` in its `Raises:` section.
 
 JAVA_LINE = re.compile(r"^\s*Java: \S", re.M)
@@ -232,7 +232,7 @@ def test_every_method_returning_an_object_says_who_owns_it():
 
 
 def test_every_method_that_raises_when_closed_says_so():
-    """Rule 3, grounded in tests/test_closed.py: the methods it calls on closed objects (and proves raise)."""
+    """Rule 3, grounded in tests/guarantees/test_closed.py: the methods it calls on closed objects (and proves raise)."""
     import ort_cffi
     from test_closed import RESULT_CALLS, TABLES
 

@@ -2,7 +2,7 @@
 on every interpreter ort_cffi runs on.
 
 The oracle is ONNX Runtime's Python training layer (``onnxruntime.capi._pybind_state``, run by
-tests/oracle_child.py), and its losses are always made **on this machine**: ONNX Runtime picks its
+tests/support/oracle_child.py), and its losses are always made **on this machine**: ONNX Runtime picks its
 float32 kernels by the CPU's instruction set (MLAS reads CPUID when it starts: SSE, AVX, FMA3 or
 AVX-512 GEMM kernels), so the same program gives other bits on another kind of CPU (one ulp at step 4
 between an AVX-512 EPYC and the machine a former golden file was written on). Nothing here is ever

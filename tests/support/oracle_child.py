@@ -1,12 +1,12 @@
-"""The oracle side of tests/test_oracle.py: run the same programs through ONNX Runtime's own Python
+"""The oracle side of tests/guarantees/test_oracle.py: run the same programs through ONNX Runtime's own Python
 training layer (``onnxruntime.capi._pybind_state``), in a process of its own.
 
-    python tests/oracle_child.py PLAN.json
+    python tests/support/oracle_child.py PLAN.json
 
 ``PLAN.json`` holds ``{"data": NPZ, "programs": {name: {"artifacts": DIR, "ops": [...]}}, "out": DIR}``;
 each program's records go to ``OUT/<name>.npz``, and which runtime made them (its version and build, the
 interpreter) to ``OUT/oracle_runtime.json``. The op language (and its ort_cffi interpreter) is
-documented in tests/test_oracle.py. This file never imports ort_cffi, so no object of one runtime image
+documented in tests/guarantees/test_oracle.py. This file never imports ort_cffi, so no object of one runtime image
 can reach the other; it blocks torch (which ``import onnxruntime`` pulls in where installed) so the
 child behaves as in CI, where torch is absent.
 """

@@ -1,4 +1,4 @@
-"""Issue 4, item 4: threads.
+"""Threads.
 
 One session used from several threads at once gives correct results and no crash (the binding
 serializes: ONNX Runtime's session is not thread-safe); closing a session (or its checkpoint, a

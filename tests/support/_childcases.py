@@ -12,7 +12,7 @@ as possible) and caches what happened to each:
 - ``"TIMEOUT ..."``: the case hung;
 - ``"SKIP ..."``: the case called ``pytest.skip`` (the parent test is skipped too).
 
-In the child the module is imported under its own name (``tests/`` is on ``sys.path``), its optional
+In the child the module is imported under its own name (conftest's ``SEARCH_PATH`` is on ``sys.path``), its optional
 ``child_setup()`` runs once before the first case (what it creates is not counted as a leak), then
 the cases run in registration order.
 """
@@ -27,7 +27,7 @@ import sys
 import tempfile
 from typing import Callable, Dict, List, Optional
 
-from conftest import ROOT
+from conftest import SEARCH_PATH
 
 _REGISTRY: Dict[str, List[str]] = {}
 _OUTCOMES: Dict[str, Dict[str, str]] = {}
@@ -78,9 +78,9 @@ def run_cases(module: str, names: List[str], timeout: float = 240, env: Optional
     scratch = tempfile.mkdtemp(prefix="ort_cffi_child_")
     while remaining:
         code = (
-            "import sys; sys.path.insert(0, {tests!r}); import _childcases; "
+            "import sys; sys.path[:0] = {paths!r}; import _childcases; "
             "_childcases.child_main({module!r}, {names!r})"
-        ).format(tests=str(ROOT / "tests"), module=module, names=remaining)
+        ).format(paths=SEARCH_PATH, module=module, names=remaining)
         timed_out = False
         try:
             proc = subprocess.run(

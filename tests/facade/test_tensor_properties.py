@@ -1,4 +1,4 @@
-"""Issue 4: property-based tests (hypothesis) of tensor creation and round trips.
+"""Property-based tests (hypothesis) of tensor creation and round trips.
 
 Over every supported dtype (float32/64/16, int8..64, uint8..64, bool), shapes of rank 0 to 4 with
 zero-sized dimensions, and strided, reversed, transposed, Fortran-ordered, unaligned and byte-swapped

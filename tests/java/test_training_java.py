@@ -31,7 +31,7 @@ def getResourcePath(name: str) -> str:
 # JUnit's assertEquals(expected, actual, delta). The losses of loss_1.out/loss_2.out are compared, as in
 # TrainingTest.java, within 1e-3: they were written on another machine, and ONNX Runtime's float32 kernels
 # depend on the CPU (measured on an AVX-512 EPYC: 1 ulp off each). Bit-identity with ONNX Runtime on the
-# same machine is tests/test_oracle.py's and tests/test_cross_interpreter.py's job.
+# same machine is tests/guarantees/test_oracle.py's and tests/guarantees/test_cross_interpreter.py's job.
 def assertEquals(expected, actual, delta=None):
     if delta is None:
         assert expected == actual

@@ -59,7 +59,7 @@ SECTIONS: Dict[str, type] = {
     "OrtException.OrtErrorCode": ort_cffi.OrtErrorCode,
 }
 
-# The Tensors half of the map (issue 17), merged: these sections are checked like the others.
+# The Tensors half of the map, merged: these sections are checked like the others.
 SECTIONS.update({
     "OnnxTensor": ort_cffi.OnnxTensor,
     "TensorInfo": ort_cffi.TensorInfo,
@@ -194,7 +194,7 @@ def problems(text: str) -> List[str]:
     mentioned: Set[str] = set()
     for heading in sections:
         if heading not in SECTIONS and heading not in TENSOR_SECTIONS:
-            found.append(f"section {heading!r} maps no class: add it to SECTIONS in tests/test_java_map.py")
+            found.append(f"section {heading!r} maps no class: add it to SECTIONS in tests/java/test_java_map.py")
     for heading, cls in SECTIONS.items():
         if heading not in sections:
             found.append(f"section {heading!r} ({cls.__name__}) is missing from the map")
@@ -229,7 +229,7 @@ def test_the_map_matches_the_code() -> None:
 
 
 def test_the_map_shows_every_java_class_of_the_issue() -> None:
-    """Issue 16 names these Java classes; each has its own section (the tensor ones come from the
+    """The Java binding has these classes; each has its own section (the tensor ones come from the
     Tensors half of the map)."""
     required = {"OrtTrainingSession", "OrtTrainingSession.OrtCheckpointState", "OrtEnvironment", "OrtSession.Result",
                 "OrtSession.RunOptions", "OrtSession.SessionOptions", "OrtException"}
