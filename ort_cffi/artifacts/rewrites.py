@@ -27,6 +27,8 @@ child process (which may run under another interpreter, without ort_cffi) loads 
 Node and tensor names it adds are derived from the node it rewrites and made unique with a counter, in
 graph order: two runs on one model give byte-identical results.
 """
+from typing import Any, Dict, List
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -106,7 +108,7 @@ def _types(model):
     except Exception:  # custom domains and broken models: what the model itself declares
         inferred = model
     graph = inferred.graph
-    found = {}
+    found: Dict[str, Any] = {}
     for tensor in graph.initializer:
         found[tensor.name] = (tensor.data_type, list(tensor.dims))
     for value in list(graph.input) + list(graph.value_info) + list(graph.output):
@@ -155,7 +157,7 @@ def _stops(node):
 def _gradient_path(graph, params, types, outputs):
     """Indices of the nodes that the builder differentiates: reached from ``params`` over edges that carry a
     gradient, and reaching ``outputs`` over floating-point edges (as its forward and reverse searches)."""
-    consumers = {}
+    consumers: Dict[str, List[Any]] = {}
     producer = {}
     for index, node in enumerate(graph.node):
         for position, name in enumerate(node.input):
