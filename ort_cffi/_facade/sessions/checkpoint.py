@@ -19,12 +19,12 @@ import numpy as np
 
 from ort_cffi._facade.tensors.conversions import as_tensor_array
 from ort_cffi._facade.tensors.element_types import DTYPE_TO_ONNX
-from ort_cffi._facade.tensors.tensor import OnnxTensor
+from ort_cffi._facade.tensors.tensor import adopted_tensor, tensor_over_copy
 from ort_cffi._facade.tensors.tensor_info import TensorInfo
 from ort_cffi._facade.tensors.value_info import TensorTypeAndShapeInfo
 from ort_cffi._native.errors import OrtException, c_string
 from ort_cffi._native.files import PathLike, atomic_write, existing_file, fspath, native_path
-from ort_cffi._native.handles import NativeHandle, process
+from ort_cffi._native.handles import NativeHandle, pointer, process
 from ort_cffi._native.tables import check_status, ffi, get_runtime
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -315,13 +315,12 @@ class OrtCheckpointState(NativeHandle):
 
     # --- parameters (beyond the Java binding) ---------------------------------------------------
 
-    def _bound(self) -> Any:
-        ptr = self._handle()
+    def _require_bound(self) -> None:
+        self._handle()  # a closed state says so first
         if not self._has_live_owner():
             raise OrtException.invalid_argument(
                 "parameters of a checkpoint state can only be read or written while a training session is bound to it"
             )
-        return ptr
 
     def getParameterTypeAndShape(self, parameterName: str) -> TensorInfo:
         """The element type and shape of one parameter (`GetParameterTypeAndShape`).
@@ -341,10 +340,8 @@ class OrtCheckpointState(NativeHandle):
         name = c_string(parameterName, "the parameter name")
         out = ffi.new("OrtTensorTypeAndShapeInfo**")
         with self._lock:
-            check_status(
-                self._rt.training_api.GetParameterTypeAndShape(self._bound(), name, out),
-                f"parameter {parameterName!r}",
-            )
+            self._require_bound()
+            self._call(self._rt.training_api.GetParameterTypeAndShape, name, out, context=f"parameter {parameterName!r}")
         with TensorTypeAndShapeInfo(out[0]) as info:
             return info.toTensorInfo()
 
@@ -367,11 +364,10 @@ class OrtCheckpointState(NativeHandle):
         name = c_string(parameterName, "the parameter name")
         out = ffi.new("OrtValue**")
         with self._lock:
-            check_status(
-                self._rt.training_api.GetParameter(self._bound(), name, process.allocator(), out),
-                f"parameter {parameterName!r}",
-            )
-        with OnnxTensor._adopt(out[0]) as value:
+            self._require_bound()
+            self._call(self._rt.training_api.GetParameter, name, process.allocator(), out,
+                       context=f"parameter {parameterName!r}")
+        with adopted_tensor(out[0]) as value:
             return value.getValue()
 
     def updateParameter(self, parameterName: str, parameter: Any) -> None:
@@ -399,12 +395,11 @@ class OrtCheckpointState(NativeHandle):
                 f"parameter {parameterName!r} is {info.dtype} of shape {list(info.shape)}; "
                 f"got {array.dtype} of shape {list(array.shape)}"
             )
-        with OnnxTensor._over_array(array) as tensor:
+        with tensor_over_copy(array) as tensor:
             with self._lock:
-                check_status(
-                    self._rt.training_api.UpdateParameter(self._bound(), name, tensor._ptr),
-                    f"updating parameter {parameterName!r}",
-                )
+                self._require_bound()
+                self._call(self._rt.training_api.UpdateParameter, name, pointer(tensor),
+                           context=f"updating parameter {parameterName!r}")
 
 
 class StateBinding:

@@ -308,7 +308,7 @@ class OrtSession(NativeHandle):
                 out_values = ffi.new("OrtValue*[]", len(wanted))
                 status = self._rt.api.Run(
                     self._ptr,
-                    runOptions._ptr if runOptions is not None else ffi.NULL,
+                    pinned_pointer(runOptions) if runOptions is not None else ffi.NULL,
                     ffi.new("char*[]", in_names),
                     ffi.new("OrtValue*[]", [pinned_pointer(t) for t in tensors]),
                     len(tensors),

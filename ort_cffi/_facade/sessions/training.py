@@ -28,7 +28,7 @@ from ort_cffi._facade.sessions.results import NameSet, Result
 from ort_cffi._facade.sessions.signature import model_inputs
 from ort_cffi._facade.sessions.steps import ModelPlan
 from ort_cffi._facade.tensors.conversions import as_tensor_array
-from ort_cffi._facade.tensors.tensor import OnnxTensor
+from ort_cffi._facade.tensors.tensor import OnnxTensor, tensor_over_copy
 from ort_cffi._native.errors import OrtClosedException, OrtErrorCode, OrtException, c_string
 from ort_cffi._native.files import PathLike, PathOrBytes, atomic_write, fspath, native_path, read_model
 from ort_cffi._native.handles import NativeHandle, pin_all, pinned_pointer, pointer, process, read_names, unpin_all
@@ -340,11 +340,10 @@ class OrtTrainingSession(NativeHandle):
 
     # --- optimizer and scheduler ---------------------------------------------------------------
 
-    def _optimizer(self) -> Any:
-        ptr = self._handle()
+    def _require_optimizer(self) -> None:
+        self._handle()  # a closed session says so first
         if not self._has_optimizer:
             raise OrtException.invalid_argument("this training session has no optimizer model")
-        return ptr
 
     def optimizerStep(self, runOptions: Optional[RunOptions] = None) -> None:
         """Update the parameters from the accumulated gradients (`OptimizerStep`).
@@ -365,7 +364,7 @@ class OrtTrainingSession(NativeHandle):
             lock.acquire()
             try:
                 if self._closed or not self._has_optimizer:
-                    self._optimizer()  # raises the right error
+                    self._require_optimizer()  # raises the right error
                 status = self._optimizer_step(self._ptr, ffi.NULL)
             finally:
                 lock.release()
@@ -375,10 +374,10 @@ class OrtTrainingSession(NativeHandle):
         if not isinstance(runOptions, RunOptions):
             raise OrtException.invalid_argument(f"runOptions must be RunOptions, not {type(runOptions).__name__}")
         with self._lock:
-            session = self._optimizer()
+            self._require_optimizer()
             pin_all([runOptions])
             try:
-                check_status(self._rt.training_api.OptimizerStep(session, runOptions._ptr), "OptimizerStep")
+                self._call(self._rt.training_api.OptimizerStep, pinned_pointer(runOptions), context="OptimizerStep")
             finally:
                 unpin_all([runOptions])
 
@@ -400,7 +399,8 @@ class OrtTrainingSession(NativeHandle):
         if isinstance(learningRate, bool) or not isinstance(learningRate, numbers.Real):
             raise OrtException.invalid_argument(f"the learning rate must be a float, not {type(learningRate).__name__}")
         with self._lock:
-            check_status(self._rt.training_api.SetLearningRate(self._optimizer(), float(learningRate)), "SetLearningRate")
+            self._require_optimizer()
+            self._call(self._rt.training_api.SetLearningRate, float(learningRate), context="SetLearningRate")
 
     def getLearningRate(self) -> float:
         """The optimizer's current learning rate (`GetLearningRate`).
@@ -416,7 +416,8 @@ class OrtTrainingSession(NativeHandle):
         """
         out = ffi.new("float*")
         with self._lock:
-            check_status(self._rt.training_api.GetLearningRate(self._optimizer(), out), "GetLearningRate")
+            self._require_optimizer()
+            self._call(self._rt.training_api.GetLearningRate, out, context="GetLearningRate")
         return float(out[0])
 
     def registerLinearLRScheduler(self, warmupSteps: int, totalSteps: int, initialLearningRate: float) -> None:
@@ -448,12 +449,9 @@ class OrtTrainingSession(NativeHandle):
         if isinstance(initialLearningRate, bool) or not isinstance(initialLearningRate, numbers.Real):
             raise OrtException.invalid_argument("initialLearningRate must be a float")
         with self._lock:
-            check_status(
-                self._rt.training_api.RegisterLinearLRScheduler(
-                    self._optimizer(), int(warmupSteps), int(totalSteps), float(initialLearningRate)
-                ),
-                "RegisterLinearLRScheduler",
-            )
+            self._require_optimizer()
+            self._call(self._rt.training_api.RegisterLinearLRScheduler, int(warmupSteps), int(totalSteps),
+                       float(initialLearningRate), context="RegisterLinearLRScheduler")
             self._has_scheduler = True
 
     def schedulerStep(self) -> None:
@@ -467,10 +465,10 @@ class OrtTrainingSession(NativeHandle):
                 registered (`registerLinearLRScheduler`).
         """
         with self._lock:
-            session = self._optimizer()
+            self._require_optimizer()
             if not self._has_scheduler:
                 raise OrtException.invalid_argument("no learning rate scheduler is registered (registerLinearLRScheduler)")
-            check_status(self._rt.training_api.SchedulerStep(session), "SchedulerStep")
+            self._call(self._rt.training_api.SchedulerStep, context="SchedulerStep")
 
     # --- checkpoint, properties, export --------------------------------------------------------
 
@@ -630,7 +628,7 @@ class OrtTrainingSession(NativeHandle):
             raise OrtException.invalid_argument("exportModelForInference needs at least one output name")
         encoded = [ffi.new("char[]", c_string(n, "the output name")) for n in names]
         with self._lock:
-            session = self._handle()
+            self._handle()  # a closed session says so first
             if not self._has_eval:
                 raise OrtException.invalid_argument("exportModelForInference needs an eval model; this session has none")
             if not self._eval_from_path:
@@ -641,11 +639,9 @@ class OrtTrainingSession(NativeHandle):
                 )
             atomic_write(
                 path,
-                lambda tmp: check_status(
-                    self._rt.training_api.ExportModelForInferencing(
-                        session, native_path(tmp), len(encoded), ffi.new("char*[]", encoded)
-                    ),
-                    f"exporting {names} to {path!r}",
+                lambda tmp: self._call(
+                    self._rt.training_api.ExportModelForInferencing, native_path(tmp), len(encoded),
+                    ffi.new("char*[]", encoded), context=f"exporting {names} to {path!r}",
                 ),
                 "inference model",
             )
@@ -665,7 +661,7 @@ class OrtTrainingSession(NativeHandle):
         """
         out = ffi.new("size_t*")
         with self._lock:
-            check_status(self._rt.training_api.GetParametersSize(self._handle(), out, bool(trainableOnly)), "GetParametersSize")
+            self._call(self._rt.training_api.GetParametersSize, out, bool(trainableOnly), context="GetParametersSize")
         return int(out[0])
 
     def copyParametersToBuffer(self, trainableOnly: bool = True) -> np.ndarray:
@@ -685,15 +681,12 @@ class OrtTrainingSession(NativeHandle):
             OrtException: The runtime fails the copy.
         """
         with self._lock:
-            session = self._handle()
             size = ffi.new("size_t*")
-            check_status(self._rt.training_api.GetParametersSize(session, size, bool(trainableOnly)), "GetParametersSize")
+            self._call(self._rt.training_api.GetParametersSize, size, bool(trainableOnly), context="GetParametersSize")
             buffer = np.empty(size[0], dtype=np.float32)
-            with OnnxTensor._over_array(buffer) as tensor:
-                check_status(
-                    self._rt.training_api.CopyParametersToBuffer(session, tensor._ptr, bool(trainableOnly)),
-                    "CopyParametersToBuffer",
-                )
+            with tensor_over_copy(buffer) as tensor:
+                self._call(self._rt.training_api.CopyParametersToBuffer, pointer(tensor), bool(trainableOnly),
+                           context="CopyParametersToBuffer")
         return buffer
 
     def copyBufferToParameters(self, buffer: Any, trainableOnly: bool = True) -> None:
@@ -725,12 +718,10 @@ class OrtTrainingSession(NativeHandle):
                 f"the parameter buffer must be 1-D with {expected} elements, got shape {list(buffer.shape)}"
             )
         array = as_tensor_array(buffer, "parameter buffer")
-        with OnnxTensor._over_array(array) as tensor:
+        with tensor_over_copy(array) as tensor:
             with self._lock:
-                check_status(
-                    self._rt.training_api.CopyBufferToParameters(self._handle(), tensor._ptr, bool(trainableOnly)),
-                    "CopyBufferToParameters",
-                )
+                self._call(self._rt.training_api.CopyBufferToParameters, pointer(tensor), bool(trainableOnly),
+                           context="CopyBufferToParameters")
 
     # --- seed and close --------------------------------------------------------------------------
 

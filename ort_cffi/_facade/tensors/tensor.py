@@ -596,8 +596,11 @@ def adopted_tensor(value_ptr: Any) -> OnnxTensor:
     return OnnxTensor._adopt(value_ptr)
 
 
-def tensor_over_copy(copy: np.ndarray, onnx_type: OnnxTensorType, shape: Tuple[int, ...]) -> OnnxTensor:
-    """An ``OnnxTensor`` over ``copy``, an array ort_cffi made and the tensor keeps alive."""
+def tensor_over_copy(copy: np.ndarray, onnx_type: Optional[OnnxTensorType] = None,
+                     shape: Optional[Sequence[int]] = None) -> OnnxTensor:
+    """An ``OnnxTensor`` over ``copy``, an array ort_cffi made (or checked with ``as_tensor_array``), without
+    copying it; the tensor keeps it alive. ``onnx_type`` and ``shape`` describe raw bits (bfloat16, float8,
+    packed int4)."""
     return OnnxTensor._over_array(copy, onnx_type, shape)
 
 
