@@ -21,8 +21,8 @@ ARTIFACTS = TESTS / "artifacts"
 # support/. Helpers and test modules import each other by name (and _childcases' children import a test
 # module by name), so these folders are on sys.path.
 SEARCH_PATH = [str(TESTS), str(TESTS / "support")] + sorted(
-    str(folder) for folder in TESTS.iterdir() if folder.is_dir() and any(folder.glob("test_*.py"))
-)
+    str(folder) for folder in (TESTS.iterdir() if TESTS.is_dir() else ()) if folder.is_dir() and any(folder.glob("test_*.py"))
+)  # (a copy of this file elsewhere, as test_leaks makes one, finds no folders: that is fine)
 sys.path[:0] = [folder for folder in SEARCH_PATH if folder not in sys.path]
 DIGITS = ROOT / "ort_cffi" / "data" / "digits"
 JAVA_DATA_ENV = "ORT_CFFI_JAVA_TESTDATA"

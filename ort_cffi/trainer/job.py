@@ -117,6 +117,13 @@ class TrainingJob:
         self.out = settings.out
 
     def run(self) -> int:
+        """Train the run: prints its progress, writes into ``settings.out``, returns 0 (130 when interrupted).
+
+        Raises:
+            SetupError: A folder, file, dataset or option given is wrong (before anything is trained).
+            ArtifactsError: ``--model``'s artifacts cannot be made.
+            OrtException: The runtime refuses something.
+        """
         started = time.monotonic()
         resumed = self._resumed()
         source = self._source(resumed)

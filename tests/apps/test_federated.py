@@ -632,7 +632,7 @@ def test_a_run_in_the_output_folder_is_replaced_only_with_overwrite(tmp_path: Pa
     (out / "inference_model.onnx").write_bytes(b"old")
     (out / "federated.png").write_bytes(b"old")
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
-    with pytest.raises(UsageError, match=r"holds a completed run \(4 rounds\): a run is never overwritten unless asked\. "
+    with pytest.raises(SetupError, match=r"holds a completed run \(4 rounds\): a run is never overwritten unless asked\. "
                                          r"To run again in this folder, replacing it, pass --overwrite"):
         flower.preflight(settings)
     assert federated.main(["--out", str(out), "--rounds", "4"]) == 2
@@ -642,12 +642,12 @@ def test_a_run_in_the_output_folder_is_replaced_only_with_overwrite(tmp_path: Pa
     with pytest.raises(SystemExit) as exit_info:
         federated.main(["--out", str(out), "--resume", "--overwrite"])
     assert exit_info.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
-    with pytest.raises(UsageError, match="resume continues the run in the output folder, overwrite replaces it: not both"):
+    with pytest.raises(SetupError, match="resume continues the run in the output folder, overwrite replaces it: not both"):
         flower.ServerSettings(resume=True, overwrite=True).check()
     overwrite = flower.ServerSettings(**{**settings.history_config(), "out": str(out), "overwrite": True})
     flower.preflight(overwrite)  # accepted
     store.write_history({**doc, "status": "running"})  # unfinished: the refusal points at --resume
-    with pytest.raises(UsageError, match=r"stopped after round 1 of 4: continue it with --resume .*--overwrite would discard it"):
+    with pytest.raises(SetupError, match=r"stopped after round 1 of 4: continue it with --resume .*--overwrite would discard it"):
         flower.preflight(settings)
     flower.preflight(overwrite)
     store.clear()  # what a new run's server does first
@@ -659,7 +659,7 @@ def test_a_failed_preflight_leaves_the_file_system_as_it_was(tmp_path: Path, cap
     empty folders stayed behind. Now they are removed again; a folder that existed stays, as it was."""
     artifacts = loss_only_artifacts(tmp_path)
     new = tmp_path / "new" / "deeper" / "run"
-    with pytest.raises(UsageError, match="nothing to export for inference"):
+    with pytest.raises(SetupError, match="nothing to export for inference"):
         flower.preflight(flower.ServerSettings(artifacts=str(artifacts), clients=2, rounds=1, out=str(new)))
     assert not (tmp_path / "new").exists()
     assert federated.main(["--artifacts", str(artifacts), "--rounds", "1", "--out", str(new)]) == 2
