@@ -165,7 +165,8 @@ def _short_labels(arrays: dict) -> None:
     "change, message",
     [
         (_rename, "lacks train_input and has train_image, which match no model input: the model's inputs are input, labels, "
-                  "so the arrays must be train_input, train_labels, val_input, val_labels"),
+                  "so the arrays must be train_input, train_labels, val_input, val_labels; the file has "
+                  "train_labels, val_input, val_labels, train_image"),
         (_int32_labels, "val_labels is int32, but the model's input 'labels' is int64"),
         (_narrow, "train_input has shape [400, 32], but the model's input 'input' is [N, 64]"),
         (_images, "train_input has shape [400, 8, 8], but the model's input 'input' is [N, 64]"),
