@@ -330,7 +330,7 @@ class _Prepared:
                 f"the eval model's only output is the loss ({eval_outputs[0]!r}): name the inference "
                 "model's outputs with --export-outputs (e.g. the original model's output)"
             )
-        check_export(session, job.out, self.export, eval_outputs)
+        check_export(files["eval"], self.export, eval_outputs)
         self.labels = classification_labels({n: self.infos[n] for n in self.splits["val"] if n in self.infos})
         self.scores = self.export[0] if self.export[0] in eval_outputs else None  # accuracy needs scores from evalStep
         self.names = Outputs(session.getTrainOutputNames()[0], eval_outputs[0], self.scores, self.labels)  # loss first

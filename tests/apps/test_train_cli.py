@@ -238,8 +238,8 @@ def test_missing_inputs_are_named(tmp_path: Path, small_data: Path, capsys: pyte
         (["--data", small_data, "--resume", DIGITS / "checkpoint"],
          "has no 'epoch'/'step' properties: only checkpoints ort-cffi-train wrote can be resumed"),
         (["--data", small_data, "--export-outputs", "probabilities"],
-         "error: cannot export probabilities for inference (the eval model's outputs are onnx::loss::2, logits): "
-         "Expected graph output for inference graph probabilities could not be found"),
+         "error: cannot export probabilities for inference: the eval model has no value of that name (its outputs "
+         "are onnx::loss::2, logits); name the inference model's outputs with --export-outputs"),
     ]
     for args, message in cases:
         code, _, stderr = run(capsys, *args, "--out", tmp_path / "out")
