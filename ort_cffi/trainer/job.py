@@ -190,8 +190,14 @@ class TrainingJob:
         an --out that holds a run is refused unless --overwrite, saying what was probably meant, --resume
         for a run that stopped before its end, --overwrite or another --out for a finished one."""
         out = self.out
-        if self.settings.overwrite or not any(os.path.lexists(out / name) for name in RUN_FILES):
+        found = [name for name in RUN_FILES if os.path.lexists(out / name)]
+        if self.settings.overwrite or not found:
             return
+        if "last_checkpoint" not in found:  # nothing to resume, but files a new run would write over
+            raise SetupError(
+                f"{out} holds {', '.join(found)} of an earlier run (and no last_checkpoint to resume): a run's files "
+                "are never overwritten unless asked. To train in this folder, replacing them, pass --overwrite; or "
+                "write the new run to another --out")
         try:
             metrics = json.loads((out / "metrics.json").read_text())
             epochs = metrics["epochs"][-1]["epoch"] if metrics["epochs"] else 0

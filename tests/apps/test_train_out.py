@@ -88,6 +88,22 @@ def test_overwrite_removes_what_the_new_run_does_not_write(tmp_path: Path, small
     assert json.loads((out / "metrics.json").read_text())["epochs"][0]["best"]  # the best is this run's
 
 
+def test_an_inference_model_in_out_is_not_replaced_unasked(tmp_path: Path, small_data: Path,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    """The export follows the run-folder rule: an --out holding an inference model (no checkpoint to resume)
+    is refused too, with --overwrite as the way on."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "inference_model.onnx").write_bytes(b"the user's model")
+    code, _, stderr = run(capsys, "--data", small_data, "--epochs", 1, "--out", out, *QUIET)
+    assert code == 2 and stderr == (f"error: {out} holds inference_model.onnx of an earlier run (and no last_checkpoint "
+                                    "to resume): a run's files are never overwritten unless asked. To train in this "
+                                    "folder, replacing them, pass --overwrite; or write the new run to another --out\n")
+    assert (out / "inference_model.onnx").read_bytes() == b"the user's model"
+    assert run(capsys, "--data", small_data, "--epochs", 1, "--out", out, "--overwrite", *QUIET)[0] == 0
+    assert (out / "inference_model.onnx").read_bytes() != b"the user's model"
+
+
 def _npz(tmp_path: Path, change: Callable[[dict], None]) -> Path:
     with np.load(DIGITS / "digits.npz") as digits:
         arrays = {key: digits[key][:200] for key in digits.files}
