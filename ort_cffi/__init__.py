@@ -13,6 +13,7 @@ from ort_cffi._facade.tensors.element_types import OnnxJavaType, OnnxTensorType,
 from ort_cffi._facade.tensors.fp16 import Fp16Conversions
 from ort_cffi._facade.tensors.tensor import OnnxTensor, OnnxValue
 from ort_cffi._facade.tensors.tensor_info import TensorInfo
+from ort_cffi._facade.tensors.tensor_like import OnnxTensorLike
 from ort_cffi._native.errors import (
     OrtClosedException,
     OrtErrorCode,
@@ -31,6 +32,7 @@ __all__ = [
     "NodeInfo",
     "OnnxJavaType",
     "OnnxTensor",
+    "OnnxTensorLike",
     "OnnxTensorType",
     "OnnxValue",
     "OnnxValueType",

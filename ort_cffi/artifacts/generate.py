@@ -17,6 +17,7 @@ loads in the runtime.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -29,6 +30,7 @@ from ort_cffi import OrtException, RuntimeLoadError, __version__
 from ort_cffi._facade.files import atomic_write, file_sha256
 from ort_cffi.artifacts.definitions import (
     ArtifactsError,
+    ArtifactsInputError,
     GeneratedArtifacts,
     LossType,
     ModelLike,
@@ -36,7 +38,7 @@ from ort_cffi.artifacts.definitions import (
     Parameter,
     TensorSpec,
 )
-from ort_cffi.artifacts.manifest import MANIFEST
+from ort_cffi.artifacts.manifest import MANIFEST, read_manifest
 from ort_cffi.artifacts.options import model_bytes_or_path, request_options, writable_folder
 from ort_cffi.artifacts.runner import generator_python, run_child
 
@@ -75,6 +77,34 @@ def _check_loads(files: Dict[str, Path]) -> None:
         raise ArtifactsError(f"the generated artifacts do not load in ONNX Runtime {env.getVersion()}: {exc}") from None
 
 
+def _refuse_other_artifacts(folder: Path, prefix: str, options: Dict[str, Any], model_sha: str) -> None:
+    """Artifacts are a user's results too: generating into a folder that holds those of another model, or
+    of other options, would replace them unasked. The same model with the same options may be generated
+    again (it gives the same bytes)."""
+    manifest = read_manifest(folder, prefix)
+    if manifest is None:
+        found = [prefix + name for name in _FILE_NAMES.values() if (folder / (prefix + name)).exists()]
+        if found:
+            raise ArtifactsInputError(
+                f"artifacts folder {str(folder)!r} holds {', '.join(found)}, which no {prefix + MANIFEST} describes: "
+                "they are not replaced unless asked. Pass overwrite=True (--overwrite) to replace them, or write "
+                "the artifacts to another folder")
+        return
+    recorded: Dict[str, Any] = manifest["model"] if isinstance(manifest.get("model"), dict) else {}
+    stored: Dict[str, Any] = manifest["options"] if isinstance(manifest.get("options"), dict) else {}
+    if recorded.get("sha256") != model_sha:
+        what = f"another model ({recorded.get('path') or 'one given as bytes'})"
+    else:
+        changed = [f"{key} {stored.get(key)!r} -> {options.get(key)!r}" for key in sorted(set(options) | set(stored))
+                   if stored.get(key) != options.get(key)]
+        if not changed:
+            return
+        what = f"the same model with other options ({'; '.join(changed)})"
+    raise ArtifactsInputError(
+        f"artifacts folder {str(folder)!r} holds the artifacts of {what}: they are not replaced unless asked. "
+        "Pass overwrite=True (--overwrite) to replace them, or write the artifacts to another folder")
+
+
 def _parameters(records: Sequence[Dict[str, Any]]) -> Tuple[Parameter, ...]:
     return tuple(Parameter(r["name"], r["dtype"], tuple(r["shape"]), r["size"]) for r in records)
 
@@ -97,6 +127,7 @@ def generate_artifacts(
     loss_input_names: Optional[Union[str, Iterable[str]]] = None,
     python: Optional[Union[str, os.PathLike[str]]] = None,
     check: bool = True,
+    overwrite: bool = False,
 ) -> GeneratedArtifacts:
     """Write the training artifacts of ``model`` into ``artifact_directory`` (created if missing; default:
     the current folder) and return what was written and made trainable.
@@ -125,6 +156,10 @@ def generate_artifacts(
     - ``python``: the interpreter that runs the generator (default ``$ORT_CFFI_ARTIFACTS_PYTHON``, else this
       one); it needs ``onnxruntime-training-cpu==1.19.2`` and ``onnx``.
     - ``check``: open the written artifacts in a training session through ort_cffi (needs the runtime here).
+    - ``overwrite``: replace artifacts of another model or other options. Without it, a folder whose
+      ``artifacts.json`` records another model or other options, or that holds artifact files no
+      ``artifacts.json`` describes, is refused before anything is written; generating the same model with
+      the same options again is allowed.
 
     ONNX Runtime's ``ort_format`` and ``custom_op_library`` are not offered: ort_cffi loads ONNX files, and
     its sessions register no custom-op libraries.
@@ -134,12 +169,15 @@ def generate_artifacts(
 
     Raises ArtifactsInputError (a ValueError) naming what was wrong with the model or the options,
     GeneratorUnavailableError when no interpreter can run the generator, ArtifactsError when the generator
-    fails or its output does not load, TypeError for arguments of the wrong type.
+    fails or its output does not load (ArtifactsInputError also for a folder holding other artifacts, without
+    ``overwrite``), TypeError for arguments of the wrong type.
     """
     options = request_options(requires_grad, frozen_params, loss, optimizer, prefix, additional_output_names,
                               nominal_checkpoint, loss_input_names)
     path, data, label = model_bytes_or_path(model)
     folder = Path(os.fsdecode(os.fspath(artifact_directory))) if artifact_directory is not None else Path.cwd()
+    if not overwrite:
+        _refuse_other_artifacts(folder, prefix, options, file_sha256(path) if path is not None else hashlib.sha256(data or b"").hexdigest())
     created = not folder.exists()
     writable_folder(folder)
     try:

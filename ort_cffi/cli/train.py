@@ -52,6 +52,10 @@ configuration, for --resume), best_checkpoint (the best validation epoch), infer
 (exported from the best checkpoint), metrics.json (loss and learning rate per step, validation
 per epoch) and training.png (their plot); with --model, the artifacts in artifacts/.
 
+A run is never overwritten unless asked: an --out that holds a run, finished or not, is refused
+unless --resume continues it or --overwrite replaces it. A run that fails before its first epoch
+leaves the file system as it found it.
+
 --resume continues the run stored in the checkpoint: its learning rate, schedule, warm-up, batch
 size, epochs, seed, dataset and artifacts. Options left out take the stored values; one that
 contradicts them is refused unless --override is given.
@@ -99,6 +103,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         "without --out, the run goes on in the checkpoint's folder")
     parser.add_argument("--override", action="store_true",
                         help="with --resume: let the options given replace the run's stored ones")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start a new run in an --out that holds one, replacing it (without --resume or "
+                        "--overwrite, such an --out is refused)")
     parser.add_argument("--export-outputs", nargs="+", metavar="NAME",
                         help="outputs of the inference model (default: the eval model's outputs but the loss)")
     parser.add_argument("--threads", type=non_negative_int, default=0, metavar="N",
@@ -118,6 +125,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
             parser.error(f"{', '.join(given)} choose how --model's artifacts are made: use them with --model")
     if args.override and args.resume is None:
         parser.error("--override applies to --resume only")
+    if args.overwrite and args.resume is not None:
+        parser.error("--resume and --overwrite exclude each other: continue the run in --out, or replace it")
     if args.out is None and args.resume:  # a named checkpoint: its run continues where it was written
         args.out = Path(args.resume).parent
     if args.out is None:

@@ -207,17 +207,16 @@ class GlobalModel:
             self.session.close()
             raise
 
-    def check_export(self, folder: Path) -> None:
-        """Export once now, into ``folder`` (then removed), so that a model that cannot be exported fails
-        before the first round rather than after the last. Raises ``SetupError`` saying what to change."""
+    def check_export(self) -> None:
+        """Check the export's output names now, so that a model that cannot be exported fails before the
+        first round rather than after the last. Raises ``SetupError`` saying what to change."""
         if not self.export_names:
             raise SetupError(
                 f"the eval model's only output is the loss ({self.loss_name!r}), so there is nothing to export "
                 "for inference after the last round: name the inference model's outputs with --export-outputs "
                 "(e.g. the original model's output; run-config key export-outputs), or make the artifacts with "
                 "generate_artifacts(..., additional_output_names=[...])")
-        folder.mkdir(parents=True, exist_ok=True)
-        check_export(self.session, folder, self.export_names, self.eval_outputs)
+        check_export(self.paths["eval"], self.export_names, self.eval_outputs)
 
     def parameters(self) -> np.ndarray:
         """A copy of the loaded trainable parameters (``copyParametersToBuffer``), owned by the caller."""

@@ -204,7 +204,7 @@ class FederatedServer:
             if model.fixed_batch is not None and s.batch_size != model.fixed_batch:
                 raise SetupError(f"the model's inputs fix the batch size at {model.fixed_batch}: set batch-size "
                                         f"{model.fixed_batch} (--batch-size {model.fixed_batch}), not {s.batch_size}")
-            model.check_export(self.store.out)  # before round 1: the export at the end must not fail
+            model.check_export()  # before round 1: the export at the end must not fail
             strategy = build_strategy(s.strategy_settings(), min_fit_clients=s.min_fit, expected_clients=s.clients,
                                       fraction_fit=s.fraction_fit, fraction_evaluate=s.fraction_evaluate)
             stateful = is_stateful(s.strategy_settings())

@@ -85,7 +85,7 @@ def _check_out(settings: ServerSettings, artifacts: Path, data_path: Path, out: 
         if model.fixed_batch is not None and settings.batch_size != model.fixed_batch:
             raise SetupError(f"the model's inputs fix the batch size at {model.fixed_batch}: "
                                     f"pass --batch-size {model.fixed_batch}")
-        model.check_export(Path(settings.out))
+        model.check_export()
 
 
 def train_samples(path: Path) -> Optional[int]:

@@ -92,9 +92,10 @@ def load_dataset(path: Path, splits: Dict[str, List[str]], infos: Dict[str, Tens
         problems = ([f"lacks {', '.join(missing)}"] if missing else []) + (
             [f"has {', '.join(unknown)}, which match no model input"] if unknown else []
         )
+        # The file's own keys too: a typo or another naming scheme is then visible at a glance.
         raise SetupError(
             f"{where} {' and '.join(problems)}: the model's inputs are {', '.join(splits['train'])}, "
-            f"so the arrays must be {', '.join(expected)}"
+            f"so the arrays must be {', '.join(expected)}; the file has {', '.join(stored) or 'no arrays'}"
         )
     dataset: Dict[str, Arrays] = {}
     batch = fixed_batch(infos)

@@ -8,6 +8,9 @@ epochs (``loop.run_epochs``), then exports the best checkpoint as an inference m
 """
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -51,6 +54,11 @@ from ort_cffi.trainer.errors import SetupError
 from ort_cffi.trainer.loop import Outputs, Plan, check_export, evaluate, inference_check, run_epochs
 from ort_cffi.trainer.output import load_history, plot, write_json
 
+# The files that make a folder a run's: a new run refuses such an --out unless told --resume or --overwrite.
+RUN_FILES = ("last_checkpoint", "best_checkpoint", "metrics.json", "inference_model.onnx")
+# What a new run with --overwrite removes of the old run before its first epoch (artifacts/ aside).
+REPLACED_FILES = RUN_FILES + ("training.png",)
+
 # The settings that choose how --model's artifacts are made, and their flags (for messages).
 GENERATION_FLAGS = {"trainable": "--trainable", "frozen": "--frozen", "loss": "--loss", "loss_input": "--loss-input",
                     "optimizer": "--optimizer"}
@@ -78,6 +86,7 @@ class TrainSettings:
     seed: Optional[int] = None
     resume: Union[None, bool, str, Path] = None  # True or "": OUT/last_checkpoint; a path: that checkpoint
     override: bool = False
+    overwrite: bool = False  # start a new run in an --out that holds one, replacing it
     export_outputs: Optional[List[str]] = None
     threads: int = 0
     progress: Optional[bool] = None  # None: a bar only when stderr is a terminal
@@ -125,31 +134,46 @@ class TrainingJob:
             OrtException: The runtime refuses something.
         """
         started = time.monotonic()
+        if self.settings.resume not in (None, False) and self.settings.overwrite:
+            raise SetupError("--resume and --overwrite exclude each other: continue the run in --out, or replace it")
         resumed = self._resumed()
-        source = self._source(resumed)
-        config, notes = self._config(source, resumed)
+        if resumed is None:
+            self._refuse_a_run_in_out()
+        undo = _Undo(self.out)  # a failed pre-flight leaves the file system as it found it
         try:
-            self.out.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise SetupError(f"--out {str(self.out)!r} cannot be the run's folder: {error.strerror}") from None
+            source = self._source(resumed)
+            config, notes = self._config(source, resumed)
+            try:
+                self.out.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise SetupError(f"--out {str(self.out)!r} cannot be the run's folder: {error.strerror}") from None
 
-        OrtTrainingSession.setSeed(config.seed)
-        with SessionOptions() as session_options:
-            if self.settings.threads:
-                session_options.setIntraOpNumThreads(self.settings.threads)
-            session = self.env.createTrainingSession(source.checkpoint, source.files["train"], source.files["eval"],
-                                                     source.files["optimizer"], session_options)
+            OrtTrainingSession.setSeed(config.seed)
+            with SessionOptions() as session_options:
+                if self.settings.threads:
+                    session_options.setIntraOpNumThreads(self.settings.threads)
+                session = self.env.createTrainingSession(source.checkpoint, source.files["train"], source.files["eval"],
+                                                         source.files["optimizer"], session_options)
+        except BaseException:
+            undo()
+            raise
         with session:
-            prepared = _Prepared(self, session, source, config)
-            plan, history = prepared.start(resumed)
-            print(f"ort-cffi-train: ort_cffi {__version__}, ONNX Runtime {self.env.getVersion()}")
-            for line in source.lines + prepared.describe(resumed, source.checkpoint, bool(resumed and resumed.config)):
-                print(line)
-            for note in notes:
-                print(note)
-            print(f"output:    {self.out}")
-            if resumed is None:  # where the model starts from, on the task at hand
-                history.before = prepared.validate()
+            try:
+                prepared = _Prepared(self, session, source, config)
+                plan, history = prepared.start(resumed)
+                print(f"ort-cffi-train: ort_cffi {__version__}, ONNX Runtime {self.env.getVersion()}")
+                for line in source.lines + prepared.describe(resumed, source.checkpoint, bool(resumed and resumed.config)):
+                    print(line)
+                for note in notes:
+                    print(note)
+                print(f"output:    {self.out}")
+                if resumed is None:  # where the model starts from, on the task at hand
+                    history.before = prepared.validate()
+            except BaseException:
+                undo()
+                raise
+            if resumed is None and self.settings.overwrite:
+                self._remove_old_run(source)
             if plan.first_epoch > config.epochs:
                 print(f"nothing left to do: the checkpoint is at epoch {plan.first_epoch - 1} and the run has "
                       f"{config.epochs} epochs; to train further, resume with --epochs N (more than "
@@ -167,6 +191,45 @@ class TrainingJob:
         return 0
 
     # --- before the session --------------------------------------------------------------------------------
+
+    def _refuse_a_run_in_out(self) -> None:
+        """A new run never replaces one silently (it lost 64 epochs of checkpoints to a forgotten --resume):
+        an --out that holds a run is refused unless --overwrite, saying what was probably meant, --resume
+        for a run that stopped before its end, --overwrite or another --out for a finished one."""
+        out = self.out
+        found = [name for name in RUN_FILES if os.path.lexists(out / name)]
+        if self.settings.overwrite or not found:
+            return
+        if "last_checkpoint" not in found:  # nothing to resume, but files a new run would write over
+            raise SetupError(
+                f"{out} holds {', '.join(found)} of an earlier run (and no last_checkpoint to resume): a run's files "
+                "are never overwritten unless asked. To train in this folder, replacing them, pass --overwrite; or "
+                "write the new run to another --out")
+        try:
+            metrics = json.loads((out / "metrics.json").read_text())
+            epochs = metrics["epochs"][-1]["epoch"] if metrics["epochs"] else 0
+            total, finished = metrics["config"]["epochs"], metrics.get("inference") is not None
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            epochs, total, finished = None, None, False  # no readable record: treated as unfinished, to be safe
+        if finished:
+            raise SetupError(
+                f"{out} holds a finished run ({epochs} of {total} epochs, inference model exported): a run is never "
+                "overwritten unless asked. To train again in this folder, replacing it, pass --overwrite; or write "
+                "the new run to another --out")
+        stopped = f"stopped after epoch {epochs} of {total}" if epochs is not None else "did not finish"
+        raise SetupError(
+            f"{out} holds a run that {stopped}: continue it with --resume (ort-cffi-train --out {out} --resume), "
+            "or write the new run to another --out (--overwrite would discard it)")
+
+    def _remove_old_run(self, source: _Source) -> None:
+        """--overwrite, once the pre-flight passed: the old run's files go before the first epoch, so that
+        none of them (a better best_checkpoint, a stale inference model) passes for the new run's. Its
+        artifacts/ goes too, unless the new run trains them (--model reused or regenerated them)."""
+        for name in REPLACED_FILES:
+            (self.out / name).unlink(missing_ok=True)
+        old_artifacts = self.out / "artifacts"
+        if old_artifacts.is_dir() and old_artifacts.resolve() != source.folder.resolve():
+            shutil.rmtree(old_artifacts)
 
     def _resumed(self) -> Optional[Resumed]:
         resume = self.settings.resume
@@ -241,7 +304,8 @@ class TrainingJob:
         if artifacts_match(folder, settings.model, options):
             return folder, identity, [f"artifacts: {folder} (reused: made from {settings.model} with the same options)"]
         made = generate_artifacts(settings.model, options["requires_grad"], options["frozen_params"], options["loss"],
-                                  options["optimizer"], folder, loss_input_names=options["loss_input_names"])
+                                  options["optimizer"], folder, loss_input_names=options["loss_input_names"],
+                                  overwrite=settings.overwrite)
         return folder, identity, describe(made, str(settings.model)) + [f"artifacts: {folder} (generated)"]
 
     def _config(self, source: _Source, resumed: Optional[Resumed]) -> Tuple[RunConfig, List[str]]:
@@ -300,6 +364,27 @@ class TrainingJob:
                 print("no plot: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
 
 
+class _Undo:
+    """What a run's pre-flight made, to remove again when it fails: the --out folder and the parents it
+    needed, when they did not exist, or else OUT/artifacts, when it did not. Nothing that existed before is
+    removed (files the pre-flight replaced, like regenerated artifacts after --overwrite, stay replaced)."""
+
+    def __init__(self, out: Path) -> None:
+        self.made = [folder for folder in (out, *out.parents) if not os.path.lexists(folder)]  # deepest first
+        self.artifacts = None if self.made or os.path.lexists(out / "artifacts") else out / "artifacts"
+
+    def __call__(self) -> None:
+        if self.made:
+            shutil.rmtree(self.made[0], ignore_errors=True)  # made by this run: all it holds is this run's
+            for folder in self.made[1:]:
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+        elif self.artifacts is not None:
+            shutil.rmtree(self.artifacts, ignore_errors=True)
+
+
 @dataclass
 class _History:
     """What a run records in metrics.json: the validation before training, per step, per epoch, the export."""
@@ -337,7 +422,7 @@ class _Prepared:
                 f"the eval model's only output is the loss ({eval_outputs[0]!r}): name the inference "
                 "model's outputs with --export-outputs (e.g. the original model's output)"
             )
-        check_export(session, job.out, self.export, eval_outputs)
+        check_export(files["eval"], self.export, eval_outputs)
         self.labels = classification_labels({n: self.infos[n] for n in self.splits["val"] if n in self.infos})
         self.scores = self.export[0] if self.export[0] in eval_outputs else None  # accuracy needs scores from evalStep
         self.names = Outputs(session.getTrainOutputNames()[0], eval_outputs[0], self.scores, self.labels)  # loss first

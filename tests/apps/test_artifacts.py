@@ -269,7 +269,7 @@ def test_patterns_leave_out_what_no_gradient_reaches(tmp_path: Path) -> None:
     made = generate_artifacts(model, artifact_directory=tmp_path / "out")
     assert [p.name for p in made.trainable] == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
     assert made.left_out == {"drop.ratio": "it only feeds input 1 of a Dropout node, through which no gradient flows"}
-    made = generate_artifacts(model, requires_grad=["*"], artifact_directory=tmp_path / "out")
+    made = generate_artifacts(model, requires_grad=["*"], artifact_directory=tmp_path / "out", overwrite=True)  # other options
     assert len(made.trainable) == 4 and "drop.ratio" in made.left_out
 
 
@@ -321,9 +321,37 @@ def test_files_of_an_earlier_generation_are_replaced(tmp_path: Path) -> None:
     model = mlp(tmp_path / "m.onnx")
     generate_artifacts(model, nominal_checkpoint=True, artifact_directory=tmp_path / "out")
     assert (tmp_path / "out" / "nominal_checkpoint").is_file()
-    generate_artifacts(model, optimizer=None, artifact_directory=tmp_path / "out")
+    generate_artifacts(model, optimizer=None, artifact_directory=tmp_path / "out", overwrite=True)  # other options: asked
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "artifacts.json", "checkpoint", "eval_model.onnx", "training_model.onnx"]
+
+
+def test_artifacts_of_another_model_or_options_are_not_replaced_unasked(tmp_path: Path, capsys) -> None:
+    """A folder of artifacts was replaced by any generation into it. Now only the same model with the same
+    options may be generated again; another model, other options, or artifact files that no artifacts.json
+    describes are refused before anything is written, unless overwrite=True (--overwrite)."""
+    model, other = mlp(tmp_path / "m.onnx"), mlp(tmp_path / "other.onnx", opset=16)
+    out = tmp_path / "out"
+    generate_artifacts(model, requires_grad="fc2.*", artifact_directory=out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    generate_artifacts(model, requires_grad="fc2.*", artifact_directory=out)  # the same again: allowed, same bytes
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    with pytest.raises(ArtifactsInputError, match=rf"artifacts folder '{out}' holds the artifacts of another model "
+                                                  rf"\({tmp_path / 'm.onnx'}\): they are not replaced unless asked. "
+                                                  r"Pass overwrite=True \(--overwrite\)"):
+        generate_artifacts(other, requires_grad="fc2.*", artifact_directory=out)
+    with pytest.raises(ArtifactsInputError, match=r"holds the artifacts of the same model with other options "
+                                                  r"\(requires_grad \['fc2.\*'\] -> None\)"):
+        generate_artifacts(model, artifact_directory=out)
+    assert artifacts_cli.main([str(other), "--out", str(out)]) == 2
+    assert "they are not replaced unless asked. Pass overwrite=True (--overwrite)" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing written
+    (out / "artifacts.json").unlink()
+    with pytest.raises(ArtifactsInputError, match=r"holds checkpoint, training_model.onnx, eval_model.onnx, "
+                                                  r"optimizer_model.onnx, which no artifacts.json describes"):
+        generate_artifacts(model, requires_grad="fc2.*", artifact_directory=out)
+    assert artifacts_cli.main([str(other), "--out", str(out), "--overwrite"]) == 0
+    assert read_manifest(out)["model"]["path"] == str((tmp_path / "other.onnx").resolve())
 
 
 def test_artifacts_match(tmp_path: Path) -> None:

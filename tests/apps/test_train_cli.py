@@ -165,7 +165,8 @@ def _short_labels(arrays: dict) -> None:
     "change, message",
     [
         (_rename, "lacks train_input and has train_image, which match no model input: the model's inputs are input, labels, "
-                  "so the arrays must be train_input, train_labels, val_input, val_labels"),
+                  "so the arrays must be train_input, train_labels, val_input, val_labels; the file has "
+                  "train_labels, val_input, val_labels, train_image"),
         (_int32_labels, "val_labels is int32, but the model's input 'labels' is int64"),
         (_narrow, "train_input has shape [400, 32], but the model's input 'input' is [N, 64]"),
         (_images, "train_input has shape [400, 8, 8], but the model's input 'input' is [N, 64]"),
@@ -237,8 +238,8 @@ def test_missing_inputs_are_named(tmp_path: Path, small_data: Path, capsys: pyte
         (["--data", small_data, "--resume", DIGITS / "checkpoint"],
          "has no 'epoch'/'step' properties: only checkpoints ort-cffi-train wrote can be resumed"),
         (["--data", small_data, "--export-outputs", "probabilities"],
-         "error: cannot export probabilities for inference (the eval model's outputs are onnx::loss::2, logits): "
-         "Expected graph output for inference graph probabilities could not be found"),
+         "error: cannot export probabilities for inference: the eval model has no value of that name (its outputs "
+         "are onnx::loss::2, logits); name the inference model's outputs with --export-outputs"),
     ]
     for args, message in cases:
         code, _, stderr = run(capsys, *args, "--out", tmp_path / "out")

@@ -73,10 +73,11 @@ def test_artifacts_are_reused_when_they_match(tmp_path: Path, digits_model: Path
     code, stdout, stderr = run(capsys, *common, "--trainable", "fc2.*")
     assert code == 0 and "(generated)" in stdout, stderr
     manifest = (out / "artifacts" / "artifacts.json").read_text()
-    code, stdout, _ = run(capsys, *common, "--trainable", "fc2.*")
+    # The same --out again: the first run is replaced only when asked (--overwrite); its artifacts are reused.
+    code, stdout, _ = run(capsys, *common, "--trainable", "fc2.*", "--overwrite")
     assert code == 0 and f"artifacts: {out / 'artifacts'} (reused: made from {digits_model} with the same options)" in stdout
     assert (out / "artifacts" / "artifacts.json").read_text() == manifest
-    code, stdout, _ = run(capsys, *common)  # other options: all parameters train
+    code, stdout, _ = run(capsys, *common, "--overwrite")  # other options: all parameters train
     assert code == 0 and "trainable:  4 tensors, 4,810 parameters (100.0% of the model's 4,810 parameters)" in stdout
 
 

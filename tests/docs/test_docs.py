@@ -82,3 +82,37 @@ def test_code_blocks_say_their_language(page: Path):
     for marker in FRAGMENT.finditer(text):
         following = text[marker.end():].lstrip("\n")
         assert following.startswith("```python"), f"{page_id(page)}: a fragment marker must precede a ```python block"
+
+
+INSTALL_LINE = re.compile(r"""pip install (?:\.|"\.\[(?P<extras>[a-z0-9,-]+)\]")(?P<rest>[^\n#]*)""")
+
+
+def installs_a_runtime(extras: "set[str]", python: str) -> bool:
+    """Whether ``pip install ".[extras]"`` installs an ONNX Runtime training build on CPython ``python``
+    (Linux x86_64), by the package's own requirement markers."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    for text in requires("ort_cffi") or []:
+        requirement = Requirement(text)
+        if not requirement.name.startswith("onnxruntime-training"):
+            continue
+        for extra in extras:
+            if requirement.marker is None or requirement.marker.evaluate(
+                    {"python_version": python, "platform_machine": "x86_64", "extra": extra}):
+                return True
+    return False
+
+
+def test_each_install_line_alone_gives_a_working_command():
+    """The README's `pip install ".[federated]"` installed no runtime on 3.11: ort-cffi-federated then
+    failed to load one. Each install line of the README and the guides must install a runtime by itself
+    on CPython 3.11 (the Python every line claims), or fetch one with `ort-cffi-runtime install`."""
+    lines = [(page.relative_to(ROOT), match) for page in DOCUMENTS
+             for match in INSTALL_LINE.finditer(page.read_text(encoding="utf-8"))]
+    assert len(lines) >= 8  # the lines are found at all
+    broken = [f"{page}: {match.group(0).strip()}" for page, match in lines
+              if "ort-cffi-runtime install" not in match.group("rest")
+              and not installs_a_runtime(set((match.group("extras") or "").split(",")) - {""}, "3.11")]
+    assert broken == []

@@ -21,7 +21,7 @@ from ort_cffi import (
     SessionOptions,
 )
 
-from conftest import ARTIFACTS, passthrough_models, run_child
+from conftest import ARTIFACTS, DIGITS, passthrough_models, run_child
 
 env = OrtEnvironment.getEnvironment()
 TWOOUT = ARTIFACTS / "twoout"
@@ -579,3 +579,25 @@ def test_an_environment_name_with_nul_or_a_lone_surrogate_is_refused():
         assert OrtEnvironment.getEnvironment("ab").getVersion()
         """
     )
+
+
+def test_an_export_output_the_eval_model_lacks_is_refused_naming_its_outputs(tmp_path):
+    """The Java sample's ``new String[]{"output"}`` on the digits model got only the runtime's "Expected
+    graph output for inference graph output could not be found. Please regenerate the eval graph.",
+    which names no valid output and blames the eval graph. Now: refused before anything is written,
+    naming the eval model's outputs; a value the graph computes (not an output) still exports."""
+    env = OrtEnvironment.getEnvironment()
+    with env.createTrainingSession(DIGITS / "checkpoint", DIGITS / "training_model.onnx",
+                                   DIGITS / "eval_model.onnx") as session:
+        target = tmp_path / "inference.onnx"
+        with pytest.raises(OrtInvalidArgumentException) as info:
+            session.exportModelForInference(target, ["output"])
+        assert str(info.value) == ("cannot export 'output' for inference: the eval model has no value of that name; its "
+                                   "outputs are 'onnx::loss::2', 'logits' (a value its graph computes may be exported too)")
+        with pytest.raises(OrtInvalidArgumentException, match=r"cannot export 'scores', 'probs' for inference: .* no value "
+                                                              r"of these names"):
+            session.exportModelForInference(target, ["logits", "scores", "probs"])
+        assert list(tmp_path.iterdir()) == []  # nothing written, not even a temporary file
+        session.exportModelForInference(target, ["hidden1"])  # an intermediate value: the runtime takes it
+        with env.createSession(target) as exported:
+            assert list(exported.getOutputNames()) == ["hidden1"]

@@ -26,6 +26,7 @@ from ort_cffi import (
     OnnxTensorType,
     OrtCheckpointState,
     OrtEnvironment,
+    OrtErrorCode,
     OrtException,
     OrtInvalidArgumentException,
     OrtTrainingSession,
@@ -433,6 +434,33 @@ def truncated_empty_and_corrupt_checkpoint_files() -> None:
         OrtCheckpointState.loadCheckpointFromBuffer(b"\x00" * 100)
     with raises(kind=OrtException):
         OrtCheckpointState.loadCheckpointFromBuffer(b"")
+
+
+@case
+def a_damaged_checkpoint_is_named_damaged() -> None:
+    """The runtime says only "Checkpoint verification failed" for a truncated checkpoint: the message
+    says what that means (a damaged or truncated file, an empty one, or no checkpoint at all), with
+    the runtime's code kept, from a path, from bytes and when a training session loads it."""
+    variants = _variants(TINY / "checkpoint", "named")
+    data = (TINY / "checkpoint").read_bytes()
+    tail_cut = TMP / "named-tail-cut"
+    tail_cut.write_bytes(data[:-10])
+    for path in (variants["truncated"], variants["truncated-to-16-bytes"], tail_cut):
+        with raises(str(path), "checkpoint verification failed: the file is damaged or truncated") as info:
+            OrtCheckpointState.loadCheckpoint(path)
+        assert info.value.getCode() == OrtErrorCode.ORT_FAIL, info.value.getCode()
+        with raises(str(path), "the file is damaged or truncated"):
+            env.createTrainingSession(str(path), str(TINY / "training_model.onnx"), str(TINY / "eval_model.onnx"))
+        with raises("the bytes are damaged or truncated") as info:
+            OrtCheckpointState.loadCheckpointFromBuffer(path.read_bytes())
+        assert info.value.getCode() == OrtErrorCode.ORT_FAIL, info.value.getCode()
+    with raises(str(variants["empty"]), "the file is empty: damaged or truncated"):
+        OrtCheckpointState.loadCheckpoint(variants["empty"])
+    for kind in ("text", "garbage"):
+        with raises(str(variants[kind]), "the file is not an ONNX Runtime checkpoint"):
+            OrtCheckpointState.loadCheckpoint(variants[kind])
+    with raises("the bytes are not an ONNX Runtime checkpoint"):
+        OrtCheckpointState.loadCheckpointFromBuffer((TINY / "training_model.onnx").read_bytes())
 
 
 @case

@@ -53,6 +53,7 @@ SECTIONS: Dict[str, type] = {
     "Optional<OnnxValue>": Optional_,
     "Map.Entry<String, OnnxValue>": Entry,
     "OnnxValue": ort_cffi.OnnxValue,
+    "OnnxTensorLike": ort_cffi.OnnxTensorLike,
     "OnnxValue.OnnxValueType": ort_cffi.OnnxValueType,
     "OrtAllocator": ort_cffi.OrtAllocator,
     "OrtException": ort_cffi.OrtException,

@@ -32,6 +32,37 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 _PROPERTY_TYPES = {0: "an int", 1: "a float", 2: "a str"}  # OrtPropertyType -> what a message calls it
 
 
+# Bytes 4-7 of every checkpoint ONNX Runtime writes: its flatbuffer's file identifier (docs/internals/runtime.md §4).
+_CHECKPOINT_IDENTIFIER = b"ODTC"
+
+
+def _head(path: str) -> bytes:
+    """The first 8 bytes of a file, enough for the flatbuffer's identifier; b"" when unreadable."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(8)
+    except OSError:
+        return b""
+
+
+def _unreadable(exc: OrtException, head: bytes, from_bytes: bool) -> OrtException:
+    """The runtime's "Checkpoint verification failed" says neither what is wrong nor what to do: a file
+    (or bytes) starting as a checkpoint but not verifying is damaged or cut short (a copy, download or save
+    that did not finish); anything else is not a checkpoint. Other failures pass unchanged; the code is kept."""
+    message = str(exc)
+    if "Checkpoint verification failed" not in message:
+        return exc
+    what, verb = ("the bytes", "are") if from_bytes else ("the file", "is")
+    if not head:
+        reason = f"{what} {verb} empty: damaged or truncated (an interrupted copy, download or save?)"
+    elif head[4:8] == _CHECKPOINT_IDENTIFIER:
+        reason = (f"{what} {verb} damaged or truncated (the first bytes are a checkpoint's, the rest does not verify; "
+                  "an interrupted copy, download or save?): use an intact copy")
+    else:
+        reason = f"{what} {verb} not an ONNX Runtime checkpoint (no {_CHECKPOINT_IDENTIFIER.decode()!r} identifier at byte 4)"
+    return type(exc)(f"{message.rstrip('.')}: {reason}", exc.getCode())
+
+
 class OrtAllocator:
     """The runtime's default CPU allocator, as a token that the checkpoint's property getters accept.
 
@@ -103,14 +134,19 @@ class OrtCheckpointState(NativeHandle):
                 own says only "Invalid fd was supplied: -1").
             OrtInvalidArgumentException: `checkpointPath` is not a path, is empty, or is a folder.
             OrtException: The runtime cannot read the file as a checkpoint ("Checkpoint verification
-                failed"; also a version-1 checkpoint, which ONNX Runtime 1.19 refuses).
+                failed", followed by what ort_cffi makes of it: "the file is damaged or truncated", "the
+                file is empty", or "the file is not an ONNX Runtime checkpoint"; the runtime's code is
+                kept). Also a version-1 checkpoint, which ONNX Runtime 1.19 refuses.
             RuntimeLoadError: The runtime could not be loaded (the first call that needs it).
         """
         path = existing_file(checkpointPath, "checkpoint")
         rt = get_runtime()
         process.env()  # loading logs through the runtime's default logger, which the environment creates
         out = ffi.new("OrtCheckpointState**")
-        check_status(rt.training_api.LoadCheckpoint(native_path(path), out), f"loading checkpoint {path!r}")
+        try:
+            check_status(rt.training_api.LoadCheckpoint(native_path(path), out), f"loading checkpoint {path!r}")
+        except OrtException as exc:
+            raise _unreadable(exc, _head(path), from_bytes=False) from None
         return OrtCheckpointState(out[0], path)
 
     @staticmethod
@@ -129,7 +165,8 @@ class OrtCheckpointState(NativeHandle):
         Raises:
             OrtInvalidArgumentException: `buffer` is not bytes-like, or is empty.
             OrtException: The runtime cannot read the bytes as a checkpoint ("Checkpoint verification
-                failed").
+                failed", followed by "the bytes are damaged or truncated" or "the bytes are not an ONNX
+                Runtime checkpoint"; the runtime's code is kept).
             RuntimeLoadError: The runtime could not be loaded (the first call that needs it).
         """
         if not isinstance(buffer, (bytes, bytearray, memoryview)):
@@ -140,7 +177,10 @@ class OrtCheckpointState(NativeHandle):
         rt = get_runtime()
         process.env()  # loading logs through the runtime's default logger, which the environment creates
         out = ffi.new("OrtCheckpointState**")
-        check_status(rt.training_api.LoadCheckpointFromBuffer(data, len(data), out), "loading a checkpoint from bytes")
+        try:
+            check_status(rt.training_api.LoadCheckpointFromBuffer(data, len(data), out), "loading a checkpoint from bytes")
+        except OrtException as exc:
+            raise _unreadable(exc, data[:8], from_bytes=True) from None
         return OrtCheckpointState(out[0], "<bytes>")
 
     def _native(self, via_session: bool) -> Any:

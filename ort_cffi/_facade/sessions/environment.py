@@ -134,8 +134,9 @@ class OrtEnvironment:
                 `SessionOptions`, or a checkpoint state already bound to an open session.
             OrtClosedException: The checkpoint state or the options are closed.
             OrtException: The runtime refuses a model or the checkpoint (e.g. `ORT_INVALID_PROTOBUF` for
-                a file that is no ONNX model). The checkpoint this call loaded is released then (Java
-                leaks it).
+                a file that is no ONNX model; a checkpoint file that does not verify is named damaged or
+                truncated, or not a checkpoint, as `OrtCheckpointState.loadCheckpoint` says). The
+                checkpoint this call loaded is released then (Java leaks it).
         """
         return OrtTrainingSession(checkpoint, trainPath, evalPath, optimizerPath, options)
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import mmap
 import os
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ort_cffi._facade.tensors.element_types import NUMPY_DTYPES, OnnxTensorType
 from ort_cffi._native.errors import OrtException
@@ -259,3 +259,51 @@ def _file_inputs(path: str, device: int, inode: int, size: int, mtime_ns: int) -
     """``graph_inputs`` of a file, mapped rather than read (the caller copies what it keeps)."""
     with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         return graph_inputs(mapped)
+
+
+# --- the ONNX protobuf wire format: the names of a graph's values ----------------------------------
+
+
+def graph_value_names(path: str) -> Optional[FrozenSet[str]]:
+    """Every value name of the top-level ``ModelProto.graph`` of the model file ``path``: its inputs,
+    outputs, initializers, value infos, and the inputs and outputs of its nodes; None when the file
+    cannot be read or followed (then the runtime's own check still applies). These are the names
+    ``ExportModelForInferencing`` accepts as outputs: it looks each one up among the graph's values,
+    not only among its outputs (docs/internals/runtime.md §4). Kept per file identity, like the inputs."""
+    try:
+        stat = os.stat(path)
+        return _file_value_names(os.path.realpath(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    except (OSError, ValueError, BufferError):
+        return None
+
+
+@functools.lru_cache(maxsize=16)
+def _file_value_names(path: str, device: int, inode: int, size: int, mtime_ns: int) -> Optional[FrozenSet[str]]:
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        with memoryview(mapped) as data:
+            return _read_value_names(data)  # only str leave: the views can be released
+
+
+def _read_value_names(data: memoryview) -> Optional[FrozenSet[str]]:
+    names: Set[str] = set()
+
+    def text(value: memoryview) -> str:
+        return bytes(value).decode("utf-8")
+
+    try:
+        for number, wire, graph in _fields(data):
+            if number != 7 or wire != 2:  # ModelProto.graph
+                continue
+            for field, field_wire, value in _fields(graph):
+                if field_wire != 2:
+                    continue
+                if field == 1:  # NodeProto: input = 1, output = 2 (subgraphs in attributes are not the graph's)
+                    names.update(text(v) for n, w, v in _fields(value) if n in (1, 2) and w == 2)
+                elif field == 5:  # TensorProto initializer: name = 8
+                    names.update(text(v) for n, w, v in _fields(value) if n == 8 and w == 2)
+                elif field in (11, 12, 13):  # ValueInfoProto input, output, value_info: name = 1
+                    names.update(text(v) for n, w, v in _fields(value) if n == 1 and w == 2)
+    except (_Malformed, UnicodeDecodeError):
+        return None
+    names.discard("")  # an omitted optional input of a node, not a value
+    return frozenset(names)

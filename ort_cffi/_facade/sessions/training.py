@@ -18,14 +18,14 @@ What the C API leaves to its caller, done here once:
 from __future__ import annotations
 
 import numbers
-from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ort_cffi._facade.sessions.checkpoint import INT64_MAX, INT64_MIN, OrtCheckpointState, StateBinding
 from ort_cffi._facade.sessions.options import RunOptions, SessionOptions
 from ort_cffi._facade.sessions.results import NameSet, Result
-from ort_cffi._facade.sessions.signature import model_inputs
+from ort_cffi._facade.sessions.signature import graph_value_names, model_inputs
 from ort_cffi._facade.sessions.steps import ModelPlan
 from ort_cffi._facade.tensors.conversions import as_tensor_array
 from ort_cffi._facade.tensors.tensor import OnnxTensor, tensor_over_copy
@@ -121,6 +121,7 @@ class OrtTrainingSession(NativeHandle):
         self._lock = binding.lock
         self._has_eval = evalModel is not None
         self._eval_from_path = evaluation[0] is not None
+        self._eval_path = evaluation[0]  # the export reads the eval model again from here
         self._has_optimizer = optimizerModel is not None
         self._has_scheduler = False
         self._optimizer_step = rt.training_api.OptimizerStep  # the per-step calls, looked up once
@@ -597,8 +598,9 @@ class OrtTrainingSession(NativeHandle):
 
         The model keeps the eval graph's outputs named in `outputNames`, which the eval model must have
         (the default eval model outputs only the loss: see `additional_output_names` of
-        `ort_cffi.artifacts.generate_artifacts`). It is written crash-safe, as checkpoints are.
-        `OrtEnvironment.createSession` runs it.
+        `ort_cffi.artifacts.generate_artifacts`); the runtime also takes any other value its graph
+        computes. It is written crash-safe, as checkpoints are, and replaces an existing file, as in
+        Java. `OrtEnvironment.createSession` runs it.
 
         Java: `void exportModelForInference(Path outputPath, String[] outputNames)`.
 
@@ -610,11 +612,13 @@ class OrtTrainingSession(NativeHandle):
             OrtClosedException: The session is closed.
             OrtFileNotFoundException: The folder of `outputPath` does not exist.
             OrtInvalidArgumentException: No output name is given (Java: `IllegalArgumentException`),
-                `outputNames` is neither a `str` nor a list or tuple, a name is not a `str` without NUL, `outputPath` is empty or not a path, or the session has
-                no eval model.
+                `outputNames` is neither a `str` nor a list or tuple, a name is not a `str` without NUL,
+                `outputPath` is empty or not a path, the session has no eval model, or a name is no value
+                of the eval graph (the message lists the eval model's outputs; Java passes the runtime's
+                "Expected graph output for inference graph ... could not be found"). Checked before
+                anything is written.
             OrtException: The eval model was loaded from bytes (code `ORT_NOT_IMPLEMENTED`: ONNX Runtime
-                1.19 cannot export then), or the runtime fails the export (e.g. an output name the eval
-                graph lacks).
+                1.19 cannot export then), or the runtime fails the export.
         """
         path = fspath(outputPath, "export path")
         if isinstance(outputNames, str):
@@ -637,6 +641,7 @@ class OrtTrainingSession(NativeHandle):
                     "create the session from model paths to export",
                     OrtErrorCode.ORT_NOT_IMPLEMENTED,
                 )
+            self._check_export_names(names)
             atomic_write(
                 path,
                 lambda tmp: self._call(
@@ -644,6 +649,22 @@ class OrtTrainingSession(NativeHandle):
                     ffi.new("char*[]", encoded), context=f"exporting {names} to {path!r}",
                 ),
                 "inference model",
+            )
+
+    def _check_export_names(self, names: List[str]) -> None:
+        """Refuse export names the eval graph lacks before the native call: the runtime's answer names
+        neither the valid outputs nor the real fault ("Expected graph output for inference graph output
+        could not be found. Please regenerate the eval graph."). The runtime accepts any value of the
+        graph, not only its outputs (docs/internals/runtime.md §4), so this refuses only names that are no
+        value at all; a model this reader cannot follow is left to the runtime."""
+        values = graph_value_names(self._eval_path) if self._eval_path is not None else None
+        unknown = [name for name in names if values is not None and name not in values]
+        if unknown:
+            outputs = ", ".join(repr(name) for name in self._eval.output_names) if self._eval is not None else "none"
+            raise OrtException.invalid_argument(
+                f"cannot export {', '.join(repr(name) for name in unknown)} for inference: the eval model has no "
+                f"value of {'that name' if len(unknown) == 1 else 'these names'}; its outputs are {outputs} (a value "
+                "its graph computes may be exported too)"
             )
 
     # --- parameters (beyond the Java binding) ---------------------------------------------------
