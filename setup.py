@@ -7,6 +7,20 @@ TRAINING_RUNTIME = "1.19.2"  # the last training build on PyPI; the table layout
 # runtime's native libraries (the nearest CPython's build) into ort_cffi's cache instead.
 CPU_WHEEL = f"onnxruntime-training-cpu=={TRAINING_RUNTIME}; python_version < '3.13' and platform_machine == 'x86_64'"
 CUDA_WHEEL = f"onnxruntime-training=={TRAINING_RUNTIME}; python_version < '3.12' and platform_machine == 'x86_64'"
+# What the training wheel's Python package needs to run the generator, for interpreters where that package
+# comes from the runtime store (3.13 and later, see "artifacts" below); elsewhere the wheel brings them as its
+# own dependencies. Measured on 3.13: generating imports onnx, protobuf and flatbuffers; the others are the
+# wheel's dependencies that other modules of its layer import (kept so that its whole layer works as pip
+# would have installed it).
+NEWER = "; python_version >= '3.13'"
+GENERATOR_DEPENDENCIES = [
+    "onnx>=1.18,<1.24" + NEWER,  # the first onnx with CPython 3.13 wheels (no compiler needed)
+    "flatbuffers" + NEWER,  # imported by import_generator (onnxruntime.tools' ORT-format model utilities)
+    "protobuf" + NEWER,  # the model protos of onnx and onnxblock
+    "sympy" + NEWER,  # onnxruntime.tools' symbolic shape inference (a dependency of the wheel)
+    "packaging" + NEWER,  # version checks in onnxruntime.training's modules (a dependency of the wheel)
+    "coloredlogs" + NEWER,  # the logging of onnxruntime's tools and transformers
+]
 # Flower's Message API (flwr.app, flwr.clientapp, flwr.serverapp.strategy) and the Fleet API over HTTP:
 # 1.42 is the floor, with no ceiling (ort_cffi uses no deprecated Flower API).
 FLOWER = "flwr[simulation]>=1.42; python_version >= '3.11'"
@@ -73,11 +87,14 @@ setup(
         # The documentation site (scripts/docs.sh).
         "docs": DOCS,
         # ort_cffi.artifacts / ort-cffi-artifacts (and scripts/make_artifacts.py): ONNX Runtime's generator,
-        # run in a child process, needs its Python training layer (wheels for Python 3.8-3.12; on 3.13+ name
-        # another interpreter with --python) and onnx. No torch: the child bypasses the package init that
-        # imports it. onnx from 1.14 (tested: 1.16, 1.23): what a newer onnx writes is brought down to IR
-        # version 10 and opset 21, which 1.19 accepts (with 1.23 the artifacts matched 1.16's byte for byte).
-        "artifacts": [CPU_WHEEL, "onnx>=1.14,<1.24"],
+        # run in a child process, needs its Python training layer and onnx. No torch: the child bypasses the
+        # package init that imports it. onnx from 1.14 (tested: 1.16, 1.18, 1.23): what a newer onnx writes is
+        # brought down to IR version 10 and opset 21, which 1.19 accepts (the artifacts then match 1.16's byte
+        # for byte). On 3.13 and later the training layer is the one `ort-cffi-runtime install` keeps from
+        # the fetched wheel (pip cannot install that wheel there): pip then installs what the wheel's Python
+        # package imports itself, which it would have pulled in as its dependencies, and an onnx with wheels
+        # for the interpreter (1.18 is the first for 3.13), so that no compiler is needed.
+        "artifacts": [CPU_WHEEL, "onnx>=1.14,<1.24; python_version < '3.13'"] + GENERATOR_DEPENDENCIES,
     },
     entry_points={
         "console_scripts": [

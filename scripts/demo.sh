@@ -11,8 +11,11 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[cpu,artifacts,demo]"
-# Where pip cannot install the training wheel (CPython 3.13 and later), fetch the nearest build's runtime.
-if ! .venv/bin/ort-cffi-runtime path >/dev/null 2>&1; then
+# Where pip cannot install the training wheel (CPython 3.13 and later), fetch the nearest build: its runtime,
+# and its Python layer, with which ort-cffi-artifacts generates in this interpreter (install keeps a runtime
+# that is complete, and completes one an older ort_cffi fetched).
+if ! .venv/bin/ort-cffi-runtime path >/dev/null 2>&1 \
+   || { [ -z "${ORT_CFFI_ARTIFACTS_PYTHON:-}" ] && ! .venv/bin/ort-cffi-artifacts --check-generator >/dev/null 2>&1; }; then
   .venv/bin/ort-cffi-runtime install
 fi
 
@@ -30,11 +33,14 @@ done
 .venv/bin/ort-cffi-train --out "$OUT" "$@"  # an --out in "$@" comes last and is the same
 
 echo
-if ! .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('onnxruntime') is None)"; then
-  echo "== not fine-tuning: generating training artifacts needs ONNX Runtime's Python layer, which this interpreter"
-  echo "   lacks (its training wheel stops at CPython 3.12); see ort-cffi-artifacts --help for --python =="
+# ort_cffi says whether a generator can run: this interpreter's training layer (3.8-3.12), the runtime store's
+# (3.13 and later), or the interpreter $ORT_CFFI_ARTIFACTS_PYTHON names.
+if ! generator=$(.venv/bin/ort-cffi-artifacts --check-generator 2>&1); then
+  echo "== not fine-tuning: no generator of training artifacts here =="
+  echo "$generator"
   exit 0
 fi
+echo "$generator"
 echo "== fine-tuning the exported model's last layer on shifted digits =="
 .venv/bin/python - <<'EOF'
 import numpy as np

@@ -5,9 +5,12 @@ For every wheel of onnxruntime-training-cpu and onnxruntime-training 1.19.2 on P
 training builds ever published), it records the file name, size and sha256 PyPI states. For each
 Linux wheel it then downloads the file (with pip, which checks PyPI's hash), and records the
 runtime extension inside it (``onnxruntime/capi/onnxruntime_pybind11_state*.so``): its sha256,
-size, the CPython symbols it imports, and where its ``OrtApiBase`` lies as ort_cffi's static
-finder reads it (``ort_cffi._native.elf.find_api_base``). The loader refuses a known file whose static
-answer differs from this table; ``ort-cffi-runtime install`` picks the wheel to fetch from it.
+size, the CPython symbols it imports, where its ``OrtApiBase`` lies as ort_cffi's static
+finder reads it (``ort_cffi._native.elf.find_api_base``), and where the string lies that pybind11's
+interpreter check compares with (``pybind11_version_check``: ``elf.find_version_check``; null when it is
+not found unambiguously). The loader refuses a known file whose static answer differs from this table;
+``ort-cffi-runtime install`` picks the wheel to fetch from it, and patches the version check of the
+generator's private copy only at the offset recorded here.
 
 Wheels that are not ELF (macOS, Windows) are listed with the reason they are not surveyed. ONNX
 Runtime published no Linux aarch64 training wheel; to check the static finder's aarch64 decoding on
@@ -88,6 +91,16 @@ def extension_row(wheel: Path, member: str, version: str) -> dict:
         }
 
 
+def version_check(wheel: Path, member: str, python_tag: str) -> "dict | None":
+    """Where the extension holds the CPython version pybind11 checks at import ("3.12" for cp312), or None."""
+    compiled_for = f"{python_tag[2]}.{python_tag[3:]}"
+    with tempfile.TemporaryDirectory() as tmp:
+        with zipfile.ZipFile(wheel) as archive:
+            extracted = Path(archive.extract(member, tmp))
+        offset = _elf.find_version_check(extracted, compiled_for)
+    return None if offset is None else {"compiled_for": compiled_for, "offset": offset}
+
+
 def survey_training(downloads: Path) -> "tuple[list, list]":
     rows, not_surveyed = [], []
     for distribution, flavour in DISTRIBUTIONS.items():
@@ -111,6 +124,7 @@ def survey_training(downloads: Path) -> "tuple[list, list]":
                 "python_tag": python_tag,
                 "platform": platform,
                 **extension_row(wheel, member, VERSION),
+                "pybind11_version_check": version_check(wheel, member, python_tag),
             })
     return rows, not_surveyed
 

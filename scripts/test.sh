@@ -5,9 +5,10 @@
 #   scripts/test.sh                       # CPython 3.11, the whole suite, in .venv (python3 where
 #                                         # there is no python3.11: the whole suite if it is 3.11)
 #   PYTHON=python3.13 scripts/test.sh     # another interpreter, in .venv-3.13: the loader, raw-layer,
-#                                         # facade and Java-port tests (what needs neither Flower nor
-#                                         # the artifact generator); on 3.13 the runtime is fetched
-#                                         # with `ort-cffi-runtime install`
+#                                         # facade, Java-port and artifact tests (what does not need
+#                                         # Flower); on 3.13 the runtime is fetched with
+#                                         # `ort-cffi-runtime install`, which also keeps the Python
+#                                         # layer the artifact generator runs there
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +24,7 @@ FULL_SUITE_VERSION=3.11  # the interpreter the whole suite (federated, oracle, b
 if [ "$PY_VERSION" = "$FULL_SUITE_VERSION" ]; then
   VENV=.venv; EXTRA=test
 else
-  VENV=.venv-$PY_VERSION; EXTRA=test-core
+  VENV=.venv-$PY_VERSION; EXTRA=test-core,artifacts
 fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 VENV_PY=$VENV/bin/python
@@ -67,8 +68,9 @@ if [ "$EXTRA" = test ]; then
   "$VENV_PY" -m mypy ort_cffi
   "$VENV_PY" -m pytest "$@"  # no arguments: every test (pytest.ini's testpaths)
 else
-  # Where pip cannot install the training wheel, the runtime comes from the store (ort-cffi-runtime),
-  # and the tests that need ONNX Runtime's own Python layer (the hook oracle) cannot run.
+  # Where pip cannot install the training wheel, the runtime comes from the store (ort-cffi-runtime), with
+  # the Python layer the artifact generator runs in this interpreter; the tests that need ONNX Runtime's
+  # Python layer imported beside ort_cffi (the hook oracle) cannot run.
   SELECT=()
   if ! "$VENV_PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('onnxruntime') is None)"; then
     # A store of the tests' own: what the user fetched (another build, --cuda) cannot change what is tested.
@@ -79,5 +81,6 @@ else
   "$VENV_PY" -m pytest "${SELECT[@]}" \
     tests/native/test_loader.py tests/native/test_static_finder.py tests/apps/test_runtime_cli.py tests/native/test_raw_capi.py \
     tests/facade/test_facade.py tests/facade/test_tensor_types.py tests/facade/test_input_signatures.py tests/java/test_java_additions.py \
-    tests/java/test_training_java.py tests/java/test_onnx_tensor_java.py tests/guarantees/test_cross_interpreter.py "$@"
+    tests/java/test_training_java.py tests/java/test_onnx_tensor_java.py tests/guarantees/test_cross_interpreter.py \
+    tests/apps/test_artifacts.py tests/apps/test_train_model.py "$@"
 fi

@@ -410,3 +410,59 @@ def returned_by_export(path: str | Path, name: str) -> Optional[int]:
             return None
         (target,) = _returned_addresses(image, np.array([address], dtype=np.int64))
         return int(target) if target >= 0 else None
+
+
+# --- pybind11's interpreter check, for importing an extension as a Python module ------------------
+
+
+def find_version_check(path: str | Path, compiled_for: str) -> Optional[int]:
+    """The file offset of the string pybind11's interpreter check compares ``Py_GetVersion()`` with, or None.
+
+    pybind11's ``PYBIND11_CHECK_PYTHON_VERSION`` (run first by ``PyInit_<module>``) refuses an interpreter
+    whose version does not start with the ``"3.12"`` it was compiled for (docs/internals/runtime.md §7). The
+    answer is the offset of ``compiled_for`` only when the file holds it exactly once as a whole NUL-delimited
+    string and ``PyInit``'s own code loads its address (x86_64: ``lea reg,[rip+d]``); anything else is None,
+    so that nothing is ever patched on a guess."""
+    wanted = b"\0" + compiled_for.encode() + b"\0"
+    with _opened(path) as image:
+        if image.machine != "x86_64":
+            return None  # no training wheel was published for another machine; aarch64's adrp+add is not decoded
+        starts = []
+        found = image.data.find(wanted)
+        while found >= 0:
+            starts.append(found + 1)
+            found = image.data.find(wanted, found + 1)
+        if len(starts) != 1:
+            return None
+        offset = starts[0]
+        init = next(((name, entry) for name, entry in image.symbols
+                     if name.startswith("PyInit_") and entry["shndx"] != 0 and entry["value"]), None)
+        if init is None:
+            return None
+        start, size = int(init[1]["value"]), int(init[1]["size"])
+        (code_offset,) = image.file_offsets(np.array([start], dtype=np.int64), executable=True)
+        if code_offset < 0 or size <= 0:
+            return None
+        code = bytes(image.data[int(code_offset) : int(code_offset) + size])
+        for i in range(len(code) - 6):  # lea r64,[rip+disp32]: REX.W (48 or 4c), 8d, ModRM with mod 00 and rm 101
+            if code[i] in (0x48, 0x4C) and code[i + 1] == 0x8D and code[i + 2] & 0xC7 == 0x05:
+                target = start + i + 7 + int.from_bytes(code[i + 3 : i + 7], "little", signed=True)
+                (target_offset,) = image.file_offsets(np.array([target], dtype=np.int64), executable=False)
+                if target_offset == offset:
+                    return offset
+        return None
+
+
+def patch_version_check(data: bytearray, offset: int, compiled_for: str, running: str) -> None:
+    """Rewrite, in a private copy's bytes, the version string pybind11's check compares with (found by
+    ``find_version_check`` when the file was surveyed) to the running interpreter's ``running`` ("3.13").
+    The bytes at ``offset`` must be exactly ``compiled_for`` between NUL bytes and the new string as long:
+    otherwise ``RuntimeLoadError``, and ``data`` is left as it was."""
+    old, new = compiled_for.encode(), running.encode()
+    if len(new) != len(old):
+        raise RuntimeLoadError(f"cannot patch pybind11's version check from {compiled_for} to {running}: "
+                               "the strings differ in length")
+    if not 0 < offset <= len(data) - len(old) - 1 or bytes(data[offset - 1 : offset + len(old) + 1]) != b"\0" + old + b"\0":
+        raise RuntimeLoadError(f"the bytes at offset 0x{offset:x} are not pybind11's version string {compiled_for!r}: "
+                               "not the file the survey describes; nothing was patched")
+    data[offset : offset + len(old)] = new

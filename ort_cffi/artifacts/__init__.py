@@ -25,7 +25,14 @@ from ort_cffi.artifacts.definitions import (
 from ort_cffi.artifacts.generate import generate_artifacts
 from ort_cffi.artifacts.manifest import MANIFEST, artifacts_match, files_intact, read_manifest
 from ort_cffi.artifacts.options import model_sha256, request_options
-from ort_cffi.artifacts.runner import ENV_PYTHON, GENERATOR_PACKAGES, generator_python
+from ort_cffi.artifacts.runner import (
+    ENV_PYTHON,
+    GENERATOR_PACKAGES,
+    Generator,
+    check_generator,
+    find_generator,
+    generator_python,
+)
 
 __all__ = [
     "ENV_PYTHON",
@@ -34,6 +41,7 @@ __all__ = [
     "ArtifactsError",
     "ArtifactsInputError",
     "GeneratedArtifacts",
+    "Generator",
     "GeneratorUnavailableError",
     "LossType",
     "ModelLike",
@@ -41,8 +49,10 @@ __all__ = [
     "Parameter",
     "TensorSpec",
     "artifacts_match",
+    "check_generator",
     "describe",
     "files_intact",
+    "find_generator",
     "generate_artifacts",
     "generator_python",
     "model_sha256",

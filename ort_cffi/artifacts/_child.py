@@ -2,7 +2,9 @@
 
 Run as a script, ``python _child.py REQUEST.json``, by ``ort_cffi.artifacts``. It may run under
 another interpreter than ort_cffi's (the one named by ``--python`` or ``ORT_CFFI_ARTIFACTS_PYTHON``), where
-ort_cffi need not be installed: it uses the standard library, ``onnx`` and ``onnxruntime`` only, and keeps
+ort_cffi need not be installed; on interpreters the training wheel does not install into, the request names
+the runtime store's copy of ONNX Runtime's Python layer (``layer``), which goes first on ``sys.path``. It
+also answers a ``probe`` request (which generator would run) without generating. It it uses the standard library, ``onnx`` and ``onnxruntime`` only, and keeps
 to Python 3.8's syntax (the oldest interpreter ONNX Runtime 1.19 has wheels for).
 
 Why a child: the generator (``onnxruntime.training.artifacts``, ``onnxblock``) lives in ONNX Runtime's
@@ -493,11 +495,22 @@ def _runtime_message(exc):
     return re.sub(r"^\S+\.cc:\d+ [^\[]*\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
 
 
+def probe():
+    """What a ``probe`` request answers: the versions of the generator that would run."""
+    onnx, onnxruntime, _ = import_generator()
+    return {"versions": {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__},
+            "onnxruntime_path": os.path.dirname(os.path.abspath(onnxruntime.__file__))}
+
+
 def main(argv):
     with open(argv[1]) as file:
         request = json.load(file)
+    if request.get("layer"):
+        # ONNX Runtime's Python layer from the runtime store (on interpreters its wheel does not install into),
+        # prepared for this interpreter: first, so that no other onnxruntime package on the path is taken.
+        sys.path.insert(0, request["layer"])
     try:
-        result = generate(request)
+        result = probe() if request.get("probe") else generate(request)
         result["ok"] = True
     except Refusal as refusal:
         result = {"ok": False, "kind": refusal.kind, "message": str(refusal)}

@@ -8,8 +8,10 @@ loss) and ``optimizer_model.onnx``, plus ``artifacts.json``, which records what 
 ONNX Runtime's own generator does the work, byte for byte: it runs in a child process
 (``_child.py``), with the package inits that import torch bypassed, so this process imports
 neither ``onnxruntime`` nor torch. The child needs ONNX Runtime's Python training layer and ``onnx``
-(ort_cffi's ``[artifacts]`` extra: ``pip install onnxruntime-training-cpu==1.19.2 onnx``); on an interpreter that has no such layer (Python 3.13 and later),
-name one that has it with ``python=`` or ``ORT_CFFI_ARTIFACTS_PYTHON``.
+(ort_cffi's ``[artifacts]`` extra). On Python 3.8-3.12 the layer is the installed training wheel's; on 3.13
+and later, where that wheel does not install, it is the one ``ort-cffi-runtime install`` keeps in the runtime
+store, run by this same interpreter (``runner``). ``python=`` or ``ORT_CFFI_ARTIFACTS_PYTHON`` name
+another interpreter instead.
 
 This is an application on top of the facade: it uses ``OrtEnvironment`` only to check that what it wrote
 loads in the runtime.
@@ -40,7 +42,7 @@ from ort_cffi.artifacts.definitions import (
 )
 from ort_cffi.artifacts.manifest import MANIFEST, read_manifest
 from ort_cffi.artifacts.options import model_bytes_or_path, request_options, writable_folder
-from ort_cffi.artifacts.runner import generator_python, run_child
+from ort_cffi.artifacts.runner import find_generator, run_child
 
 _FILE_NAMES = {
     "checkpoint": "checkpoint",
@@ -154,7 +156,8 @@ def generate_artifacts(
       the name of the input the loss adds.
     - ``nominal_checkpoint``: also write ``nominal_checkpoint`` (shapes only). ``prefix``: file-name prefix.
     - ``python``: the interpreter that runs the generator (default ``$ORT_CFFI_ARTIFACTS_PYTHON``, else this
-      one); it needs ``onnxruntime-training-cpu==1.19.2`` and ``onnx``.
+      one); it needs ``onnxruntime-training-cpu==1.19.2`` and ``onnx``. This one, on Python 3.13 and later,
+      uses the Python layer of the runtime ``ort-cffi-runtime install`` fetched.
     - ``check``: open the written artifacts in a training session through ort_cffi (needs the runtime here).
     - ``overwrite``: replace artifacts of another model or other options. Without it, a folder whose
       ``artifacts.json`` records another model or other options, or that holds artifact files no
@@ -191,7 +194,7 @@ def generate_artifacts(
 
 def _generate(folder: Path, path: Optional[Path], data: Optional[bytes], label: str, options: Dict[str, Any],
               prefix: str, python: Optional[Union[str, os.PathLike[str]]], check: bool) -> GeneratedArtifacts:
-    interpreter, how = generator_python(python)
+    generator = find_generator(python)
     source = path
     work = Path(tempfile.mkdtemp(dir=folder, prefix=".ort_cffi-artifacts-"))
     try:
@@ -203,7 +206,7 @@ def _generate(folder: Path, path: Optional[Path], data: Optional[bytes], label: 
         request = dict(options, model=str(path), model_label=label, out=str(staging))
         request["loss"] = None if options["loss"] is None else LossType(options["loss"]).name
         request["optimizer"] = None if options["optimizer"] is None else OptimType(options["optimizer"]).name
-        result = run_child(request, interpreter, how, work)
+        result = run_child(request, generator, work)
         staged = {key: staging / name for key, name in result["files"].items()}
         if check:
             _check_loads(staged)

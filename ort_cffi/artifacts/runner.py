@@ -1,5 +1,10 @@
 """The generator's interpreter and the child process that runs ONNX Runtime's generator in it
 (``_child.py``): a failure there can never take this process down.
+
+The interpreter is the one named (``python=``, ``--python``, ``$ORT_CFFI_ARTIFACTS_PYTHON``), else this one.
+This one runs the generator with its own ONNX Runtime Python layer when pip installed the training wheel
+(CPython 3.8-3.12); elsewhere (3.13 and later) with the layer ``ort-cffi-runtime install`` kept in the
+runtime store, put first on the child's ``sys.path`` (``ort_cffi.runtime.generator``): no second interpreter.
 """
 from __future__ import annotations
 
@@ -8,14 +13,35 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
 
 from ort_cffi.artifacts.definitions import ArtifactsError, ArtifactsInputError, GeneratorUnavailableError
+from ort_cffi.runtime import RuntimeInstallError, stored_generator
 
 ENV_PYTHON = "ORT_CFFI_ARTIFACTS_PYTHON"
 GENERATOR_PACKAGES = "onnxruntime-training-cpu==1.19.2 onnx"
 CHILD = Path(__file__).with_name("_child.py")
+# What ONNX Runtime's Python package imports besides itself, on interpreters where it comes from the runtime
+# store (setup.py's GENERATOR_DEPENDENCIES: the [artifacts] extra installs them there).
+STORED_LAYER_PACKAGES = "onnx flatbuffers protobuf sympy packaging coloredlogs"
+NEWEST_WHEEL = (3, 12)  # the newest CPython onnxruntime-training-cpu 1.19.2 was published for
+
+
+@dataclass(frozen=True)
+class Generator:
+    """Who runs ONNX Runtime's generator: the interpreter, how it was chosen, and the folder of the runtime
+    store's Python layer put first on its ``sys.path`` (None: the interpreter's own installed layer)."""
+
+    python: str
+    how: str  # "this interpreter", "python= (--python)" or ENV_PYTHON
+    layer: Optional[str] = None
+
+    def describe(self) -> str:
+        """In words, for messages: which interpreter, and how it was chosen."""
+        return "this interpreter" if self.how == "this interpreter" else f"the interpreter named by {self.how}"
 
 
 def generator_python(python: Optional[Union[str, os.PathLike[str]]] = None) -> Tuple[str, str]:
@@ -33,7 +59,53 @@ def generator_python(python: Optional[Union[str, os.PathLike[str]]] = None) -> T
     return found, how
 
 
-def _unavailable(message: str, python: str, how: str, version: str) -> GeneratorUnavailableError:
+def has_own_training_layer() -> bool:
+    """Whether this interpreter has ONNX Runtime's Python training layer installed (found, not imported)."""
+    spec = find_spec("onnxruntime")  # a top-level find_spec imports nothing
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    return any((Path(folder) / "training" / "artifacts.py").is_file() for folder in spec.submodule_search_locations)
+
+
+def find_generator(python: Optional[Union[str, os.PathLike[str]]] = None) -> Generator:
+    """Who runs the generator (see ``Generator``): ``python``, else ``$ORT_CFFI_ARTIFACTS_PYTHON``, else this
+    interpreter, with its own ONNX Runtime Python layer or the runtime store's (prepared for it now if needed).
+    Nothing runs here: ``check_generator`` runs it. Raises GeneratorUnavailableError when the named interpreter
+    does not exist, or when this one has no layer to run and the store has none it can use."""
+    interpreter, how = generator_python(python)
+    # This interpreter named by its own path is this interpreter: it may use the store's layer too.
+    itself = how == "this interpreter" or os.path.abspath(interpreter) == os.path.abspath(sys.executable)
+    if not itself or has_own_training_layer():
+        return Generator(interpreter, how)
+    version = ".".join(map(str, sys.version_info[:3]))
+    try:
+        layer = stored_generator()
+    except RuntimeInstallError as error:
+        raise GeneratorUnavailableError(
+            f"cannot generate training artifacts with this interpreter (Python {version}, {interpreter}): {error}"
+        ) from None
+    if layer is not None:
+        return Generator(interpreter, how, str(layer))
+    if sys.version_info[:2] <= NEWEST_WHEEL or how != "this interpreter":
+        return Generator(interpreter, how)  # the child says what is missing: pip can install the wheel here
+    raise GeneratorUnavailableError(
+        f"cannot generate training artifacts with this interpreter (Python {version}, {interpreter}): ONNX "
+        "Runtime's Python training layer, where the gradient builder lives, was published for Python 3.8 to 3.12 "
+        "only, and the runtime store holds none. Run `ort-cffi-runtime install`: it keeps that layer from the "
+        "training wheel it fetches, and ort_cffi runs it in this interpreter (with ort_cffi's [artifacts] extra "
+        f"installed: {STORED_LAYER_PACKAGES}). Or name an interpreter that has it with --python PATH (python=PATH) "
+        f"or {ENV_PYTHON}=PATH."
+    )
+
+
+def _unavailable(message: str, generator: Generator, version: str) -> GeneratorUnavailableError:
+    python, how = generator.python, generator.how
+    if generator.layer is not None:
+        return GeneratorUnavailableError(
+            f"cannot generate training artifacts with this interpreter (Python {version}, {python}) and ONNX "
+            f"Runtime's Python layer from the runtime store ({generator.layer}): {message}. Install what that layer "
+            f"imports: ort_cffi's [artifacts] extra (`{python} -m pip install {STORED_LAYER_PACKAGES}`)."
+        )
     if how == "this interpreter":
         return GeneratorUnavailableError(
             f"cannot generate training artifacts with this interpreter (Python {version}, {python}): {message}. "
@@ -50,9 +122,13 @@ def _unavailable(message: str, python: str, how: str, version: str) -> Generator
     )
 
 
-def run_child(request: Dict[str, Any], python: str, how: str, work: Path) -> Dict[str, Any]:
+def run_child(request: Dict[str, Any], generator: Generator, work: Path) -> Dict[str, Any]:
+    """Run ``_child.py`` with ``request`` under ``generator``; its result. Raises GeneratorUnavailableError,
+    ArtifactsInputError (a refused request) or ArtifactsError (a failed or crashed generator)."""
+    python, how = generator.python, generator.how
     request_path, result_path = work / "request.json", work / "result.json"
     request["result"] = str(result_path)
+    request["layer"] = generator.layer
     request_path.write_text(json.dumps(request))
     env = dict(os.environ)
     env.pop("PYTHONSTARTUP", None)
@@ -72,6 +148,22 @@ def run_child(request: Dict[str, Any], python: str, how: str, work: Path) -> Dic
     result: Dict[str, Any] = json.loads(result_path.read_text())
     if not result["ok"]:
         if result["kind"] == "unavailable":
-            raise _unavailable(result["message"], result["python"]["executable"] or python, how, result["python"]["version"])
+            reported = Generator(result["python"]["executable"] or python, how, generator.layer)
+            raise _unavailable(result["message"], reported, result["python"]["version"])
         raise ArtifactsInputError(result["message"])
     return result
+
+
+def check_generator(python: Optional[Union[str, os.PathLike[str]]] = None) -> Dict[str, str]:
+    """Import ONNX Runtime's generator the way ``generate_artifacts`` would (``python`` as there), in a child
+    process, and say who would run it: {"python", "version", "onnxruntime", "onnx", "layer" (the folder of the
+    ``onnxruntime`` package it imported), "description" (how the interpreter was chosen)}.
+    Raises GeneratorUnavailableError saying what is missing."""
+    import tempfile
+
+    generator = find_generator(python)
+    with tempfile.TemporaryDirectory(prefix="ort_cffi-generator-") as work:
+        result = run_child({"probe": True}, generator, Path(work))
+    return {"python": result["python"]["executable"] or generator.python, "version": result["python"]["version"],
+            "onnxruntime": result["versions"]["onnxruntime"], "onnx": result["versions"]["onnx"],
+            "layer": result["onnxruntime_path"], "description": generator.describe()}

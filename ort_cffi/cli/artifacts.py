@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ort_cffi import __version__
-from ort_cffi.artifacts import ENV_PYTHON, ArtifactsError, LossType, OptimType, describe, generate_artifacts
+from ort_cffi.artifacts import (
+    ENV_PYTHON,
+    ArtifactsError,
+    LossType,
+    OptimType,
+    check_generator,
+    describe,
+    generate_artifacts,
+)
 
 DESCRIPTION = """\
 Make ONNX Runtime training artifacts from an ONNX model, without torch: checkpoint,
@@ -27,11 +35,13 @@ examples:
   ort-cffi-artifacts model.onnx --out artifacts --trainable 'fc2.*'      # only the last layer
   ort-cffi-artifacts model.onnx --out artifacts --loss mse --optimizer sgd
   ort-cffi-artifacts model.onnx --out artifacts --python /usr/bin/python3.12
+  ort-cffi-artifacts --check-generator        # which generator would run, and does it import
 
-The generator is ONNX Runtime's own, run in a child process by an interpreter that has
-ONNX Runtime's Python training layer and onnx (ort_cffi's [artifacts] extra): this one,
-or the one named by --python or ${ENV_PYTHON} (on Python 3.13 and later, which
-that layer does not support).
+The generator is ONNX Runtime's own, run in a child process by this interpreter, or the
+one named by --python or ${ENV_PYTHON}. It needs ONNX Runtime's Python training layer and
+onnx (ort_cffi's [artifacts] extra): on Python 3.8-3.12 the installed training wheel's; on
+3.13 and later, where that wheel does not install, the one `ort-cffi-runtime install`
+keeps from the wheel it fetches.
 """
 
 LOSSES = [t.value for t in LossType] + ["none"]
@@ -43,8 +53,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     """The command line of ``ort-cffi-artifacts`` (argparse exits 2 on a bad one)."""
     parser = argparse.ArgumentParser(prog="ort-cffi-artifacts", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", type=Path, metavar="MODEL.onnx", help="the inference model")
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="artifacts folder (created if missing)")
+    parser.add_argument("model", type=Path, nargs="?", metavar="MODEL.onnx", help="the inference model")
+    parser.add_argument("--out", type=Path, metavar="DIR", help="artifacts folder (created if missing; required)")
     parser.add_argument("--trainable", nargs="+", metavar="PATTERN",
                         help="names or glob patterns of the parameters to train (default: every floating-point "
                         "initializer a gradient reaches)")
@@ -69,14 +79,36 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace artifacts of another model or other options in --out (refused without it; "
                         "the same model and options may always be generated again)")
+    parser.add_argument("--check-generator", action="store_true",
+                        help="only say which interpreter and ONNX Runtime would generate, after importing them in a "
+                        "child process (exit 1 when none can)")
     parser.add_argument("--version", action="version", version=f"%(prog)s (ort_cffi {__version__})")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if not args.check_generator:  # required unless only the generator is checked
+        missing = [name for name, value in (("MODEL.onnx", args.model), ("--out", args.out)) if value is None]
+        if missing:
+            parser.error(f"the following arguments are required: {', '.join(missing)}")
+    return args
+
+
+def report_generator(python: Optional[str]) -> int:
+    """``--check-generator``: who would run the generator, or why none can (exit 1)."""
+    try:
+        found = check_generator(python)
+    except ArtifactsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"generator: ONNX Runtime {found['onnxruntime']} and onnx {found['onnx']}, run by {found['description']} "
+          f"(Python {found['version']}, {found['python']}); ONNX Runtime's Python layer: {found['layer']}")
+    return 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The ``ort-cffi-artifacts`` command; returns its exit status (2: bad model or options, 1: no generator,
     or the generator or the runtime failed)."""
     args = parse_args(argv)
+    if args.check_generator:
+        return report_generator(args.python)
     started = time.monotonic()
     try:
         made = generate_artifacts(

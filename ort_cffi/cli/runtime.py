@@ -17,12 +17,16 @@ from typing import Optional, Sequence, Tuple
 
 from filelock import Timeout
 
+from ort_cffi._facade.runtimes import StoredRuntime
+from ort_cffi.artifacts import ArtifactsError, check_generator
 from ort_cffi.runtime import (
     RuntimeInstallError,
     check_loads,
     describe_choice,
     install,
     loader_choice,
+    prepare_generator,
+    prepared_changes,
     store_dir,
     stored_runtimes,
 )
@@ -78,6 +82,26 @@ def command_path() -> int:
     return 0
 
 
+def report_generator(runtime: StoredRuntime) -> None:
+    """After an install: whether ort-cffi-artifacts can run ONNX Runtime's generator here with what was kept.
+    Only said, never an install failure: the runtime itself trains without it."""
+    try:
+        layer = prepare_generator(runtime)
+    except RuntimeInstallError as error:
+        print(f"generator: not from this runtime: {error}")
+        return
+    changes = prepared_changes(runtime)
+    print(f"generator: ONNX Runtime's Python layer kept in {layer}, its extension copied for this interpreter"
+          + (f" ({'; '.join(changes)})" if changes else ""))
+    try:
+        found = check_generator()
+    except ArtifactsError as error:
+        print(f"generator: {error}")
+        return
+    print(f"generator: ort-cffi-artifacts runs ONNX Runtime {found['onnxruntime']} with onnx {found['onnx']} in "
+          f"Python {found['version']} ({found['layer']})")
+
+
 def command_remove(names: Sequence[str], remove_all: bool) -> int:
     """``ort-cffi-runtime remove``: delete runtimes from the store (exit 1 for an unknown name)."""
     runtimes = {r.name: r for r in stored_runtimes()}
@@ -117,6 +141,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             runtime = install("cuda" if args.cuda else "cpu", args.python_version, args.wheel, args.force)
             print(f"installed {runtime.name} in {runtime.folder}")
             print(check_loads(runtime))
+            report_generator(runtime)
             return 0
         if args.command == "list":
             return command_list()

@@ -85,6 +85,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     model.add_argument("--loss", choices=[t.value for t in LossType] + ["none"], help="default: cross-entropy")
     model.add_argument("--loss-input", nargs="+", metavar="NAME", help="the output the loss reads [and its input's name]")
     model.add_argument("--optimizer", choices=[t.value for t in OptimType], help="default: adamw")
+    model.add_argument("--python", metavar="PYTHON",
+                       help="interpreter that runs ONNX Runtime's generator (default: $ORT_CFFI_ARTIFACTS_PYTHON, else "
+                       "this one)")
     parser.add_argument("--data", type=Path, metavar="FILE.npz",
                         help="dataset (default: the one .npz file in the artifacts folder)")
     parser.add_argument("--out", type=Path, metavar="DIR",

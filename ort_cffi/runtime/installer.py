@@ -1,15 +1,16 @@
 """Fetch ONNX Runtime's training build where pip cannot install it (the ``ort-cffi-runtime`` command's work).
 
 ONNX Runtime published its last training build, 1.19.2, for CPython 3.8-3.12 (CUDA: 3.8-3.11) on
-Linux x86_64, and will publish no other. ort_cffi never runs the wheel's Python code, only its
+Linux x86_64, and will publish no other. The loader never runs the wheel's Python code, only its
 native runtime, which it reads statically and loads privately (see ``_native/loader.py``), so the build of
 the nearest CPython serves any newer interpreter. This command fetches that wheel with pip itself
 (``pip download --only-binary=:all: --no-deps --python-version … --platform …``, which checks
-PyPI's hash; the hash is checked once more against ort_cffi's survey of the published wheels), and
-keeps only its native libraries in the runtime store, where the loader looks after
-``$ORT_CFFI_LIBRARY`` and an installed wheel. It writes the store the loader reads (the facade's
-``runtimes`` module names both), and checks what it installed by loading it through the facade in a child
-process.
+PyPI's hash; the hash is checked once more against ort_cffi's survey of the published wheels). It keeps
+the wheel's native libraries in the runtime store, where the loader looks after ``$ORT_CFFI_LIBRARY`` and
+an installed wheel, and its ``onnxruntime`` Python package, with which ``ort_cffi.artifacts`` runs ONNX
+Runtime's generator in this interpreter (``generator.py``). It writes the store the loader reads (the
+facade's ``runtimes`` module names both), and checks what it installed by loading it through the facade in
+a child process.
 """
 from __future__ import annotations
 
@@ -36,15 +37,13 @@ from ort_cffi._facade.runtimes import (
     store_dir,
     stored_runtimes,
 )
+from ort_cffi.runtime.errors import RuntimeInstallError
+from ort_cffi.runtime.generator import has_generator, keep_generator
 
 __all__ = ["main", "install", "choose_wheel", "RuntimeInstallError"]
 
 FLAVOURS = {"cpu": "onnxruntime-training-cpu", "cuda": "onnxruntime-training"}
 NATIVE_PREFIX = "onnxruntime/capi/"
-
-
-class RuntimeInstallError(Exception):
-    """The runtime could not be fetched or installed; the message says why and what to do."""
 
 
 def machine() -> str:
@@ -131,7 +130,7 @@ def row_of_wheel(wheel: Path) -> Dict[str, Any]:
 
 
 def install_wheel(wheel: Path, row: Dict[str, Any]) -> StoredRuntime:
-    """Unpack the native libraries of a checked wheel into a new store folder, atomically."""
+    """Unpack the native libraries and the Python package of a checked wheel into a new store folder, atomically."""
     name = f"{row['flavour']}-{row['version']}-{row['python_tag']}-{row['machine']}"
     root = store_dir()
     root.mkdir(parents=True, exist_ok=True)
@@ -144,6 +143,7 @@ def install_wheel(wheel: Path, row: Dict[str, Any]) -> StoredRuntime:
                 with archive.open(member) as source, open(target, "wb") as out:
                     shutil.copyfileobj(source, out, 1 << 20)
                 os.chmod(target, 0o755)
+            keep_generator(archive, staging)
         extension = Path(row["extension"]).name
         if file_sha256(staging / extension) != row["extension_sha256"]:
             raise RuntimeInstallError(f"{extension} in {wheel} differs from the survey's: refusing it")
@@ -200,8 +200,11 @@ def install(flavour: str, python_version: Optional[Tuple[int, int]], wheel: Opti
     with FileLock(str(store_dir() / ".install.lock"), timeout=3600):
         for runtime in stored_runtimes():
             if runtime.wheel_sha256 == row["wheel_sha256"] and not force:
-                print(f"{runtime.name} is already installed in {runtime.folder} (--force reinstalls it)")
-                return runtime
+                if has_generator(runtime):
+                    print(f"{runtime.name} is already installed in {runtime.folder} (--force reinstalls it)")
+                    return runtime
+                print(f"{runtime.name} is installed without ONNX Runtime's Python layer, which ort-cffi-artifacts "
+                      "runs the generator with: installing it again")
         if wheel is not None:
             return install_wheel(wheel, row)
         with tempfile.TemporaryDirectory(prefix="ort-cffi-runtime-") as tmp:

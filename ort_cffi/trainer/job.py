@@ -61,7 +61,7 @@ REPLACED_FILES = RUN_FILES + ("training.png",)
 
 # The settings that choose how --model's artifacts are made, and their flags (for messages).
 GENERATION_FLAGS = {"trainable": "--trainable", "frozen": "--frozen", "loss": "--loss", "loss_input": "--loss-input",
-                    "optimizer": "--optimizer"}
+                    "optimizer": "--optimizer", "python": "--python"}
 
 
 @dataclass
@@ -77,6 +77,7 @@ class TrainSettings:
     loss: Optional[str] = None
     loss_input: Optional[List[str]] = None
     optimizer: Optional[str] = None
+    python: Optional[str] = None  # the interpreter that generates --model's artifacts (generate_artifacts' python=)
     data: Optional[Path] = None
     epochs: Optional[int] = None
     batch_size: Optional[int] = None
@@ -305,7 +306,7 @@ class TrainingJob:
             return folder, identity, [f"artifacts: {folder} (reused: made from {settings.model} with the same options)"]
         made = generate_artifacts(settings.model, options["requires_grad"], options["frozen_params"], options["loss"],
                                   options["optimizer"], folder, loss_input_names=options["loss_input_names"],
-                                  overwrite=settings.overwrite)
+                                  overwrite=settings.overwrite, python=settings.python)
         return folder, identity, describe(made, str(settings.model)) + [f"artifacts: {folder} (generated)"]
 
     def _config(self, source: _Source, resumed: Optional[Resumed]) -> Tuple[RunConfig, List[str]]:

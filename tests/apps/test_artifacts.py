@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from ort_cffi.artifacts import (
     LossType,
     OptimType,
     artifacts_match,
+    find_generator,
     generate_artifacts,
     read_manifest,
     request_options,
@@ -55,6 +57,20 @@ GOLDEN = {
         "training_model.onnx": "97e42cd8477aa91c6f6eb97be6421035b8633ecac702c20c29034e51402b2f15",
     },
 }
+
+# The digits inference model as the digits_model fixture exports it, and its default artifacts, made on
+# CPython 3.11.7 (onnxruntime-training-cpu 1.19.2's own layer, onnx 1.16.2). CPython 3.13.0 made the same bytes
+# with the cp312 wheel's layer from the runtime store (onnx 1.18.0), recording that the optimizer model's IR
+# version 11 was brought down to 10.
+DIGITS_MODEL_SHA256 = "336f97a5760045164eb6bdbea79def2589f71185dd8a56fd0cd40d126836148e"
+DIGITS_ARTIFACTS = {
+    "checkpoint": "1484573d149ef97febc270e36357154b98604e68dfef27ff320ceb74a7d42211",
+    "eval_model.onnx": "c69d6fa123c5b7dc251e0c6a3055e43868d423e5e82a7d6ea7fa96a0b68bcb7c",
+    "optimizer_model.onnx": "b02978d11ef99ac1d83f66cb29bb85fea8bce623c149f71fa78665085235e918",
+    "training_model.onnx": "6bd907e1c505f87d69e3e51d23990b7881f8e29ab60e6c5cf1894e6569a8dba0",
+}
+# What a newer onnx changes, and ort_cffi brings back and records (onnx 1.18 stamps IR version 11).
+ALLOWED_NOTE = re.compile(r"optimizer_model\.onnx: IR version 1[1-9] brought down to 10")
 
 
 # --- small models -------------------------------------------------------------------------------------------
@@ -145,8 +161,19 @@ def hashes(folder: Path) -> dict:
 def test_golden_hashes_of_onnx_runtimes_own_generator(tmp_path: Path, name: str) -> None:
     assert sha256(golden_artifacts.MODEL) == GOLDEN_MODEL_SHA256
     ours, _ = golden_artifacts.CONFIGURATIONS[name]
-    generate_artifacts(golden_artifacts.MODEL, artifact_directory=tmp_path, **ours)
+    made = generate_artifacts(golden_artifacts.MODEL, artifact_directory=tmp_path, **ours)
     assert hashes(tmp_path) == GOLDEN[name]
+    assert all(ALLOWED_NOTE.fullmatch(note) for note in made.notes), made.notes
+
+
+def test_the_digits_artifacts_are_3_11s_on_every_interpreter(tmp_path: Path, digits_model: Path) -> None:
+    """On 3.13 and later the generator runs in this interpreter with the runtime store's Python layer: the
+    digits model's artifacts are the bytes 3.11 makes with the training wheel's own."""
+    assert sha256(digits_model) == DIGITS_MODEL_SHA256
+    made = generate_artifacts(digits_model, artifact_directory=tmp_path)
+    assert hashes(tmp_path) == DIGITS_ARTIFACTS
+    assert all(ALLOWED_NOTE.fullmatch(note) for note in made.notes), made.notes
+    assert made.versions["executable"] == sys.executable and made.versions["onnxruntime"] == "1.19.2"
 
 
 def test_path_bytes_and_model_proto_give_the_same_files(tmp_path: Path, digits_model: Path) -> None:
@@ -302,7 +329,8 @@ def test_what_the_gradient_builder_finds_unreachable(tmp_path: Path) -> None:
 def test_a_newer_ir_version_is_brought_down(tmp_path: Path) -> None:
     made = generate_artifacts(mlp(tmp_path / "m.onnx", ir=13), artifact_directory=tmp_path / "out")
     assert made.model_ir_version == 13 and made.ir_version == 10
-    assert made.notes == ("IR version 13 brought down to 10",)
+    assert made.notes[0] == "IR version 13 brought down to 10"
+    assert all(ALLOWED_NOTE.fullmatch(note) for note in made.notes[1:])  # onnx 1.18 (3.13) stamps its own too
     for name in ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx"):
         assert onnx.load(str(tmp_path / "out" / name)).ir_version <= 10
 
@@ -497,10 +525,44 @@ def test_this_interpreter_lacks_the_generator(tmp_path: Path, bare_python: str, 
         generate_artifacts(mlp(tmp_path / "m.onnx"), artifact_directory=tmp_path / "out")
     message = str(info.value)
     assert message.startswith(f"cannot generate training artifacts with this interpreter (Python "
-                              f"{'.'.join(map(str, sys.version_info[:3]))}, {bare_python}): the onnx package is not installed")
-    assert "The gradient builder exists only in ONNX Runtime's Python training layer" in message
-    assert f"--python PATH (python=PATH) or {ENV_PYTHON}=PATH" in message
-    assert "pip install onnxruntime-training-cpu==1.19.2 onnx" in message
+                              f"{'.'.join(map(str, sys.version_info[:3]))}, {bare_python})")
+    assert ": the onnx package is not installed" in message
+    if find_generator().layer is None:  # the training wheel's own layer (3.8-3.12)
+        assert "The gradient builder exists only in ONNX Runtime's Python training layer" in message
+        assert f"--python PATH (python=PATH) or {ENV_PYTHON}=PATH" in message
+        assert "pip install onnxruntime-training-cpu==1.19.2 onnx" in message
+    else:  # the runtime store's (3.13 and later): what that layer needs besides
+        assert "and ONNX Runtime's Python layer from the runtime store (" in message
+        assert f"`{bare_python} -m pip install onnx flatbuffers protobuf sympy packaging coloredlogs`" in message
+
+
+def test_without_a_stored_layer_a_newer_interpreter_is_told_to_install_the_runtime(tmp_path: Path) -> None:
+    """Where the training wheel does not install and the runtime store holds no Python layer, the message says
+    what to run; with ort-cffi-artifacts --check-generator too (exit 1)."""
+    proc = run_child("""
+        import sys
+        from ort_cffi.artifacts import GeneratorUnavailableError, find_generator
+        from ort_cffi.artifacts.runner import has_own_training_layer
+        try:
+            print(find_generator().layer, has_own_training_layer())
+        except GeneratorUnavailableError as exc:
+            print(exc)
+    """, env={"ORT_CFFI_RUNTIME_DIR": str(tmp_path / "empty-store"), ENV_PYTHON: ""})
+    line = proc.stdout.strip()
+    if sys.version_info[:2] <= (3, 12):
+        assert line == "None True"  # the training wheel's own layer: pip installs it there
+    else:
+        assert line.startswith(f"cannot generate training artifacts with this interpreter (Python "
+                               f"{'.'.join(map(str, sys.version_info[:3]))}, ")
+        assert "the runtime store holds none. Run `ort-cffi-runtime install`: it keeps that layer" in line
+    checked = subprocess.run([sys.executable, "-m", "ort_cffi.artifacts", "--check-generator"], capture_output=True,
+                             text=True, env={**os.environ, "PYTHONPATH": str(ROOT), ENV_PYTHON: "python2.1"})
+    assert checked.returncode == 1 and "'python2.1', does not exist or cannot be run" in checked.stderr
+    checked = subprocess.run([sys.executable, "-m", "ort_cffi.artifacts", "--check-generator"], capture_output=True,
+                             text=True, env={**os.environ, "PYTHONPATH": str(ROOT), ENV_PYTHON: ""})
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.startswith("generator: ONNX Runtime 1.19.2 and onnx ")
+    assert f"run by this interpreter (Python {'.'.join(map(str, sys.version_info[:3]))}, " in checked.stdout
 
 
 def test_a_named_interpreter_runs_the_generator(tmp_path: Path, bare_python: str, monkeypatch: pytest.MonkeyPatch,

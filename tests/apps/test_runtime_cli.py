@@ -13,7 +13,8 @@ import pytest
 from conftest import ROOT, run_child
 from ort_cffi._native.loader import find_training_wheel
 from ort_cffi._native.store import known_runtimes
-from ort_cffi.runtime import RuntimeInstallError, choose_wheel, machine
+from ort_cffi.runtime import RuntimeInstallError, choose_wheel, machine, prepare_generator, stored_runtimes
+from ort_cffi.runtime.generator import extension_name
 
 SURVEY_WHEELS = ROOT / ".cache" / "survey"
 
@@ -63,8 +64,10 @@ def test_install_list_path_load_and_remove_a_fetched_runtime(store):
     manifest = json.loads((folder / "runtime.json").read_text())
     assert manifest["wheel_sha256"] == row["wheel_sha256"]
     assert sorted(p.name for p in folder.iterdir()) == sorted(
-        ["runtime.json", "libonnxruntime_providers_shared.so", Path(row["extension"]).name]
-    )  # the native libraries only: none of the wheel's Python code
+        ["runtime.json", "libonnxruntime_providers_shared.so", Path(row["extension"]).name, "generator"]
+    )  # the native libraries, and the wheel's Python package for the generator (without them)
+    assert (folder / "generator" / "onnxruntime" / "training" / "artifacts.py").is_file()
+    assert f"generator: ONNX Runtime's Python layer kept in {folder / 'generator'}" in out
 
     assert "already installed" in cli(["install", "--wheel", str(wheel)], store).stdout
     chosen = dict(store, ORT_CFFI_RUNTIME="cpu")  # the fetched runtime even where a wheel is installed
@@ -152,3 +155,69 @@ def test_install_fetches_the_nearest_build_with_pip(store):
     print(out)
     assert f"fetching {row['wheel']}" in out
     assert "ONNX Runtime 1.19.2 loads here, training API present" in out
+
+
+# --- the generator's copy of the extension (ONNX Runtime's Python layer in this interpreter) ---------------
+
+def installed(store: dict, monkeypatch: pytest.MonkeyPatch, row: dict):
+    """``row``'s wheel installed into the test's store, which this process then reads."""
+    cli(["install", "--wheel", str(SURVEY_WHEELS / row["wheel"])], store)
+    for key, value in store.items():
+        monkeypatch.setenv(key, value)
+    return stored_runtimes()[0]  # the most recently installed
+
+
+def test_the_generators_copy_changes_only_the_renames_and_the_version_check(store, monkeypatch):
+    """The nearest build's extension, copied for this interpreter under its own suffix: on the build's own
+    CPython byte for byte the file; on a newer one (cp312 in 3.13) only the renamed imports and the version
+    string pybind11 checks differ, at the offset the survey recorded (docs/internals/runtime.md §7)."""
+    row = nearest_row()
+    runtime = installed(store, monkeypatch, row)
+    layer = prepare_generator(runtime)
+    copy = layer / "onnxruntime" / "capi" / extension_name()
+    original, copied = runtime.extension_path.read_bytes(), copy.read_bytes()
+    assert len(copied) == len(original)
+    changed = [i for i in range(0, len(original), 1 << 16) if original[i : i + (1 << 16)] != copied[i : i + (1 << 16)]]
+    check = row["pybind11_version_check"]
+    running = "%d.%d" % sys.version_info[:2]
+    if running == check["compiled_for"]:
+        assert changed == []
+    else:
+        offset = check["offset"]
+        assert copied[offset - 1 : offset + 5] == b"\0" + running.encode() + b"\0"
+        assert original[offset - 1 : offset + 5] == b"\0" + check["compiled_for"].encode() + b"\0"
+        assert b"PyThreadState_GetUnchecked\0\0" in copied
+    assert prepare_generator(runtime) == layer  # made once
+
+
+@pytest.mark.parametrize("damage", ["truncated", "another build"])
+def test_a_truncated_or_unknown_extension_is_refused_before_anything_is_patched(store, monkeypatch, damage):
+    runtime = installed(store, monkeypatch, nearest_row())
+    capi = runtime.folder / "generator" / "onnxruntime" / "capi"
+    (capi / extension_name()).unlink()  # the copy install made for this interpreter: made again from the damaged file
+    if damage == "truncated":
+        data = runtime.extension_path.read_bytes()
+        runtime.extension_path.write_bytes(data[: len(data) // 2])
+    else:  # a real ONNX Runtime extension, but of a build the survey does not list (the inference wheel's)
+        (other,) = (ROOT / ".cache" / "ort-inference-1.19.2" / "onnxruntime" / "capi").glob("onnxruntime_pybind11_state*.so")
+        runtime.extension_path.write_bytes(other.read_bytes())
+    with pytest.raises(RuntimeInstallError, match="is not a runtime file the survey of published wheels knows"):
+        prepare_generator(runtime)
+    assert not list(capi.glob("onnxruntime_pybind11_state*")) and not list(capi.glob(".onnxruntime_pybind11_state*"))
+
+
+def test_a_build_newer_than_the_interpreter_or_without_a_surveyed_check_is_refused(store, monkeypatch):
+    newer = [r for r in known_runtimes()["files"] if r["flavour"] == "cpu"
+             and (int(r["python_tag"][2]), int(r["python_tag"][3:])) > sys.version_info[:2]]
+    if newer:  # on 3.12 and later no published build is newer
+        runtime = installed(store, monkeypatch, newer[0])
+        with pytest.raises(RuntimeInstallError, match="as a Python module it imports in that CPython and later ones only"):
+            prepare_generator(runtime)
+    runtime = installed(store, monkeypatch, nearest_row())
+    (runtime.folder / "generator" / "onnxruntime" / "capi" / extension_name()).unlink()
+    surveyed = json.loads(json.dumps(known_runtimes()))
+    for row in surveyed["files"]:
+        row["pybind11_version_check"] = None  # as for the CUDA builds, whose wheels were not surveyed for it
+    monkeypatch.setattr("ort_cffi._native.store.known_runtimes", lambda: surveyed)
+    with pytest.raises(RuntimeInstallError, match="the survey did not locate pybind11's version check"):
+        prepare_generator(runtime)

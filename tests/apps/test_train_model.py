@@ -117,3 +117,16 @@ def test_model_option_errors(tmp_path: Path, digits_model: Path, small_data: Pat
         code, _, stderr = run(capsys, *args, "--data", small_data, "--out", tmp_path / "out", "--no-plot")
         assert code == 2 and stderr.startswith(message), stderr
         assert "Traceback" not in stderr
+
+
+def test_python_names_the_generators_interpreter(tmp_path: Path, digits_model: Path, small_data: Path,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    """--python reaches generate_artifacts (it was recommended by the generator's message, then refused as an
+    unrecognized argument); it only chooses how --model's artifacts are made."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--python", "/bin/false"])
+    assert info.value.code == 2 and "--python choose how --model's artifacts are made" in capsys.readouterr().err
+    code, _, stderr = run(capsys, "--model", digits_model, "--python", "/bin/false", "--data", small_data,
+                          "--out", tmp_path / "out", "--no-plot")
+    assert code == 1 and stderr.startswith("error: the interpreter named by python= (--python), /bin/false, cannot run "
+                                           "the generator"), stderr

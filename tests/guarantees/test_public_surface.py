@@ -21,15 +21,17 @@ FACES = {
     "ort_cffi": FACADE,
     "ort_cffi.capi": ["API_VERSION", "Runtime", "check_status", "ffi", "get_runtime", "load_runtime"],
     "ort_cffi.artifacts": [
-        "ArtifactsError", "ArtifactsInputError", "ENV_PYTHON", "GENERATOR_PACKAGES", "GeneratedArtifacts",
+        "ArtifactsError", "ArtifactsInputError", "ENV_PYTHON", "GENERATOR_PACKAGES", "GeneratedArtifacts", "Generator",
         "GeneratorUnavailableError", "LossType", "MANIFEST", "ModelLike", "OptimType", "Parameter", "TensorSpec",
-        "artifacts_match", "describe", "files_intact", "generate_artifacts", "generator_python", "model_sha256",
+        "artifacts_match", "check_generator", "describe", "files_intact", "find_generator", "generate_artifacts",
+        "generator_python", "model_sha256",
         "read_manifest", "request_options",
     ],
     "ort_cffi.runtime": [
         "FLAVOURS", "NATIVE_PREFIX", "RuntimeInstallError", "check_loads", "choose_wheel", "describe_choice",
-        "download_wheel", "glibc_version", "install", "install_wheel", "loader_choice", "machine", "published_wheels",
-        "row_of_wheel", "store_dir", "stored_runtimes",
+        "download_wheel", "glibc_version", "has_generator", "install", "install_wheel", "loader_choice", "machine",
+        "prepare_generator", "prepared_changes", "published_wheels", "row_of_wheel", "store_dir", "stored_generator",
+        "stored_runtimes",
     ],
     "ort_cffi.trainer": ["DEFAULT_ARTIFACTS", "GENERATION_FLAGS", "SetupError", "TrainSettings", "TrainingJob", "settings_from"],
 }

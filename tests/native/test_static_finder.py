@@ -239,3 +239,44 @@ def test_a_truncated_runtime_file_is_a_clear_error(tmp_path, monkeypatch):
         _elf.find_api_base(cut, "1.19.2")
     with pytest.raises(RuntimeLoadError, match=f"{cut}.*truncated or damaged"):
         load_library(cut)
+
+
+def test_the_version_check_locations_reproduce_the_survey(tmp_path):
+    """Where pybind11's interpreter check keeps the version it was compiled for, per surveyed CPU file: the
+    one NUL-delimited "3.X" that PyInit loads (docs/internals/runtime.md §7). The cp312 file's is the
+    measured 0x10757ce."""
+    rows = [row for row in known_runtimes()["files"] if row["flavour"] == "cpu"]
+    for row in rows:
+        extension = extract(present_wheel(row["wheel"]), row["extension"], tmp_path / row["python_tag"])
+        compiled_for = f"{row['python_tag'][2]}.{row['python_tag'][3:]}"
+        assert row["pybind11_version_check"] == {"compiled_for": compiled_for,
+                                                 "offset": _elf.find_version_check(extension, compiled_for)}, row["wheel"]
+    (cp312,) = [row for row in rows if row["python_tag"] == "cp312"]
+    assert cp312["pybind11_version_check"]["offset"] == 0x10757CE
+
+
+def test_the_version_check_is_not_found_on_a_guess(tmp_path):
+    """A version the file does not hold, or holds in more than one place, is no location."""
+    extension = _cp312_extension(tmp_path)
+    assert _elf.find_version_check(extension, "3.11") is None
+    data = bytearray(extension.read_bytes())
+    data[-6:] = b"\x003.12\x00"  # a second NUL-delimited "3.12", outside PyInit's reach
+    doubled = tmp_path / "doubled.so"
+    doubled.write_bytes(bytes(data))
+    assert _elf.find_version_check(doubled, "3.12") is None
+
+
+def test_the_version_check_is_patched_only_where_the_bytes_are_expected():
+    data = bytearray(b"..\x003.12\x00..")
+    before = bytes(data)
+    for offset, compiled_for, running, message in (
+        (2, "3.12", "3.13", "are not pybind11's version string"),  # off by one: the NUL before it
+        (3, "3.11", "3.13", "are not pybind11's version string"),  # another version there
+        (3, "3.12", "3.100", "differ in length"),
+        (len(data), "3.12", "3.13", "are not pybind11's version string"),  # past the end (a truncated file)
+    ):
+        with pytest.raises(RuntimeLoadError, match=message):
+            _elf.patch_version_check(data, offset, compiled_for, running)
+        assert bytes(data) == before
+    _elf.patch_version_check(data, 3, "3.12", "3.13")
+    assert bytes(data) == b"..\x003.13\x00.."
