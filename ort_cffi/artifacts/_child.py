@@ -58,6 +58,22 @@ LOSS_NAMES = {
 GLOB_CHARACTERS = "*?["
 
 
+# Modules of this folder the child loads by file location (ort_cffi need not be importable here).
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load_sibling(name):
+    """This folder's module ``name`` (Python 3.8 syntax, standard library, numpy and onnx only), loaded by
+    file location under a private name: the child may run where ort_cffi is not installed."""
+    key = "_ort_cffi_artifacts_" + name
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, os.path.join(HERE, name + ".py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
 class Refusal(Exception):
     """A problem with the request, reported to the parent as ``kind`` and a message that names it."""
 
@@ -406,14 +422,24 @@ def generate(request):
     out = request["out"]
     prefix = request.get("prefix") or ""
     graph_utils = importlib.import_module("onnxruntime.training.onnxblock._graph_utils")
+    # Graph preparation (rewrites.py) changes only what stands between the trained parameters and the loss;
+    # a model that needs nothing goes to the generator as the very object loaded, so that its artifacts are
+    # byte for byte those of ONNX Runtime's own generator. prepare=False hands every model over as it is.
+    rewrites = load_sibling("rewrites") if request.get("prepare", True) else None
     while True:
         order = [i.name for i in initializers]
         requires_grad = [name for name in order if name in wanted]
         frozen_params = [name for name in order if name in frozen]
+        prepared, preparation = model, []
+        if rewrites is not None:
+            try:
+                prepared, preparation = rewrites.prepare(model, requires_grad=requires_grad, outputs=[scores])
+            except rewrites.PreparationError as exc:
+                raise Refusal("prepare", str(exc))
         setattr(graph_utils, "_GRAPH_TOKEN", 0)  # names like onnx::loss::2 count from here, as in a fresh process
         try:
             artifacts.generate_artifacts(
-                model,
+                prepared,
                 requires_grad=requires_grad,
                 frozen_params=frozen_params or None,
                 loss=None if loss is None else artifacts.LossType[loss],
@@ -471,6 +497,7 @@ def generate(request):
         "files": files,
         "model": original,
         "notes": notes,
+        "preparation": preparation,
         "trainable": [parameter(onnx, by_name[n]) for n in requires_grad],
         "frozen": [parameter(onnx, by_name[n]) for n in frozen_params],
         "constants": [parameter(onnx, i) for i in floats if i.name not in parameters],
@@ -487,10 +514,32 @@ def generate(request):
     }
 
 
+# What the gradient builder's failed assertions mean, where their own text says little: the condition's
+# text -> the explanation. Their message is the source location and a C++ signature, then
+# "CONDITION was false.", then what the assertion says, if anything.
+ASSERTIONS = {
+    "OutputDefs().size()": "a gradient builder reads an optional output that a node of the model does not declare "
+                           "(LayerNormalization's Mean and InvStdDev, Dropout's mask, training-mode "
+                           "BatchNormalization's running statistics)",
+    "gradient_builder != nullptr": "an operator on the way from the trained parameters to the loss has no gradient in "
+                                   "ONNX Runtime",
+}
+
+
 def _runtime_message(exc):
-    """ONNX Runtime's message without the C++ source location and signature it starts with."""
+    """ONNX Runtime's message without the C++ source location and signature it starts with; a failed
+    assertion is explained in words, with the location it failed at kept at the end."""
     text = str(exc).strip()
-    return re.sub(r"^\S+\.cc:\d+ [^\[]*\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+    text = re.sub(r"^\S+\.cc:\d+ [^\[]*\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+    assertion = re.match(r"^(\S+\.(?:cc|h):\d+) (.*?) was false\.\s*(.*)$", text, re.S)
+    if assertion is None:
+        return text
+    where, condition, said = assertion.group(1), assertion.group(2), assertion.group(3).strip()
+    meaning = next((why for key, why in ASSERTIONS.items() if key in condition), None)
+    parts = [p for p in (meaning, said) if p]
+    if not parts:
+        parts = ["an internal check failed"]
+    return "{} (ONNX Runtime's check at {})".format(": ".join(parts), where.rsplit("/", 1)[-1])
 
 
 def main(argv):

@@ -66,6 +66,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help=f"interpreter that runs the generator (default: ${ENV_PYTHON}, else this one)")
     parser.add_argument("--no-check", action="store_true",
                         help="do not open the artifacts in a training session after writing them")
+    parser.add_argument("--no-prepare", action="store_true",
+                        help="hand the model to ONNX Runtime's generator as it is: no rewrite of operators without a "
+                        "gradient, no fitting of the loss's input (the default changes only models that need it)")
     parser.add_argument("--version", action="version", version=f"%(prog)s (ort_cffi {__version__})")
     return parser.parse_args(argv)
 
@@ -88,6 +91,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             loss_input_names=args.loss_input,
             python=args.python,
             check=not args.no_check,
+            prepare=not args.no_prepare,
         )
     except ArtifactsError as exc:
         print(f"error: {exc}", file=sys.stderr)
