@@ -68,6 +68,8 @@ def load_sibling(name):
     key = "_ort_cffi_artifacts_" + name
     if key not in sys.modules:
         spec = importlib.util.spec_from_file_location(key, os.path.join(HERE, name + ".py"))
+        if spec is None or spec.loader is None:
+            raise Refusal("unavailable", "ort_cffi's {}.py is missing beside {}".format(name, __file__))
         module = importlib.util.module_from_spec(spec)
         sys.modules[key] = module
         spec.loader.exec_module(module)
