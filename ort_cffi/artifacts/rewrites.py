@@ -36,10 +36,11 @@ from onnx import TensorProto, helper, numpy_helper
 __all__ = ["prepare", "PreparationError", "REWRITES", "ZERO_GRADIENT", "GRADIENT_OPS", "KNOWN_WITHOUT_GRADIENT"]
 
 # Default-domain operators with a gradient builder in ONNX Runtime 1.19.2 (measured with single-operator
-# models through its generator; see tests/apps/test_graph_rewrites.py). Rewrites emit only these, and Constant,
+# models through its generator; see tests/apps/test_graph_rewrites.py). ConvTranspose has a builder but no
+# CPU kernel for the ConvTransposeGrad it emits, so it is rewritten instead. Rewrites emit only these, and Constant,
 # plus operators that sit behind a stop-gradient edge (Cast to an integer type, comparisons, Shape).
 GRADIENT_OPS = frozenset([
-    "Abs", "Add", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "Conv", "ConvTranspose",
+    "Abs", "Add", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "Conv",
     "Cos", "Div", "Dropout", "Erf", "Exp", "Expand", "Flatten", "Gather", "GatherElements", "GatherND", "Gelu",
     "Gemm", "GlobalAveragePool", "Identity", "LayerNormalization", "LeakyRelu", "Log", "LogSoftmax", "MatMul",
     "Max", "MaxPool", "Min", "Mul", "Neg", "Pad", "Pow", "Reciprocal", "ReduceL2", "ReduceLogSumExp",
@@ -572,6 +573,72 @@ def rewrite_space_to_depth(e, node, prep):
     e.one("Reshape", [moved, e.one("Concat", [n, e.i64([-1]), hb, wb], axis=0)], node.output[0])
 
 
+TO_THE_END = 2 ** 31 - 1  # a Slice end past any axis
+
+
+def rewrite_conv_transpose(e, node, prep):
+    # ONNX Runtime 1.19.2 registers a gradient for ConvTranspose but has no CPU kernel for ConvTransposeGrad
+    # (the training session refuses to load). A transposed convolution is a convolution of the input
+    # dilated by the strides (s - 1 zeros between elements), padded by d (k - 1) - pads on each side (plus
+    # output_padding at the end), with the kernel's in/out channels swapped per group and its taps flipped.
+    a = _attrs(node)
+    x, w = node.input[0], node.input[1]
+    bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    if a.get("output_shape") or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        raise prep.refuse(node, "its rewrite into Conv needs explicit pads, and it sets output_shape or auto_pad "
+                                "(export it with explicit padding)")
+    w_shape = prep.types.get(w, (0, None))[1]
+    if not w_shape or any(d is None for d in w_shape):
+        raise prep.refuse(node, "its rewrite into Conv needs the shape of its weights {!r}".format(w))
+    spatial = len(w_shape) - 2
+    kernel = list(w_shape[2:])
+    strides = list(a.get("strides", [1] * spatial))
+    dilations = list(a.get("dilations", [1] * spatial))
+    pads = list(a.get("pads", [0] * (2 * spatial)))
+    extra = list(a.get("output_padding", [0] * spatial))
+    group = int(a.get("group", 1))
+    # The input, dilated: [N, C, D1, 1, D2, 1, ...] padded to [N, C, D1, s1, D2, s2, ...], reshaped to
+    # [N, C, D1 s1, D2 s2, ...] and the trailing s - 1 zeros sliced off.
+    if any(stride > 1 for stride in strides):
+        rank = 2 + 2 * spatial
+        spread = e.unsqueeze(x, [3 + 2 * i for i in range(spatial)])
+        ends = [0] * rank
+        for i, stride in enumerate(strides):
+            ends[3 + 2 * i] = stride - 1
+        spread = e.one("Pad", [spread, e.i64([0] * rank + ends)], mode="constant")
+        shape = e.one("Shape", [x])
+        sizes = [e.i64([0, 0])]
+        for i, stride in enumerate(strides):
+            size = e.one("Gather", [shape, e.i64([2 + i])], axis=0)
+            sizes.append(e.one("Mul", [size, e.i64([stride])]))
+        spread = e.one("Reshape", [spread, e.one("Concat", sizes, axis=0)])
+        cut = [i for i, stride in enumerate(strides) if stride > 1]
+        x = e.one("Slice", [spread, e.i64([0] * len(cut)), e.i64([-(strides[i] - 1) for i in cut]),
+                            e.i64([2 + i for i in cut])])
+    # The kernel: [Cin, Cout/g, k...] -> [Cout, Cin/g, k...], taps flipped.
+    c_in, c_out_group = w_shape[0], w_shape[1]
+    if group == 1:
+        kernel_t = e.one("Transpose", [w], perm=[1, 0] + list(range(2, 2 + spatial)))
+    else:
+        grouped = e.one("Reshape", [w, e.i64([group, c_in // group, c_out_group] + kernel)])
+        swapped = e.one("Transpose", [grouped], perm=[0, 2, 1] + list(range(3, 3 + spatial)))
+        kernel_t = e.one("Reshape", [swapped, e.i64([group * c_out_group, c_in // group] + kernel)])
+    flipped = kernel_t
+    for i, size in enumerate(kernel):  # Gather of the taps in reverse (1.19.2's SliceGrad refuses steps -1)
+        if size > 1:
+            flipped = e.one("Gather", [flipped, e.i64(list(range(size - 1, -1, -1)))], axis=2 + i)
+    begin = [dilations[i] * (kernel[i] - 1) - pads[i] for i in range(spatial)]
+    end = [dilations[i] * (kernel[i] - 1) - pads[spatial + i] + extra[i] for i in range(spatial)]
+    crop = any(p < 0 for p in begin + end)
+    conv_inputs = [x, flipped] + ([bias] if bias else [])
+    conv = e.one("Conv", conv_inputs, None if crop else node.output[0], dilations=dilations,
+                 pads=[max(p, 0) for p in begin + end], group=group)
+    if crop:  # pads beyond the kernel's reach: crop the stride-1 convolution's output by as much
+        axes = list(range(2, 2 + spatial))
+        e.one("Slice", [conv, e.i64([max(-p, 0) for p in begin]),
+                        e.i64([p if p < 0 else TO_THE_END for p in end]), e.i64(axes)], node.output[0])
+
+
 REWRITES = {
     "HardSigmoid": rewrite_hard_sigmoid,
     "HardSwish": rewrite_hard_swish,
@@ -598,6 +665,7 @@ REWRITES = {
     "ReduceLogSum": rewrite_reduce_log_sum,
     "DepthToSpace": rewrite_depth_to_space,
     "SpaceToDepth": rewrite_space_to_depth,
+    "ConvTranspose": rewrite_conv_transpose,
 }
 
 
