@@ -13,11 +13,15 @@ ModelLike = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Any]  #
 SHOWN = 12  # trainable tensors listed one by one by describe()
 # The preparation rules (rewrites.py, loss_reading.py) as describe() names them.
 RULES = {
-    "rewrite": "rewritten (no gradient in ONNX Runtime):",
+    "rewrite": "rewritten (no usable gradient in ONNX Runtime):",
     "zero_gradient": "rewritten (zero gradient):",
     "declare_outputs": "optional outputs declared:",
     "duplicate_input": "input read twice, once through Identity:",
     "explicit_perm": "default perm written out:",
+    "loss_input": "loss input:",
+    "logits": "loss input:",
+    "class_axis": "class axis:",
+    "inference_form": "eval model in inference form:",
 }
 
 
@@ -103,6 +107,10 @@ class GeneratedArtifacts:
     # What was changed before the gradient build (``prepare``): one record per rule and operator type,
     # {"rule", "op", "count", "nodes"} (and "note" where the loss's reading changed); () when nothing.
     preparation: Tuple[Dict[str, Any], ...] = ()
+    # How the cross-entropy loss reads the model (None for other losses, or with prepare=False):
+    # {"labels": the labels input, "labels_shape", "scores": the eval output whose argmax along
+    # "class_axis" is the predicted class, "class_axis", "tensor": what the loss reads}.
+    loss_reading: Optional[Dict[str, Any]] = None
 
     @property
     def checkpoint(self) -> Path:

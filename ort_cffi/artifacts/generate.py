@@ -186,6 +186,8 @@ def _generate(folder: Path, path: Optional[Path], data: Optional[bytes], label: 
             "left_out": result["left_out"],
             "notes": result["notes"],
             "preparation": result["preparation"],
+            "loss_reading": result["loss_reading"],
+            "added_inputs": result["added_inputs"],
             "files": {key: {"name": p.name, "sha256": file_sha256(p)} for key, p in staged.items()},
         }
         files: Dict[str, Path] = {}
@@ -225,4 +227,5 @@ def _generate(folder: Path, path: Optional[Path], data: Optional[bytes], label: 
         versions=dict(result["versions"], python=result["python"]["version"], executable=result["python"]["executable"]),
         manifest=manifest,
         preparation=tuple(result["preparation"]),
+        loss_reading=result["loss_reading"],
     )

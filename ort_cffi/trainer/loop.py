@@ -48,11 +48,16 @@ def progress_bar(enabled: bool, total: int, desc: str) -> Any:
 
 # --- training -------------------------------------------------------------------------------------
 
-def count_correct(scores: np.ndarray, labels: np.ndarray) -> Optional[int]:
-    """Correct predictions in a batch, or None when ``scores`` is not one row of class scores per label."""
-    if scores.ndim != 2 or len(scores) != len(labels) or scores.shape[1] < 2:
+def count_correct(scores: np.ndarray, labels: np.ndarray, class_axis: int = 1) -> Optional[int]:
+    """Correct predictions in a batch: the argmax of ``scores`` along ``class_axis`` against ``labels``, one
+    per sample ([N, C] and [N]), per token ([N, T, V] along 2 and [N, T]) or per pixel ([N, C, H, W] along 1
+    and [N, H, W]). None when the scores are no class scores of the labels' shape."""
+    if scores.ndim < 2 or not 0 < class_axis < scores.ndim or scores.shape[class_axis] < 2:
         return None
-    return int((scores.argmax(axis=1) == labels).sum())
+    predicted = scores.argmax(axis=class_axis)
+    if predicted.shape != labels.shape:
+        return None
+    return int((predicted == labels).sum())
 
 
 def train_epoch(session: OrtTrainingSession, data: Arrays, loss_name: str, epoch_batches: Iterator[np.ndarray],
@@ -81,38 +86,44 @@ def train_epoch(session: OrtTrainingSession, data: Arrays, loss_name: str, epoch
 
 
 def evaluate(session: OrtTrainingSession, data: Arrays, loss_name: str, scores: Optional[str],
-             labels: Optional[str], batch_size: int, drop_last: bool) -> Tuple[float, Optional[float]]:
-    """Mean validation loss, and accuracy when ``scores`` (an eval output) and ``labels`` are known."""
+             labels: Optional[str], batch_size: int, drop_last: bool,
+             class_axis: int = 1) -> Tuple[float, Optional[float]]:
+    """Mean validation loss, and accuracy when ``scores`` (an eval output, classes along ``class_axis``)
+    and ``labels`` are known: the share of labels predicted (per sample, per token or per pixel)."""
     wanted = [loss_name] + ([scores] if scores else [])
-    total_loss, count = 0.0, 0
+    total_loss, count, labelled = 0.0, 0, 0
     correct: Optional[int] = 0 if scores and labels else None
     for idx in batches(np.arange(len(next(iter(data.values())))), batch_size, drop_last):
         with session.evalStep({name: array[idx] for name, array in data.items()}, wanted) as result:
             total_loss += float(result.get(0).getValue()) * len(idx)  # the loss is a batch mean
             if correct is not None and labels is not None:
-                batch_correct = count_correct(result.get(1).getValue(), data[labels][idx])
+                batch_correct = count_correct(result.get(1).getValue(), data[labels][idx], class_axis)
                 correct = None if batch_correct is None else correct + batch_correct
+                labelled += data[labels][idx].size
         count += len(idx)
     if not count:
         raise SetupError("the validation split holds no batch to evaluate (fewer samples than one batch)")
-    return total_loss / count, (None if correct is None else correct / count)
+    return total_loss / count, (None if correct is None else correct / labelled)
 
 
 def inference_check(env: OrtEnvironment, model: Path, data: Arrays, labels: Optional[str],
-                    batch_size: int, drop_last: bool) -> Tuple[List[str], Optional[float]]:
+                    batch_size: int, drop_last: bool, scores: Optional[str] = None,
+                    class_axis: int = 1) -> Tuple[List[str], Optional[float]]:
     """Run the exported model on the validation set with an ordinary ``OrtSession``: its output names,
-    and the accuracy of its first output when that is one score per class."""
+    and the accuracy of ``scores`` (default: its first output) when that holds class scores along
+    ``class_axis``."""
     with env.createSession(model) as session:
         names, outputs = session.getInputNames(), list(session.getOutputNames())
-        count = 0
+        read = scores if scores in outputs else outputs[0]
+        labelled = 0
         correct: Optional[int] = 0 if labels is not None else None
         for idx in batches(np.arange(len(next(iter(data.values())))), batch_size, drop_last):
-            with session.run({name: data[name][idx] for name in names}, [outputs[0]]) as result:
+            with session.run({name: data[name][idx] for name in names}, [read]) as result:
                 if correct is not None and labels is not None:
-                    batch_correct = count_correct(result.get(0).getValue(), data[labels][idx])
+                    batch_correct = count_correct(result.get(0).getValue(), data[labels][idx], class_axis)
                     correct = None if batch_correct is None else correct + batch_correct
-            count += len(idx)
-    return outputs, (None if correct is None else correct / count)
+                    labelled += data[labels][idx].size
+    return outputs, (None if correct is None or not labelled else correct / labelled)
 
 
 @dataclass
@@ -124,6 +135,7 @@ class Outputs:
     eval_loss: str
     scores: Optional[str]
     labels: Optional[str]
+    class_axis: int = 1  # the axis of ``scores`` that holds the classes
 
 
 @dataclass
@@ -161,7 +173,7 @@ def run_epochs(session: OrtTrainingSession, data: Dict[str, Arrays], plan: Plan,
         step, lr = steps[-1]["step"], steps[-1]["lr"]
 
         val_loss, val_acc = evaluate(session, data["val"], names.eval_loss, names.scores, names.labels,
-                                     config.batch_size, plan.drop_last)
+                                     config.batch_size, plan.drop_last, names.class_axis)
         # Higher accuracy wins, lower loss breaks ties. Rounded to float32 as the properties store them,
         # so that a resumed run compares like with like.
         score = (float(np.float32(val_acc or 0.0)), -float(np.float32(val_loss)))
