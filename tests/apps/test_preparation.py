@@ -175,3 +175,19 @@ def test_a_training_mode_export_gets_an_eval_model_that_loads(tmp_path: Path) ->
     assert eval_nodes["drop"].input[2] == ""  # the generator's own doing
     training_nodes = {n.name: n for n in onnx.load(str(made.training_model)).graph.node}
     assert "drop" in training_nodes and len(training_nodes["drop"].input) == 3  # training keeps its forms
+
+
+def test_a_constant_read_twice_on_the_path_needs_nothing() -> None:
+    """As an LSTM reads one ConstantOfShape as initial_h and initial_c: no gradient flows into it, so the
+    builder defines no gradient name for it (the zoo's lstm_text generates unchanged)."""
+    from ort_cffi.artifacts.rewrites import prepare
+
+    model = mlp("Relu")
+    model.graph.node.insert(0, helper.make_node("Constant", [], ["zeros"], name="zeros",
+                                                value=numpy_helper.from_array(np.zeros((1, 5), np.float32))))
+    model.graph.node[2].CopyFrom(helper.make_node("Sum", ["h", "zeros", "zeros"], ["a"], name="act"))
+    prepared, records = prepare(model)
+    assert [(r["rule"], r["op"]) for r in records] == [("rewrite", "Sum")]  # Sum itself, not its reads
+    model.graph.node[2].CopyFrom(helper.make_node("Concat", ["h", "zeros", "zeros"], ["a3"], name="act", axis=0))
+    model.graph.node.insert(3, helper.make_node("ReduceMean", ["a3"], ["a"], name="mean", axes=[0], keepdims=0))
+    assert prepare(model) == (model, [])
