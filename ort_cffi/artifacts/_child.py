@@ -439,6 +439,16 @@ def generate(request):
         raise Refusal("options", "nothing to train: the selection leaves no floating-point parameter that a "
                                  "gradient reaches (requires_grad {}, frozen_params {})".format(
                                      patterns if patterns is not None else "all", request.get("frozen_params") or "none"))
+    # BatchNormalization's running statistics follow training (batchnorm.py): frozen parameters that the
+    # training model outputs updated, for the trainer to write back after each step.
+    statistics, statistics_records = [], []
+    if preparing:
+        model, statistics, statistics_records = load_sibling("batchnorm").follow_batch_statistics(model)
+    statistics_outputs = [s[key] for s in statistics for key in ("mean_output", "var_output")]
+    for name in [s[key] for s in statistics for key in ("mean", "var")]:
+        wanted.pop(name, None)
+        left_out.pop(name, None)
+        frozen.setdefault(name, False)
 
     out = request["out"]
     prefix = request.get("prefix") or ""
@@ -467,7 +477,7 @@ def generate(request):
                 optimizer=None if request.get("optimizer") is None else artifacts.OptimType[request["optimizer"]],
                 artifact_directory=out,
                 prefix=prefix,
-                additional_output_names=additional or None,
+                additional_output_names=(additional + statistics_outputs) or None,
                 nominal_checkpoint=bool(request.get("nominal_checkpoint")),
                 loss_input_names=loss_input_names or None,
             )
@@ -509,6 +519,11 @@ def generate(request):
         if key != "optimizer_model" and reading and reading["labels_shape"] is not None:
             changed = set_input_shape(written, target, reading["labels_shape"]) or changed
         if key == "eval_model" and preparing:  # a training-mode export's eval model, in the form that loads
+            kept = [o for o in written.graph.output if o.name not in statistics_outputs]
+            if len(kept) < len(written.graph.output):  # the statistics are the training model's business
+                del written.graph.output[:]
+                written.graph.output.extend(kept)
+                changed = True
             forms = load_sibling("eval_graph").inference_forms(written)
             eval_records.extend(forms)
             changed = bool(forms) or changed
@@ -528,7 +543,8 @@ def generate(request):
         "files": files,
         "model": original,
         "notes": notes,
-        "preparation": loss_records + preparation + eval_records,
+        "preparation": loss_records + statistics_records + preparation + eval_records,
+        "batchnorm_statistics": statistics,
         "loss_reading": None if reading is None else {
             "labels": target, "scores": reading["accuracy_scores"], "class_axis": reading["class_axis"],
             "labels_shape": reading["labels_shape"], "tensor": scores},

@@ -22,6 +22,8 @@ RULES = {
     "logits": "loss input:",
     "class_axis": "class axis:",
     "inference_form": "eval model in inference form:",
+    "batchnorm_statistics": "running statistics:",
+    "flat_indices": "indices of shape [1, ...] flattened:",
 }
 
 

@@ -188,6 +188,7 @@ def _generate(folder: Path, path: Optional[Path], data: Optional[bytes], label: 
             "preparation": result["preparation"],
             "loss_reading": result["loss_reading"],
             "added_inputs": result["added_inputs"],
+            "batchnorm_statistics": result["batchnorm_statistics"],
             "files": {key: {"name": p.name, "sha256": file_sha256(p)} for key, p in staged.items()},
         }
         files: Dict[str, Path] = {}

@@ -167,6 +167,17 @@ def loss_labels(manifest: Optional[Dict[str, Any]], infos: Dict[str, TensorInfo]
     return classification_labels(infos), None, 1
 
 
+def running_statistics(manifest: Optional[Dict[str, Any]], train_outputs: Sequence[str]) -> Tuple[Tuple[str, str], ...]:
+    """(training output, frozen parameter) pairs of the BatchNormalization running statistics that the
+    artifacts make follow training (``artifacts.json``'s ``batchnorm_statistics``), as the session has them."""
+    found = []
+    for entry in (manifest or {}).get("batchnorm_statistics") or ():
+        for output, parameter in ((entry["mean_output"], entry["mean"]), (entry["var_output"], entry["var"])):
+            if output in train_outputs:
+                found.append((output, parameter))
+    return tuple(found)
+
+
 def check_batch_size(batch_size: int, n_train: int, where: str) -> None:
     """Refuse a batch larger than the training split: every epoch would be one partial batch, which is
     rarely what was meant (and with a linear schedule, one step per epoch)."""

@@ -46,6 +46,7 @@ from ort_cffi.trainer.data import (
     load_dataset,
     loss_labels,
     output_infos,
+    running_statistics,
     shape_text,
 )
 from ort_cffi.trainer.errors import SetupError
@@ -150,7 +151,8 @@ class TrainingJob:
                       f"{plan.first_epoch - 1}) --override")
             try:
                 run_epochs(session, prepared.data, plan, prepared.names, self.out, history.best, history.steps,
-                           history.epochs, lambda: history.record(self.out, config, self.settings))
+                           history.epochs, lambda: history.record(self.out, config, self.settings),
+                           (history.before or {}).get("val_loss"))
             except KeyboardInterrupt:
                 print(f"\ninterrupted: resume with --out {self.out} --resume", file=sys.stderr)
                 return 130
@@ -334,19 +336,21 @@ class _Prepared:
             )
         check_export(session, job.out, self.export, eval_outputs)
         # The labels and the class scores: what the artifacts say the loss reads (per sample, token or pixel).
+        manifest = read_manifest(source.folder)
         self.labels, scores, self.class_axis = loss_labels(
-            read_manifest(source.folder), {n: self.infos[n] for n in self.splits["val"] if n in self.infos})
+            manifest, {n: self.infos[n] for n in self.splits["val"] if n in self.infos})
         if scores is None or scores not in eval_outputs:
             scores = self.export[0]
         self.scores = scores if scores in eval_outputs else None  # accuracy needs scores from evalStep
         self.names = Outputs(session.getTrainOutputNames()[0], eval_outputs[0], self.scores, self.labels,
-                             self.class_axis)  # loss first
+                             self.class_axis, running_statistics(manifest, list(session.getTrainOutputNames())))  # loss first
         where = f"dataset {str(source.data)!r}"
         if self.labels is not None and self.scores is not None:
             shape = output_infos(env, files["eval"])[self.scores].shape
             classes = shape[self.class_axis] if len(shape) > self.class_axis else -1
             if classes > 1:
-                check_labels(self.data, self.labels, classes, self.scores, where, self.class_axis)
+                check_labels(self.data, self.labels, classes, self.scores, where,
+                             -1 if self.class_axis == len(shape) - 1 else self.class_axis)
         self.drop_last = False
         model_batch = fixed_batch(self.infos)
         if model_batch is not None:

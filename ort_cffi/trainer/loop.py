@@ -10,7 +10,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -61,18 +61,27 @@ def count_correct(scores: np.ndarray, labels: np.ndarray, class_axis: int = 1) -
 
 
 def train_epoch(session: OrtTrainingSession, data: Arrays, loss_name: str, epoch_batches: Iterator[np.ndarray],
-                scheduled: bool, epoch: int, step: int, steps: List[dict], bar: Any) -> float:
+                scheduled: bool, epoch: int, step: int, steps: List[dict], bar: Any,
+                statistics: Sequence[Tuple[str, str]] = ()) -> float:
     """One pass over the training batches, the first of them global step ``step + 1``; appends a record
-    per step to ``steps`` and returns the epoch's mean loss."""
+    per step to ``steps`` and returns the epoch's mean loss. ``statistics``: (training output, frozen
+    parameter) pairs, BatchNormalization's running statistics as the step updated them, written back into
+    the parameters after each step (artifacts.json's ``batchnorm_statistics``)."""
     loss_sum, count = 0.0, 0
+    state = session.getCheckpointState() if statistics else None
+    wanted = [loss_name] + [output for output, _ in statistics]
     for idx in epoch_batches:
         lr = session.getLearningRate()  # the rate this step runs at
-        with session.trainStep({name: array[idx] for name, array in data.items()}, [loss_name]) as result:
+        with session.trainStep({name: array[idx] for name, array in data.items()}, wanted) as result:
             loss = float(result.get(0).getValue())
+            updated = [np.array(result.get(i + 1).getValue()) for i in range(len(statistics))]
         if not math.isfinite(loss):
             raise OrtException(f"training diverged: the loss is {loss} at step {step + 1}; try a lower --lr")
         session.optimizerStep()
         session.lazyResetGrad()
+        if state is not None:
+            for (_, parameter), value in zip(statistics, updated):
+                state.updateParameter(parameter, value)
         if scheduled:
             session.schedulerStep()  # the rate for the next step
         step += 1
@@ -136,6 +145,7 @@ class Outputs:
     scores: Optional[str]
     labels: Optional[str]
     class_axis: int = 1  # the axis of ``scores`` that holds the classes
+    statistics: Tuple[Tuple[str, str], ...] = ()  # (training output, frozen parameter): running statistics
 
 
 @dataclass
@@ -152,7 +162,7 @@ class Plan:
 
 def run_epochs(session: OrtTrainingSession, data: Dict[str, Arrays], plan: Plan, names: Outputs, out: Path,
                best: Optional[Tuple[float, float]], steps: List[dict], epochs: List[dict],
-               record: Callable[[], None]) -> None:
+               record: Callable[[], None], before_val_loss: Optional[float] = None) -> None:
     """Train, validate, checkpoint and record each epoch from ``plan.first_epoch`` on. Each epoch stores
     the epoch, step, best score and the run's configuration as checkpoint properties, saves
     ``best_checkpoint`` when validation improved and ``last_checkpoint`` always (with the optimizer state,
@@ -167,7 +177,7 @@ def run_epochs(session: OrtTrainingSession, data: Dict[str, Arrays], plan: Plan,
         bar = progress_bar(plan.progress, n_train, f"epoch {epoch}/{config.epochs}")
         try:
             train_loss = train_epoch(session, data["train"], names.loss, batches(order, config.batch_size, plan.drop_last),
-                                     config.schedule == "linear", epoch, step, steps, bar)
+                                     config.schedule == "linear", epoch, step, steps, bar, names.statistics)
         finally:
             bar.close()
         step, lr = steps[-1]["step"], steps[-1]["lr"]
@@ -178,6 +188,10 @@ def run_epochs(session: OrtTrainingSession, data: Dict[str, Arrays], plan: Plan,
         # so that a resumed run compares like with like.
         score = (float(np.float32(val_acc or 0.0)), -float(np.float32(val_loss)))
         improved = best is None or score > best
+        warning = exploded(val_loss, train_loss, epochs, before_val_loss)
+        if warning:
+            print(f"warning: epoch {epoch}: {warning}", file=sys.stderr, flush=True)
+            improved = False  # such parameters validate with statistics that do not describe them: not "best"
         best = score if improved or best is None else best
         session.addProperty(EPOCH, epoch)
         session.addProperty(STEP, step)
@@ -194,6 +208,26 @@ def run_epochs(session: OrtTrainingSession, data: Dict[str, Arrays], plan: Plan,
         accuracy = f"  val acc {val_acc:.4f}" if val_acc is not None else ""
         print(f"epoch {epoch:{width}d}/{config.epochs}  train loss {train_loss:.4f}  "
               f"val loss {val_loss:.4f}{accuracy}  lr {lr:.2e}{'  *best' if improved else ''}", flush=True)
+
+
+EXPLODED = 100.0  # a validation loss this many times its lowest so far, while training loss falls
+
+
+def exploded(val_loss: float, train_loss: float, epochs: List[dict], before_val_loss: Optional[float]) -> Optional[str]:
+    """Why this epoch's validation cannot be trusted, or None: a validation loss grown by two orders of
+    magnitude (or not finite) while the training loss fell is the mark of an eval graph that normalises with
+    statistics training did not update (BatchNormalization's running mean and variance, onnxruntime #19370),
+    not of overfitting."""
+    earlier = [e["val_loss"] for e in epochs] + ([before_val_loss] if before_val_loss is not None else [])
+    trained = [e["train_loss"] for e in epochs]
+    if not earlier or (trained and train_loss >= trained[-1]):
+        return None
+    lowest = min(earlier)
+    if math.isfinite(val_loss) and val_loss <= EXPLODED * max(lowest, 1e-12):
+        return None
+    return (f"validation loss {val_loss:.4g} is over {EXPLODED:g} times its lowest so far ({lowest:.4g}) while the "
+            "training loss falls: the eval model does not compute what training does (BatchNormalization running "
+            "statistics that training did not update?); this epoch is not kept as best")
 
 
 def check_export(session: OrtTrainingSession, out: Path, names: List[str], eval_outputs: List[str]) -> None:
