@@ -60,6 +60,24 @@ LOSS_NAMES = {
 GLOB_CHARACTERS = "*?["
 
 
+# Modules of this folder the child loads by file location (ort_cffi need not be importable here).
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load_sibling(name):
+    """This folder's module ``name`` (Python 3.8 syntax, standard library, numpy and onnx only), loaded by
+    file location under a private name: the child may run where ort_cffi is not installed."""
+    key = "_ort_cffi_artifacts_" + name
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, os.path.join(HERE, name + ".py"))
+        if spec is None or spec.loader is None:
+            raise Refusal("unavailable", "ort_cffi's {}.py is missing beside {}".format(name, __file__))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
 class Refusal(Exception):
     """A problem with the request, reported to the parent as ``kind`` and a message that names it."""
 
@@ -297,9 +315,10 @@ def resolve(onnx, patterns, what, initializers):
 
 # --- the loss -----------------------------------------------------------------------------------------------
 
-def loss_plan(onnx, model, loss, loss_input_names):
+def loss_plan(onnx, model, loss, loss_input_names, reading=None):
     """Check that the loss has a usable output to read; returns (loss input, target input name, the
-    loss_input_names to pass on)."""
+    loss_input_names to pass on, the model, how the loss reads it, preparation records). ``reading``: the
+    loss_reading module, which fits a cross-entropy's input to ONNX Runtime's loss (None: no fitting)."""
     graph = model.graph
     outputs = dict((o.name, o) for o in graph.output)
     output_names = [o.name for o in graph.output]
@@ -315,7 +334,7 @@ def loss_plan(onnx, model, loss, loss_input_names):
             raise Refusal("loss", "with no loss, the model's first output is the loss, but {!r} has shape {}, not "
                                   "a scalar: add a loss (cross-entropy, MSE, ...) or make the model output "
                                   "one".format(spec["name"], show_shape(spec["shape"])))
-        return spec["name"], None, loss_input_names
+        return spec["name"], None, loss_input_names, model, None, []
     described = LOSS_NAMES[loss]
     if loss_input_names:
         if len(loss_input_names) > 2:
@@ -332,13 +351,22 @@ def loss_plan(onnx, model, loss, loss_input_names):
             raise Refusal("loss", "the model has {} outputs ({}): name the one the {} loss reads with "
                                   "loss_input_names=[NAME] (--loss-input NAME)".format(len(output_names), shown, described))
         scores = output_names[0]
-    spec = value_spec(onnx, outputs[scores])
+    fitted, records = None, []
+    if reading is not None and loss == "CrossEntropyLoss":
+        try:
+            model, fitted, records = reading.fit_cross_entropy(model, scores)
+        except reading.LossReadingError as exc:
+            raise Refusal("loss", str(exc))
+        graph = model.graph
+        outputs = dict((o.name, o) for o in graph.output)
+    loss_tensor = fitted["tensor"] if fitted else scores
+    spec = value_spec(onnx, outputs[loss_tensor])
     if spec["dtype"] not in FLOAT_TYPES.values():
         raise Refusal("loss", "the {} loss needs a floating-point tensor to read, but the model's output {!r} is "
-                              "{} {}".format(described, scores, spec["dtype"], show_shape(spec["shape"])))
+                              "{} {}".format(described, loss_tensor, spec["dtype"], show_shape(spec["shape"])))
     if loss == "CrossEntropyLoss" and (spec["shape"] is None or len(spec["shape"]) < 2):
         raise Refusal("loss", "cross-entropy needs one score per class, an output of shape [N, classes], but the "
-                              "model's output {!r} is {} {}".format(scores, spec["dtype"], show_shape(spec["shape"])))
+                              "model's output {!r} is {} {}".format(loss_tensor, spec["dtype"], show_shape(spec["shape"])))
     target = loss_input_names[1] if loss_input_names and len(loss_input_names) > 1 else (
         "labels" if loss == "CrossEntropyLoss" else "target")
     inputs = set(i.name for i in graph.input)
@@ -347,7 +375,9 @@ def loss_plan(onnx, model, loss, loss_input_names):
         raise Refusal("loss", "the loss adds an input named {!r}, but the model already has a value of that name: "
                               "name the loss's input otherwise with loss_input_names=[{!r}, 'OTHER'] (--loss-input {} "
                               "OTHER)".format(target, scores, scores))
-    return scores, target, loss_input_names
+    if records:  # the loss reads a tensor the graph now outputs: name it (and the labels) to the generator
+        loss_input_names = [loss_tensor, target]
+    return loss_tensor, target, loss_input_names, model, fitted, records
 
 
 # --- generation ---------------------------------------------------------------------------------------------
@@ -367,10 +397,17 @@ def generate(request):
     notes = bring_down(onnx, model, what)
 
     loss = request.get("loss")
-    scores, target, loss_input_names = loss_plan(onnx, model, loss, request.get("loss_input_names"))
+    preparing = request.get("prepare", True)
+    own_outputs = [o.name for o in model.graph.output]
+    scores, target, loss_input_names, model, reading, loss_records = loss_plan(
+        onnx, model, loss, request.get("loss_input_names"), load_sibling("loss_reading") if preparing else None)
     additional = request.get("additional_output_names")
     if additional is None:  # by default the eval model keeps the model's outputs (to export for inference)
-        additional = [] if loss is None else [o.name for o in model.graph.output]
+        additional = [] if loss is None else list(own_outputs)
+        if reading and reading["extra_output"]:
+            # In the ZipMap's place its input, the class scores: a session's outputs that the trainer reads
+            # and exports are tensors (a sequence of maps has no TensorInfo), and accuracy needs the scores.
+            additional = [reading["extra_output"] if name == reading["output"] else name for name in additional]
     known = set(v.name for v in list(model.graph.input) + list(model.graph.output)) | set(
         name for node in model.graph.node for name in node.output)
     for name in additional:
@@ -404,25 +441,45 @@ def generate(request):
         raise Refusal("options", "nothing to train: the selection leaves no floating-point parameter that a "
                                  "gradient reaches (requires_grad {}, frozen_params {})".format(
                                      patterns if patterns is not None else "all", request.get("frozen_params") or "none"))
+    # BatchNormalization's running statistics follow training (batchnorm.py): frozen parameters that the
+    # training model outputs updated, for the trainer to write back after each step.
+    statistics, statistics_records = [], []
+    if preparing:
+        model, statistics, statistics_records = load_sibling("batchnorm").follow_batch_statistics(model)
+    statistics_outputs = [s[key] for s in statistics for key in ("mean_output", "var_output")]
+    for name in [s[key] for s in statistics for key in ("mean", "var")]:
+        wanted.pop(name, None)
+        left_out.pop(name, None)
+        frozen.setdefault(name, False)
 
     out = request["out"]
     prefix = request.get("prefix") or ""
     graph_utils = importlib.import_module("onnxruntime.training.onnxblock._graph_utils")
+    # Graph preparation (rewrites.py) changes only what stands between the trained parameters and the loss;
+    # a model that needs nothing goes to the generator as the very object loaded, so that its artifacts are
+    # byte for byte those of ONNX Runtime's own generator. prepare=False hands every model over as it is.
+    rewrites = load_sibling("rewrites") if preparing else None
     while True:
         order = [i.name for i in initializers]
         requires_grad = [name for name in order if name in wanted]
         frozen_params = [name for name in order if name in frozen]
+        prepared, preparation = model, []
+        if rewrites is not None:
+            try:
+                prepared, preparation = rewrites.prepare(model, requires_grad=requires_grad, outputs=[scores])
+            except rewrites.PreparationError as exc:
+                raise Refusal("prepare", str(exc))
         setattr(graph_utils, "_GRAPH_TOKEN", 0)  # names like onnx::loss::2 count from here, as in a fresh process
         try:
             artifacts.generate_artifacts(
-                model,
+                prepared,
                 requires_grad=requires_grad,
                 frozen_params=frozen_params or None,
                 loss=None if loss is None else artifacts.LossType[loss],
                 optimizer=None if request.get("optimizer") is None else artifacts.OptimType[request["optimizer"]],
                 artifact_directory=out,
                 prefix=prefix,
-                additional_output_names=additional or None,
+                additional_output_names=(additional + statistics_outputs) or None,
                 nominal_checkpoint=bool(request.get("nominal_checkpoint")),
                 loss_input_names=loss_input_names or None,
             )
@@ -450,6 +507,7 @@ def generate(request):
     if request.get("nominal_checkpoint"):
         files["nominal_checkpoint"] = prefix + "nominal_checkpoint"
     described = {}
+    eval_records = []
     for key in ("training_model", "eval_model", "optimizer_model"):
         if key not in files:
             continue
@@ -457,8 +515,22 @@ def generate(request):
         written = onnx.load(path, load_external_data=False)
         changed = bring_down(onnx, written, "the generated " + files[key])
         if changed:  # the optimizer model carries the installed onnx's IR version
-            onnx.save(written, path)
             notes.extend("{}: {}".format(files[key], note) for note in changed)
+        # The loss block makes the labels the scores' shape less the LAST axis; with the classes moved to
+        # axis 1 (or there already, per pixel) the labels are the scores less the class axis.
+        if key != "optimizer_model" and reading and reading["labels_shape"] is not None:
+            changed = set_input_shape(written, target, reading["labels_shape"]) or changed
+        if key == "eval_model" and preparing:  # a training-mode export's eval model, in the form that loads
+            kept = [o for o in written.graph.output if o.name not in statistics_outputs]
+            if len(kept) < len(written.graph.output):  # the statistics are the training model's business
+                del written.graph.output[:]
+                written.graph.output.extend(kept)
+                changed = True
+            forms = load_sibling("eval_graph").inference_forms(written)
+            eval_records.extend(forms)
+            changed = bool(forms) or changed
+        if changed:
+            onnx.save(written, path)
         described[key] = written
 
     by_name = dict((i.name, i) for i in initializers)
@@ -473,6 +545,11 @@ def generate(request):
         "files": files,
         "model": original,
         "notes": notes,
+        "preparation": loss_records + statistics_records + preparation + eval_records,
+        "batchnorm_statistics": statistics,
+        "loss_reading": None if reading is None else {
+            "labels": target, "scores": reading["accuracy_scores"], "class_axis": reading["class_axis"],
+            "labels_shape": reading["labels_shape"], "tensor": scores},
         "trainable": [parameter(onnx, by_name[n]) for n in requires_grad],
         "frozen": [parameter(onnx, by_name[n]) for n in frozen_params],
         "constants": [parameter(onnx, i) for i in floats if i.name not in parameters],
@@ -489,10 +566,50 @@ def generate(request):
     }
 
 
+# What the gradient builder's failed assertions mean, where their own text says little: the condition's
+# text -> the explanation. Their message is the source location and a C++ signature, then
+# "CONDITION was false.", then what the assertion says, if anything.
+ASSERTIONS = {
+    "OutputDefs().size()": "a gradient builder reads an optional output that a node of the model does not declare "
+                           "(LayerNormalization's Mean and InvStdDev, Dropout's mask, training-mode "
+                           "BatchNormalization's running statistics)",
+    "gradient_builder != nullptr": "an operator on the way from the trained parameters to the loss has no gradient in "
+                                   "ONNX Runtime",
+}
+
+
+def set_input_shape(model, name, dims):
+    """Give graph input ``name`` of ``model`` the shape ``dims`` (ints, symbolic names, None for unknown);
+    True when the input exists."""
+    for value in model.graph.input:
+        if value.name != name:
+            continue
+        shape = value.type.tensor_type.shape
+        del shape.dim[:]
+        for size in dims:
+            dim = shape.dim.add()
+            if isinstance(size, int):
+                dim.dim_value = size
+            elif size:
+                dim.dim_param = size
+        return True
+    return False
+
+
 def _runtime_message(exc):
-    """ONNX Runtime's message without the C++ source location and signature it starts with."""
+    """ONNX Runtime's message without the C++ source location and signature it starts with; a failed
+    assertion is explained in words, with the location it failed at kept at the end."""
     text = str(exc).strip()
-    return re.sub(r"^\S+\.cc:\d+ [^\[]*\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+    text = re.sub(r"^\S+\.cc:\d+ [^\[]*\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+    assertion = re.match(r"^(\S+\.(?:cc|h):\d+) (.*?) was false\.\s*(.*)$", text, re.S)
+    if assertion is None:
+        return text
+    where, condition, said = assertion.group(1), assertion.group(2), assertion.group(3).strip()
+    meaning = next((why for key, why in ASSERTIONS.items() if key in condition), None)
+    parts = [p for p in (meaning, said) if p]
+    if not parts:
+        parts = ["an internal check failed"]
+    return "{} (ONNX Runtime's check at {})".format(": ".join(parts), where.rsplit("/", 1)[-1])
 
 
 def probe():

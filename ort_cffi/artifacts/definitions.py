@@ -11,6 +11,20 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 ModelLike = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Any]  # Any: an onnx.ModelProto
 SHOWN = 12  # trainable tensors listed one by one by describe()
+# The preparation rules (rewrites.py, loss_reading.py) as describe() names them.
+RULES = {
+    "rewrite": "rewritten (no usable gradient in ONNX Runtime):",
+    "zero_gradient": "rewritten (zero gradient):",
+    "declare_outputs": "optional outputs declared:",
+    "duplicate_input": "input read twice, once through Identity:",
+    "explicit_perm": "default perm written out:",
+    "loss_input": "loss input:",
+    "logits": "loss input:",
+    "class_axis": "class axis:",
+    "inference_form": "eval model in inference form:",
+    "batchnorm_statistics": "running statistics:",
+    "flat_indices": "indices of shape [1, ...] flattened:",
+}
 
 
 class ArtifactsError(Exception):
@@ -92,6 +106,13 @@ class GeneratedArtifacts:
     notes: Tuple[str, ...]  # what was brought down for ONNX Runtime 1.19 (IR version, opset)
     versions: Dict[str, str]  # onnx, onnxruntime and python of the generator
     manifest: Dict[str, Any] = field(repr=False)
+    # What was changed before the gradient build (``prepare``): one record per rule and operator type,
+    # {"rule", "op", "count", "nodes"} (and "note" where the loss's reading changed); () when nothing.
+    preparation: Tuple[Dict[str, Any], ...] = ()
+    # How the cross-entropy loss reads the model (None for other losses, or with prepare=False):
+    # {"labels": the labels input, "labels_shape", "scores": the eval output whose argmax along
+    # "class_axis" is the predicted class, "class_axis", "tensor": what the loss reads}.
+    loss_reading: Optional[Dict[str, Any]] = None
 
     @property
     def checkpoint(self) -> Path:
@@ -138,6 +159,20 @@ def _tensors(params: Sequence[Parameter]) -> str:
     return f"{len(params)} tensor{'s' if len(params) != 1 else ''}"
 
 
+def preparation_lines(records: Sequence[Dict[str, Any]]) -> List[str]:
+    """One line per preparation record: the rule, the operator, how many nodes and which (the first few)."""
+    lines = []
+    for record in records:
+        nodes = list(record.get("nodes", ()))
+        shown = ", ".join(nodes[:3]) + (f", ... ({len(nodes) - 3} more)" if len(nodes) > 3 else "")
+        what = RULES.get(record["rule"], record["rule"])
+        line = f"{what} {record['op']} x{record['count']}" + (f" ({shown})" if shown else "")
+        if record.get("note"):
+            line += f": {record['note']}"
+        lines.append(line)
+    return lines
+
+
 def describe(made: GeneratedArtifacts, model: str) -> List[str]:
     """The lines ``ort-cffi-artifacts`` prints about what it made from ``model`` (ort-cffi-train prints them too)."""
     def shape(p: Parameter) -> str:
@@ -148,6 +183,7 @@ def describe(made: GeneratedArtifacts, model: str) -> List[str]:
         f"{', '.join(str(s) for s in made.model_inputs) or 'none'}; outputs {', '.join(str(s) for s in made.model_outputs)}",
     ]
     lines += [f"converted:  {note}" for note in made.notes]
+    lines += [f"prepared:   {line}" for line in preparation_lines(made.preparation)]
     total = made.total_parameters
     share = f" ({made.trainable_parameters / total:.1%} of the model's {_count(total)})" if total else ""
     lines.append(f"trainable:  {_tensors(made.trainable)}, {_count(made.trainable_parameters)}{share}")

@@ -130,6 +130,7 @@ def generate_artifacts(
     python: Optional[Union[str, os.PathLike[str]]] = None,
     check: bool = True,
     overwrite: bool = False,
+    prepare: bool = True,
 ) -> GeneratedArtifacts:
     """Write the training artifacts of ``model`` into ``artifact_directory`` (created if missing; default:
     the current folder) and return what was written and made trainable.
@@ -163,6 +164,11 @@ def generate_artifacts(
       ``artifacts.json`` records another model or other options, or that holds artifact files no
       ``artifacts.json`` describes, is refused before anything is written; generating the same model with
       the same options again is allowed.
+    - ``prepare``: change what stands in the gradient builder's way first (``ort_cffi.artifacts.rewrites``:
+      operators without a gradient rewritten, optional outputs declared, the loss's reading fitted; listed
+      in ``preparation`` and ``artifacts.json``). A model that needs nothing is handed over unchanged, and
+      its artifacts are byte for byte ONNX Runtime's. False: every model as it is, as ONNX Runtime's own
+      generator takes it.
 
     ONNX Runtime's ``ort_format`` and ``custom_op_library`` are not offered: ort_cffi loads ONNX files, and
     its sessions register no custom-op libraries.
@@ -176,7 +182,7 @@ def generate_artifacts(
     ``overwrite``), TypeError for arguments of the wrong type.
     """
     options = request_options(requires_grad, frozen_params, loss, optimizer, prefix, additional_output_names,
-                              nominal_checkpoint, loss_input_names)
+                              nominal_checkpoint, loss_input_names, prepare)
     path, data, label = model_bytes_or_path(model)
     folder = Path(os.fsdecode(os.fspath(artifact_directory))) if artifact_directory is not None else Path.cwd()
     if not overwrite:
@@ -220,6 +226,10 @@ def _generate(folder: Path, path: Optional[Path], data: Optional[bytes], label: 
             "frozen": [p["name"] for p in result["frozen"]],
             "left_out": result["left_out"],
             "notes": result["notes"],
+            "preparation": result["preparation"],
+            "loss_reading": result["loss_reading"],
+            "added_inputs": result["added_inputs"],
+            "batchnorm_statistics": result["batchnorm_statistics"],
             "files": {key: {"name": p.name, "sha256": file_sha256(p)} for key, p in staged.items()},
         }
         files: Dict[str, Path] = {}
@@ -258,4 +268,6 @@ def _generate(folder: Path, path: Optional[Path], data: Optional[bytes], label: 
         notes=tuple(result["notes"]),
         versions=dict(result["versions"], python=result["python"]["version"], executable=result["python"]["executable"]),
         manifest=manifest,
+        preparation=tuple(result["preparation"]),
+        loss_reading=result["loss_reading"],
     )

@@ -54,6 +54,7 @@ def request_options(
     additional_output_names: Any = None,
     nominal_checkpoint: bool = False,
     loss_input_names: Any = None,
+    prepare: bool = True,
 ) -> Dict[str, Any]:
     """The generation options in the normal form ``artifacts.json`` records (JSON types only), so that two
     requests compare equal when they ask for the same artifacts. Raises what ``generate_artifacts`` does."""
@@ -70,6 +71,7 @@ def request_options(
         "loss_input_names": _names(loss_input_names, "loss_input_names"),
         "nominal_checkpoint": bool(nominal_checkpoint),
         "prefix": prefix,
+        "prepare": bool(prepare),
     }
 
 

@@ -17,6 +17,8 @@ requires_grad)`` changes only what stands in the way, on that path only:
 - ``duplicate_input``: a node that reads one tensor at two differentiable inputs (``Add(X, X)``) reads it
   once through an Identity, as the builder defines one gradient name per input tensor.
 - ``explicit_perm``: a Transpose without ``perm`` gets the default one written out (the builder reads it).
+- ``flat_indices``: a Gather of a trained parameter by indices of shape [1, ...] gathers by the indices
+  without that axis and unsqueezes the result (1.19.2's gradient of the original corrupts memory).
 
 An operator on the path that has neither a gradient nor a rewrite is refused with ``PreparationError``,
 naming the node. Nodes off the path are never touched, and a model that needs nothing comes back as the
@@ -36,10 +38,11 @@ from onnx import TensorProto, helper, numpy_helper
 __all__ = ["prepare", "PreparationError", "REWRITES", "ZERO_GRADIENT", "GRADIENT_OPS", "KNOWN_WITHOUT_GRADIENT"]
 
 # Default-domain operators with a gradient builder in ONNX Runtime 1.19.2 (measured with single-operator
-# models through its generator; see tests/apps/test_graph_rewrites.py). Rewrites emit only these, and Constant,
+# models through its generator; see tests/apps/test_graph_rewrites.py). ConvTranspose has a builder but no
+# CPU kernel for the ConvTransposeGrad it emits, so it is rewritten instead. Rewrites emit only these, and Constant,
 # plus operators that sit behind a stop-gradient edge (Cast to an integer type, comparisons, Shape).
 GRADIENT_OPS = frozenset([
-    "Abs", "Add", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "Conv", "ConvTranspose",
+    "Abs", "Add", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "Conv",
     "Cos", "Div", "Dropout", "Erf", "Exp", "Expand", "Flatten", "Gather", "GatherElements", "GatherND", "Gelu",
     "Gemm", "GlobalAveragePool", "Identity", "LayerNormalization", "LeakyRelu", "Log", "LogSoftmax", "MatMul",
     "Max", "MaxPool", "Min", "Mul", "Neg", "Pad", "Pow", "Reciprocal", "ReduceL2", "ReduceLogSumExp",
@@ -572,6 +575,72 @@ def rewrite_space_to_depth(e, node, prep):
     e.one("Reshape", [moved, e.one("Concat", [n, e.i64([-1]), hb, wb], axis=0)], node.output[0])
 
 
+TO_THE_END = 2 ** 31 - 1  # a Slice end past any axis
+
+
+def rewrite_conv_transpose(e, node, prep):
+    # ONNX Runtime 1.19.2 registers a gradient for ConvTranspose but has no CPU kernel for ConvTransposeGrad
+    # (the training session refuses to load). A transposed convolution is a convolution of the input
+    # dilated by the strides (s - 1 zeros between elements), padded by d (k - 1) - pads on each side (plus
+    # output_padding at the end), with the kernel's in/out channels swapped per group and its taps flipped.
+    a = _attrs(node)
+    x, w = node.input[0], node.input[1]
+    bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    if a.get("output_shape") or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        raise prep.refuse(node, "its rewrite into Conv needs explicit pads, and it sets output_shape or auto_pad "
+                                "(export it with explicit padding)")
+    w_shape = prep.types.get(w, (0, None))[1]
+    if not w_shape or any(d is None for d in w_shape):
+        raise prep.refuse(node, "its rewrite into Conv needs the shape of its weights {!r}".format(w))
+    spatial = len(w_shape) - 2
+    kernel = list(w_shape[2:])
+    strides = list(a.get("strides", [1] * spatial))
+    dilations = list(a.get("dilations", [1] * spatial))
+    pads = list(a.get("pads", [0] * (2 * spatial)))
+    extra = list(a.get("output_padding", [0] * spatial))
+    group = int(a.get("group", 1))
+    # The input, dilated: [N, C, D1, 1, D2, 1, ...] padded to [N, C, D1, s1, D2, s2, ...], reshaped to
+    # [N, C, D1 s1, D2 s2, ...] and the trailing s - 1 zeros sliced off.
+    if any(stride > 1 for stride in strides):
+        rank = 2 + 2 * spatial
+        spread = e.unsqueeze(x, [3 + 2 * i for i in range(spatial)])
+        ends = [0] * rank
+        for i, stride in enumerate(strides):
+            ends[3 + 2 * i] = stride - 1
+        spread = e.one("Pad", [spread, e.i64([0] * rank + ends)], mode="constant")
+        shape = e.one("Shape", [x])
+        sizes = [e.i64([0, 0])]
+        for i, stride in enumerate(strides):
+            size = e.one("Gather", [shape, e.i64([2 + i])], axis=0)
+            sizes.append(e.one("Mul", [size, e.i64([stride])]))
+        spread = e.one("Reshape", [spread, e.one("Concat", sizes, axis=0)])
+        cut = [i for i, stride in enumerate(strides) if stride > 1]
+        x = e.one("Slice", [spread, e.i64([0] * len(cut)), e.i64([-(strides[i] - 1) for i in cut]),
+                            e.i64([2 + i for i in cut])])
+    # The kernel: [Cin, Cout/g, k...] -> [Cout, Cin/g, k...], taps flipped.
+    c_in, c_out_group = w_shape[0], w_shape[1]
+    if group == 1:
+        kernel_t = e.one("Transpose", [w], perm=[1, 0] + list(range(2, 2 + spatial)))
+    else:
+        grouped = e.one("Reshape", [w, e.i64([group, c_in // group, c_out_group] + kernel)])
+        swapped = e.one("Transpose", [grouped], perm=[0, 2, 1] + list(range(3, 3 + spatial)))
+        kernel_t = e.one("Reshape", [swapped, e.i64([group * c_out_group, c_in // group] + kernel)])
+    flipped = kernel_t
+    for i, size in enumerate(kernel):  # Gather of the taps in reverse (1.19.2's SliceGrad refuses steps -1)
+        if size > 1:
+            flipped = e.one("Gather", [flipped, e.i64(list(range(size - 1, -1, -1)))], axis=2 + i)
+    begin = [dilations[i] * (kernel[i] - 1) - pads[i] for i in range(spatial)]
+    end = [dilations[i] * (kernel[i] - 1) - pads[spatial + i] + extra[i] for i in range(spatial)]
+    crop = any(p < 0 for p in begin + end)
+    conv_inputs = [x, flipped] + ([bias] if bias else [])
+    conv = e.one("Conv", conv_inputs, None if crop else node.output[0], dilations=dilations,
+                 pads=[max(p, 0) for p in begin + end], group=group)
+    if crop:  # pads beyond the kernel's reach: crop the stride-1 convolution's output by as much
+        axes = list(range(2, 2 + spatial))
+        e.one("Slice", [conv, e.i64([max(-p, 0) for p in begin]),
+                        e.i64([p if p < 0 else TO_THE_END for p in end]), e.i64(axes)], node.output[0])
+
+
 REWRITES = {
     "HardSigmoid": rewrite_hard_sigmoid,
     "HardSwish": rewrite_hard_swish,
@@ -598,6 +667,7 @@ REWRITES = {
     "ReduceLogSum": rewrite_reduce_log_sum,
     "DepthToSpace": rewrite_depth_to_space,
     "SpaceToDepth": rewrite_space_to_depth,
+    "ConvTranspose": rewrite_conv_transpose,
 }
 
 
@@ -713,11 +783,18 @@ class _Preparation:
         self.constants = _constants(model.graph)
         self.used = _all_names(model.graph, set())
         self.counters = {}
+        self._producer = None
         if requires_grad is None:
             self.params = sorted(t.name for t in self.graph.initializer if t.data_type in FLOAT_TYPES)
         else:
             self.params = sorted(set(requires_grad))
         self.outputs = [o.name for o in self.graph.output] if outputs is None else list(outputs)
+
+    def producer(self):
+        """tensor name -> the node of the main graph that computes it (made on first use)."""
+        if self._producer is None:
+            self._producer = dict((name, node) for node in self.graph.node for name in node.output if name)
+        return self._producer
 
     def unique(self, base):
         count = self.counters.get(base, 0)
@@ -765,13 +842,15 @@ def _declare_outputs(prep, node, index):
     return new
 
 
-def _duplicate_reads(prep, node, index):
-    """(Identity nodes, node reading each differentiable tensor once) or None when no tensor is read twice."""
+def _duplicate_reads(prep, node, index, reached):
+    """(Identity nodes, node reading each differentiable tensor once) or None when no tensor that a gradient
+    reaches (``reached``) is read twice: the builder defines one gradient name per tensor it differentiates,
+    and a constant read twice (an LSTM's initial_h and initial_c from one ConstantOfShape) gets none."""
     stops = _stops(node)
     seen = set()
     repeats = []
     for position, name in enumerate(node.input):
-        if not name or position in stops:
+        if not name or position in stops or name not in reached:
             continue
         if name in seen:
             repeats.append(position)
@@ -790,6 +869,43 @@ def _duplicate_reads(prep, node, index):
     return identities, new
 
 
+def _leading_one(prep, name, depth=0):
+    """Whether tensor ``name`` has rank 2 or more and a first axis of size 1: by shape inference, else through
+    the Slice (on other axes), Cast or Identity that computes it (shape inference loses the size of a Slice
+    with computed ends, as BERT's position_ids[:, :T])."""
+    shape = prep.types.get(name, (0, None))[1]
+    if shape is not None and (len(shape) < 2 or shape[0] not in (1, None)):
+        return False
+    if shape is not None and shape[0] == 1:
+        return True
+    producer = prep.producer().get(name)
+    if producer is None or depth > 8 or producer.op_type not in ("Slice", "Cast", "Identity"):
+        return False
+    if producer.op_type == "Slice":
+        if len(producer.input) < 4 or not producer.input[3]:
+            return False  # axes left out: all of them, the first included
+        axes = prep.constants.get(producer.input[3])
+        rank = len(prep.types.get(producer.input[0], (0, None))[1] or [])
+        if axes is None or not rank or any(int(a) % rank == 0 for a in numpy_helper.to_array(axes).ravel()):
+            return False
+    return _leading_one(prep, producer.input[0], depth + 1)
+
+
+def _gather_leading_one(prep, node):
+    """The axis of a Gather of a trained parameter whose indices have a leading axis of size 1 (BERT's
+    position_ids, [1, T]), or None. In 1.19.2 the gradient of such a Gather, broadcast against a batch,
+    corrupts ONNX Runtime's memory arena after the first step at some batch sizes (a crash or NaN; measured
+    with ONNX Runtime's own Python layer too: docs/internals/runtime.md §8); the same Gather of the indices
+    without that axis, unsqueezed after, trains."""
+    if node.op_type != "Gather" or node.input[0] not in prep.params or len(node.input) < 2:
+        return None
+    if not _leading_one(prep, node.input[1]):
+        return None
+    data_shape = prep.types.get(node.input[0], (0, None))[1]
+    axis = int(_attrs(node).get("axis", 0))
+    return axis % len(data_shape) if data_shape else (axis if axis >= 0 else None)
+
+
 def _may_need_a_rule(node):
     """Whether some rule could apply to ``node`` if it were on the gradient path (a cheap first look)."""
     if node.domain == ML_DOMAIN:
@@ -799,8 +915,8 @@ def _may_need_a_rule(node):
     op = node.op_type
     if op in REWRITES or op in ZERO_GRADIENT or op in KNOWN_WITHOUT_GRADIENT:
         return True
-    if op in ("LayerNormalization", "Dropout", "BatchNormalization"):
-        return True  # _declare_outputs decides
+    if op in ("LayerNormalization", "Dropout", "BatchNormalization", "Gather"):
+        return True  # _declare_outputs and _gather_leading_one decide
     if op == "Transpose" and not any(a.name == "perm" for a in node.attribute):
         return True
     reads = [name for name in node.input if name]
@@ -823,6 +939,9 @@ def prepare(model, requires_grad=None, outputs=None):
     prep = _Preparation(model, requires_grad, outputs)
     graph = model.graph
     on_path = _gradient_path(graph, prep.params, prep.types, prep.outputs)
+    reached = set(prep.params)  # the tensors a gradient flows into: the parameters and what the path computes
+    for index in on_path:
+        reached.update(graph.node[index].output)
     replaced = {}  # node index -> list of nodes taking its place
     records = []
     by_key = {}
@@ -863,6 +982,16 @@ def prepare(model, requires_grad=None, outputs=None):
         if declared is not None:
             current = declared
             record("declare_outputs", op, label)
+        leading_one = _gather_leading_one(prep, current)
+        if leading_one is not None:
+            emitter = _Emitter(prep, current, label)
+            axis = leading_one
+            flat = emitter.squeeze(current.input[1], [0])
+            gathered = emitter.one("Gather", [current.input[0], flat], axis=axis)
+            emitter.unsqueeze(gathered, [axis], current.output[0])
+            replaced[index] = emitter.nodes
+            record("flat_indices", op, label)
+            continue
         if op == "Transpose" and "perm" not in _attrs(current):
             rank = _rank(prep, current.input[0], current)
             changed = onnx.NodeProto()
@@ -870,7 +999,7 @@ def prepare(model, requires_grad=None, outputs=None):
             changed.attribute.extend([helper.make_attribute("perm", list(range(rank - 1, -1, -1)))])
             current = changed
             record("explicit_perm", op, label)
-        duplicates = _duplicate_reads(prep, current, index)
+        duplicates = _duplicate_reads(prep, current, index, reached)
         before = []
         if duplicates is not None:
             before, current = duplicates

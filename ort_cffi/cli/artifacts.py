@@ -82,6 +82,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--check-generator", action="store_true",
                         help="only say which interpreter and ONNX Runtime would generate, after importing them in a "
                         "child process (exit 1 when none can)")
+    parser.add_argument("--no-prepare", action="store_true",
+                        help="hand the model to ONNX Runtime's generator as it is: no rewrite of operators without a "
+                        "gradient, no fitting of the loss's input (the default changes only models that need it)")
     parser.add_argument("--version", action="version", version=f"%(prog)s (ort_cffi {__version__})")
     args = parser.parse_args(argv)
     if not args.check_generator:  # required unless only the generator is checked
@@ -124,6 +127,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             python=args.python,
             check=not args.no_check,
             overwrite=args.overwrite,
+            prepare=not args.no_prepare,
         )
     except ArtifactsError as exc:
         print(f"error: {exc}", file=sys.stderr)

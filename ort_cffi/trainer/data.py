@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -149,6 +149,36 @@ def classification_labels(infos: Dict[str, TensorInfo]) -> Optional[str]:
     return integer[0] if len(integer) == 1 else None
 
 
+def loss_labels(manifest: Optional[Dict[str, Any]], infos: Dict[str, TensorInfo]) -> Tuple[Optional[str], Optional[str], int]:
+    """(the labels input, the eval output whose argmax is the prediction or None for the exported one,
+    the class axis) of a classification task; (None, None, 1) for other losses. The artifacts say it:
+    ``artifacts.json``'s ``loss_reading`` (what the cross-entropy loss reads, per sample, token or pixel),
+    else the input the cross-entropy loss added. Only artifacts made elsewhere, without artifacts.json, fall
+    back to the one integer data input."""
+    if manifest is not None:
+        reading = manifest.get("loss_reading")
+        if isinstance(reading, dict) and reading.get("labels") in infos:
+            return reading["labels"], reading.get("scores"), int(reading.get("class_axis", 1))
+        loss = manifest.get("options", {}).get("loss")
+        added = [name for name in manifest.get("added_inputs") or () if name in infos]
+        if loss == "cross-entropy" and added:
+            return added[0], None, 1
+        if "options" in manifest and loss != "cross-entropy":
+            return None, None, 1  # a regression loss, or the model's own: no classes
+    return classification_labels(infos), None, 1
+
+
+def running_statistics(manifest: Optional[Dict[str, Any]], train_outputs: Sequence[str]) -> Tuple[Tuple[str, str], ...]:
+    """(training output, frozen parameter) pairs of the BatchNormalization running statistics that the
+    artifacts make follow training (``artifacts.json``'s ``batchnorm_statistics``), as the session has them."""
+    found = []
+    for entry in (manifest or {}).get("batchnorm_statistics") or ():
+        for output, parameter in ((entry["mean_output"], entry["mean"]), (entry["var_output"], entry["var"])):
+            if output in train_outputs:
+                found.append((output, parameter))
+    return tuple(found)
+
+
 def check_batch_size(batch_size: int, n_train: int, where: str) -> None:
     """Refuse a batch larger than the training split: every epoch would be one partial batch, which is
     rarely what was meant (and with a linear schedule, one step per epoch)."""
@@ -160,10 +190,12 @@ def check_batch_size(batch_size: int, n_train: int, where: str) -> None:
         )
 
 
-def check_labels(dataset: Dict[str, Arrays], labels: str, classes: int, scores: str, where: str) -> None:
-    """Refuse class labels outside ``0 .. classes-1`` before training. The class count is the last
-    dimension of the eval model's scores output; ONNX Runtime's cross-entropy gives a loss of 0 for a
+def check_labels(dataset: Dict[str, Arrays], labels: str, classes: int, scores: str, where: str,
+                 class_axis: int = -1) -> None:
+    """Refuse class labels outside ``0 .. classes-1`` before training. The class count is the size of the
+    eval model's scores output along its class axis; ONNX Runtime's cross-entropy gives a loss of 0 for a
     label just outside it and crashes for one far outside, and the binding cannot know the count."""
+    axis = "last dimension" if class_axis == -1 else f"dimension {class_axis} (its class axis)"
     for split, arrays in dataset.items():
         values = arrays[labels]
         bad = np.unique(values[(values < 0) | (values >= classes)])
@@ -172,6 +204,6 @@ def check_labels(dataset: Dict[str, Arrays], labels: str, classes: int, scores: 
             shown = ", ".join(str(v) for v in bad[:5]) + (", ..." if bad.size > 5 else "")
             raise SetupError(
                 f"{where}: {split}_{labels} holds {count} label{'s' if count > 1 else ''} outside the model's "
-                f"{classes} classes (0 to {classes - 1}): {shown}. The class count is the last dimension of the "
+                f"{classes} classes (0 to {classes - 1}): {shown}. The class count is the {axis} of the "
                 f"eval model's output {scores!r}; relabel the data or give the model that many classes"
             )

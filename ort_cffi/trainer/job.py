@@ -25,6 +25,7 @@ from ort_cffi.artifacts import (
     describe,
     generate_artifacts,
     model_sha256,
+    read_manifest,
     request_options,
 )
 from ort_cffi.trainer.config import (
@@ -41,13 +42,14 @@ from ort_cffi.trainer.data import (
     DEFAULT_ARTIFACTS,
     check_batch_size,
     check_labels,
-    classification_labels,
     find_artifacts,
     find_dataset,
     fixed_batch,
     input_infos,
     load_dataset,
+    loss_labels,
     output_infos,
+    running_statistics,
     shape_text,
 )
 from ort_cffi.trainer.errors import SetupError
@@ -181,7 +183,8 @@ class TrainingJob:
                       f"{plan.first_epoch - 1}) --override")
             try:
                 run_epochs(session, prepared.data, plan, prepared.names, self.out, history.best, history.steps,
-                           history.epochs, lambda: history.record(self.out, config, self.settings))
+                           history.epochs, lambda: history.record(self.out, config, self.settings),
+                           (history.before or {}).get("val_loss"))
             except KeyboardInterrupt:
                 print(f"\ninterrupted: resume with --out {self.out} --resume", file=sys.stderr)
                 return 130
@@ -353,7 +356,8 @@ class TrainingJob:
         with self.env.createTrainingSession(exported_from, source.files["train"], source.files["eval"]) as exporter:
             exporter.exportModelForInference(model_path, prepared.export)
         outputs, history.inference_accuracy = inference_check(self.env, model_path, prepared.data["val"], prepared.labels,
-                                                              config.batch_size, prepared.drop_last)
+                                                              config.batch_size, prepared.drop_last, prepared.scores,
+                                                              prepared.class_axis)
         print(f"inference model: {model_path} (from {exported_from.name}; outputs {', '.join(outputs)})")
         history.inference = {"model": model_path.name, "outputs": outputs, "val_accuracy": history.inference_accuracy}
         history.record(out, config, settings)
@@ -424,14 +428,22 @@ class _Prepared:
                 "model's outputs with --export-outputs (e.g. the original model's output)"
             )
         check_export(files["eval"], self.export, eval_outputs)
-        self.labels = classification_labels({n: self.infos[n] for n in self.splits["val"] if n in self.infos})
-        self.scores = self.export[0] if self.export[0] in eval_outputs else None  # accuracy needs scores from evalStep
-        self.names = Outputs(session.getTrainOutputNames()[0], eval_outputs[0], self.scores, self.labels)  # loss first
+        # The labels and the class scores: what the artifacts say the loss reads (per sample, token or pixel).
+        manifest = read_manifest(source.folder)
+        self.labels, scores, self.class_axis = loss_labels(
+            manifest, {n: self.infos[n] for n in self.splits["val"] if n in self.infos})
+        if scores is None or scores not in eval_outputs:
+            scores = self.export[0]
+        self.scores = scores if scores in eval_outputs else None  # accuracy needs scores from evalStep
+        self.names = Outputs(session.getTrainOutputNames()[0], eval_outputs[0], self.scores, self.labels,
+                             self.class_axis, running_statistics(manifest, list(session.getTrainOutputNames())))  # loss first
         where = f"dataset {str(source.data)!r}"
         if self.labels is not None and self.scores is not None:
-            classes = output_infos(env, files["eval"])[self.scores].shape[-1:]
-            if classes and classes[0] > 1:
-                check_labels(self.data, self.labels, classes[0], self.scores, where)
+            shape = output_infos(env, files["eval"])[self.scores].shape
+            classes = shape[self.class_axis] if len(shape) > self.class_axis else -1
+            if classes > 1:
+                check_labels(self.data, self.labels, classes, self.scores, where,
+                             -1 if self.class_axis == len(shape) - 1 else self.class_axis)
         self.drop_last = False
         model_batch = fixed_batch(self.infos)
         if model_batch is not None:
@@ -486,7 +498,7 @@ class _Prepared:
     def validate(self) -> dict:
         """The validation before training (a fresh run's), printed and returned for metrics.json."""
         val_loss, val_acc = evaluate(self.session, self.data["val"], self.names.eval_loss, self.scores, self.labels,
-                                     self.config.batch_size, self.drop_last)
+                                     self.config.batch_size, self.drop_last, self.class_axis)
         accuracy = f"  val acc {val_acc:.4f}" if val_acc is not None else ""
         print(f"before training: val loss {val_loss:.4f}{accuracy}", flush=True)
         return {"val_loss": val_loss, "val_accuracy": val_acc}

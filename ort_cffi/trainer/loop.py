@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -48,26 +48,40 @@ def progress_bar(enabled: bool, total: int, desc: str) -> Any:
 
 # --- training -------------------------------------------------------------------------------------
 
-def count_correct(scores: np.ndarray, labels: np.ndarray) -> Optional[int]:
-    """Correct predictions in a batch, or None when ``scores`` is not one row of class scores per label."""
-    if scores.ndim != 2 or len(scores) != len(labels) or scores.shape[1] < 2:
+def count_correct(scores: np.ndarray, labels: np.ndarray, class_axis: int = 1) -> Optional[int]:
+    """Correct predictions in a batch: the argmax of ``scores`` along ``class_axis`` against ``labels``, one
+    per sample ([N, C] and [N]), per token ([N, T, V] along 2 and [N, T]) or per pixel ([N, C, H, W] along 1
+    and [N, H, W]). None when the scores are no class scores of the labels' shape."""
+    if scores.ndim < 2 or not 0 < class_axis < scores.ndim or scores.shape[class_axis] < 2:
         return None
-    return int((scores.argmax(axis=1) == labels).sum())
+    predicted = scores.argmax(axis=class_axis)
+    if predicted.shape != labels.shape:
+        return None
+    return int((predicted == labels).sum())
 
 
 def train_epoch(session: OrtTrainingSession, data: Arrays, loss_name: str, epoch_batches: Iterator[np.ndarray],
-                scheduled: bool, epoch: int, step: int, steps: List[dict], bar: Any) -> float:
+                scheduled: bool, epoch: int, step: int, steps: List[dict], bar: Any,
+                statistics: Sequence[Tuple[str, str]] = ()) -> float:
     """One pass over the training batches, the first of them global step ``step + 1``; appends a record
-    per step to ``steps`` and returns the epoch's mean loss."""
+    per step to ``steps`` and returns the epoch's mean loss. ``statistics``: (training output, frozen
+    parameter) pairs, BatchNormalization's running statistics as the step updated them, written back into
+    the parameters after each step (artifacts.json's ``batchnorm_statistics``)."""
     loss_sum, count = 0.0, 0
+    state = session.getCheckpointState() if statistics else None
+    wanted = [loss_name] + [output for output, _ in statistics]
     for idx in epoch_batches:
         lr = session.getLearningRate()  # the rate this step runs at
-        with session.trainStep({name: array[idx] for name, array in data.items()}, [loss_name]) as result:
+        with session.trainStep({name: array[idx] for name, array in data.items()}, wanted) as result:
             loss = float(result.get(0).getValue())
+            updated = [np.array(result.get(i + 1).getValue()) for i in range(len(statistics))]
         if not math.isfinite(loss):
             raise OrtException(f"training diverged: the loss is {loss} at step {step + 1}; try a lower --lr")
         session.optimizerStep()
         session.lazyResetGrad()
+        if state is not None:
+            for (_, parameter), value in zip(statistics, updated):
+                state.updateParameter(parameter, value)
         if scheduled:
             session.schedulerStep()  # the rate for the next step
         step += 1
@@ -81,38 +95,44 @@ def train_epoch(session: OrtTrainingSession, data: Arrays, loss_name: str, epoch
 
 
 def evaluate(session: OrtTrainingSession, data: Arrays, loss_name: str, scores: Optional[str],
-             labels: Optional[str], batch_size: int, drop_last: bool) -> Tuple[float, Optional[float]]:
-    """Mean validation loss, and accuracy when ``scores`` (an eval output) and ``labels`` are known."""
+             labels: Optional[str], batch_size: int, drop_last: bool,
+             class_axis: int = 1) -> Tuple[float, Optional[float]]:
+    """Mean validation loss, and accuracy when ``scores`` (an eval output, classes along ``class_axis``)
+    and ``labels`` are known: the share of labels predicted (per sample, per token or per pixel)."""
     wanted = [loss_name] + ([scores] if scores else [])
-    total_loss, count = 0.0, 0
+    total_loss, count, labelled = 0.0, 0, 0
     correct: Optional[int] = 0 if scores and labels else None
     for idx in batches(np.arange(len(next(iter(data.values())))), batch_size, drop_last):
         with session.evalStep({name: array[idx] for name, array in data.items()}, wanted) as result:
             total_loss += float(result.get(0).getValue()) * len(idx)  # the loss is a batch mean
             if correct is not None and labels is not None:
-                batch_correct = count_correct(result.get(1).getValue(), data[labels][idx])
+                batch_correct = count_correct(result.get(1).getValue(), data[labels][idx], class_axis)
                 correct = None if batch_correct is None else correct + batch_correct
+                labelled += data[labels][idx].size
         count += len(idx)
     if not count:
         raise SetupError("the validation split holds no batch to evaluate (fewer samples than one batch)")
-    return total_loss / count, (None if correct is None else correct / count)
+    return total_loss / count, (None if correct is None else correct / labelled)
 
 
 def inference_check(env: OrtEnvironment, model: Path, data: Arrays, labels: Optional[str],
-                    batch_size: int, drop_last: bool) -> Tuple[List[str], Optional[float]]:
+                    batch_size: int, drop_last: bool, scores: Optional[str] = None,
+                    class_axis: int = 1) -> Tuple[List[str], Optional[float]]:
     """Run the exported model on the validation set with an ordinary ``OrtSession``: its output names,
-    and the accuracy of its first output when that is one score per class."""
+    and the accuracy of ``scores`` (default: its first output) when that holds class scores along
+    ``class_axis``."""
     with env.createSession(model) as session:
         names, outputs = session.getInputNames(), list(session.getOutputNames())
-        count = 0
+        read = scores if scores in outputs else outputs[0]
+        labelled = 0
         correct: Optional[int] = 0 if labels is not None else None
         for idx in batches(np.arange(len(next(iter(data.values())))), batch_size, drop_last):
-            with session.run({name: data[name][idx] for name in names}, [outputs[0]]) as result:
+            with session.run({name: data[name][idx] for name in names}, [read]) as result:
                 if correct is not None and labels is not None:
-                    batch_correct = count_correct(result.get(0).getValue(), data[labels][idx])
+                    batch_correct = count_correct(result.get(0).getValue(), data[labels][idx], class_axis)
                     correct = None if batch_correct is None else correct + batch_correct
-            count += len(idx)
-    return outputs, (None if correct is None else correct / count)
+                    labelled += data[labels][idx].size
+    return outputs, (None if correct is None or not labelled else correct / labelled)
 
 
 @dataclass
@@ -124,6 +144,8 @@ class Outputs:
     eval_loss: str
     scores: Optional[str]
     labels: Optional[str]
+    class_axis: int = 1  # the axis of ``scores`` that holds the classes
+    statistics: Tuple[Tuple[str, str], ...] = ()  # (training output, frozen parameter): running statistics
 
 
 @dataclass
@@ -140,7 +162,7 @@ class Plan:
 
 def run_epochs(session: OrtTrainingSession, data: Dict[str, Arrays], plan: Plan, names: Outputs, out: Path,
                best: Optional[Tuple[float, float]], steps: List[dict], epochs: List[dict],
-               record: Callable[[], None]) -> None:
+               record: Callable[[], None], before_val_loss: Optional[float] = None) -> None:
     """Train, validate, checkpoint and record each epoch from ``plan.first_epoch`` on. Each epoch stores
     the epoch, step, best score and the run's configuration as checkpoint properties, saves
     ``best_checkpoint`` when validation improved and ``last_checkpoint`` always (with the optimizer state,
@@ -155,17 +177,21 @@ def run_epochs(session: OrtTrainingSession, data: Dict[str, Arrays], plan: Plan,
         bar = progress_bar(plan.progress, n_train, f"epoch {epoch}/{config.epochs}")
         try:
             train_loss = train_epoch(session, data["train"], names.loss, batches(order, config.batch_size, plan.drop_last),
-                                     config.schedule == "linear", epoch, step, steps, bar)
+                                     config.schedule == "linear", epoch, step, steps, bar, names.statistics)
         finally:
             bar.close()
         step, lr = steps[-1]["step"], steps[-1]["lr"]
 
         val_loss, val_acc = evaluate(session, data["val"], names.eval_loss, names.scores, names.labels,
-                                     config.batch_size, plan.drop_last)
+                                     config.batch_size, plan.drop_last, names.class_axis)
         # Higher accuracy wins, lower loss breaks ties. Rounded to float32 as the properties store them,
         # so that a resumed run compares like with like.
         score = (float(np.float32(val_acc or 0.0)), -float(np.float32(val_loss)))
         improved = best is None or score > best
+        warning = exploded(val_loss, train_loss, epochs, before_val_loss)
+        if warning:
+            print(f"warning: epoch {epoch}: {warning}", file=sys.stderr, flush=True)
+            improved = False  # such parameters validate with statistics that do not describe them: not "best"
         best = score if improved or best is None else best
         session.addProperty(EPOCH, epoch)
         session.addProperty(STEP, step)
@@ -182,6 +208,26 @@ def run_epochs(session: OrtTrainingSession, data: Dict[str, Arrays], plan: Plan,
         accuracy = f"  val acc {val_acc:.4f}" if val_acc is not None else ""
         print(f"epoch {epoch:{width}d}/{config.epochs}  train loss {train_loss:.4f}  "
               f"val loss {val_loss:.4f}{accuracy}  lr {lr:.2e}{'  *best' if improved else ''}", flush=True)
+
+
+EXPLODED = 100.0  # a validation loss this many times its lowest so far, while training loss falls
+
+
+def exploded(val_loss: float, train_loss: float, epochs: List[dict], before_val_loss: Optional[float]) -> Optional[str]:
+    """Why this epoch's validation cannot be trusted, or None: a validation loss grown by two orders of
+    magnitude (or not finite) while the training loss fell is the mark of an eval graph that normalises with
+    statistics training did not update (BatchNormalization's running mean and variance, onnxruntime #19370),
+    not of overfitting."""
+    earlier = [e["val_loss"] for e in epochs] + ([before_val_loss] if before_val_loss is not None else [])
+    trained = [e["train_loss"] for e in epochs]
+    if not earlier or (trained and train_loss >= trained[-1]):
+        return None
+    lowest = min(earlier)
+    if math.isfinite(val_loss) and val_loss <= EXPLODED * max(lowest, 1e-12):
+        return None
+    return (f"validation loss {val_loss:.4g} is over {EXPLODED:g} times its lowest so far ({lowest:.4g}) while the "
+            "training loss falls: the eval model does not compute what training does (BatchNormalization running "
+            "statistics that training did not update?); this epoch is not kept as best")
 
 
 def check_export(eval_model: Path, names: List[str], eval_outputs: List[str]) -> None:

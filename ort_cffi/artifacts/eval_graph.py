@@ -1,0 +1,52 @@
+"""The eval model of a training-mode export, in the inference form ONNX Runtime loads.
+
+torch's ``TrainingMode.TRAINING`` export keeps BatchNormalization and Dropout trainable: BatchNormalization
+with ``training_mode=1`` and three outputs (Y, running mean, running variance), Dropout with a ``training_mode``
+input that is true. ONNX Runtime's generator copies the forward graph into the eval model as it is, and
+1.19.2 refuses to load it ("This number of op outputs should be 1 when Training_mode = False": it loads eval
+models with training off). ``inference_forms`` cuts each such BatchNormalization back to its one output,
+without ``training_mode`` (it then normalises with the running statistics), in the eval model only: the
+training model keeps the training form its gradients need. (Dropout needs nothing: the generator already
+clears its ``training_mode`` input in the eval model.)
+
+Python 3.8 syntax, onnx only: the artifacts child loads it by file location.
+"""
+from typing import Any, Dict
+
+from onnx import helper
+
+
+def _used(graph):
+    """Names read by a node or given as a graph output."""
+    names = set(o.name for o in graph.output)
+    for node in graph.node:
+        names.update(node.input)
+    return names
+
+
+def inference_forms(model):
+    """Put the training-form BatchNormalization nodes of ``model`` (an eval model) in inference form, in place. Returns the records, one per operator type: {"rule": "inference_form", "op", "count",
+    "nodes"}; [] when the model has none (and is unchanged)."""
+    graph = model.graph
+    used = _used(graph)
+    records: Dict[str, Any] = {}
+    for node in graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        changed = False
+        if node.op_type == "BatchNormalization":
+            training = [a for a in node.attribute if a.name == "training_mode"]
+            extra = [name for name in node.output[1:] if name]
+            if (training and helper.get_attribute_value(training[0])) or extra:
+                if any(name in used for name in extra):
+                    continue  # something reads the running statistics: not the exporter's training form
+                for attribute in training:
+                    node.attribute.remove(attribute)
+                del node.output[1:]
+                changed = True
+        if changed:
+            record = records.setdefault(node.op_type, {"rule": "inference_form", "op": node.op_type, "count": 0,
+                                                       "nodes": []})
+            record["count"] += 1
+            record["nodes"].append(node.name or node.output[0])
+    return list(records.values())
