@@ -1,8 +1,9 @@
 """ort_cffi: ONNX Runtime's on-device training C API from Python (cffi, ABI mode), with the Java
 ``ai.onnxruntime`` training classes one call at a time.
 
-Layers: ``_loader`` (find the runtime) → ``capi`` (raw tables, ``get_runtime()``) → ``_handles``
-(ownership, the environment) → the facade re-exported here.
+Layers (docs/layout.md): ``_native`` (the loader, the declarations, the tables, the handles; its public
+face is ``capi``) → ``_facade`` (tensors, then sessions) → this module, which re-exports the facade → the
+applications (``artifacts``, ``runtime``, ``trainer``, ``flower``) → ``cli``, the commands.
 """
 from ort_cffi._facade.sessions.checkpoint import OrtAllocator, OrtCheckpointState
 from ort_cffi._facade.sessions.environment import OrtEnvironment

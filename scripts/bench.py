@@ -329,7 +329,8 @@ class Bench:
         from ort_cffi import OnnxTensor, OrtEnvironment, SessionOptions
         from ort_cffi._native.handles import close_values, pin_all, unpin_all
         from ort_cffi.capi import check_status, ffi, get_runtime
-        from ort_cffi._facade.tensors.tensor import _value_tensor_info as value_tensor_info, adopt_outputs, check_outputs
+        from ort_cffi._facade.tensors.outputs import adopt_outputs, check_outputs
+        from ort_cffi._facade.tensors.value_info import value_tensor_info
 
         folder, batch = MODELS[model]
         self.paths = paths = _paths(folder)

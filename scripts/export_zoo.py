@@ -35,7 +35,7 @@ its default opsets. Each file is checked for ONNX Runtime 1.19's limits (IR vers
 U(-0.01, 0.01) from the model's seed before export.
 
 Datasets (``<name>.npz``): ``train_<input>`` and ``val_<input>`` for every input of the training model, as
-``ort_cffi/train_data.py`` reads them: the model's own inputs (``train_input_ids``, ``train_attention_mask``
+``ort_cffi/trainer/data.py`` reads them: the model's own inputs (``train_input_ids``, ``train_attention_mask``
 for the BERT model) and the input the loss adds (``labels`` for cross-entropy, ``target`` for MSE). Labels
 have their task's shape ([N] per sample, [N, T] per token, [N, H, W] per pixel), which is not always the
 shape ONNX Runtime's cross-entropy block declares (it drops the last dimension of the output). Labels come
@@ -962,7 +962,7 @@ def export(out: Path, only: Optional[Sequence[str]]) -> None:
                  "Made by scripts/export_zoo.py (its docstring says how); generator_onnxruntime_1_19_2 is what "
                  "ort_cffi.artifacts.generate_artifacts (ONNX Runtime 1.19.2's generator) said, recorded by "
                  "scripts/export_zoo.py --baseline.",
-        "datasets": "train_<input> / val_<input> for every input of the training model (ort_cffi/train_data.py): "
+        "datasets": "train_<input> / val_<input> for every input of the training model (ort_cffi/trainer/data.py): "
                     "the model's inputs, then the loss's labels (int64) or target (float32). Multi-input models "
                     "(bert_tiny) have one array per input. Labels keep their task's shape: [N] per sample, [N, T] "
                     "per token, [N, H, W] per pixel; N_train 256, N_val 64.",
@@ -1012,7 +1012,7 @@ def trainer_smoke(out: Path, entry: Dict[str, Any], options: Dict[str, Any], tmp
     """ort-cffi-train --model on the model and its dataset for 3 epochs: what the trainer says today."""
     import subprocess
 
-    command = [sys.executable, "-m", "ort_cffi.train", "--model", str(out / entry["file"]), "--data",
+    command = [sys.executable, "-m", "ort_cffi.cli.train", "--model", str(out / entry["file"]), "--data",
                str(out / entry["dataset"]["file"]), "--out", str(tmp / "run"), "--epochs", "3", "--lr", "0.001",
                "--threads", "1", "--no-progress", "--no-plot", "--loss", options["loss"]]
     if "loss_input_names" in options:

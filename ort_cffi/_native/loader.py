@@ -13,14 +13,14 @@ A wheel's C API is linked into its Python extension but not exported, and the im
 ``import onnxruntime`` loads cannot create an ``OrtEnv`` (docs/internals/runtime.md §1–2). So the loader maps a
 *private copy* of the file (another inode: the dynamic loader never hands back an image that
 ``import onnxruntime`` may load; ``PyInit`` never runs there) and finds ``OrtApiBase`` in it
-statically (``_elf.find_api_base``: no child process, no ``import onnxruntime``, no compiled code).
+statically (``elf.find_api_base``: no child process, no ``import onnxruntime``, no compiled code).
 The copy is made once per file and interpreter and kept in the image cache with what was found:
 
 - its sha256 is looked up in the survey of published wheels (``data/runtimes.json``, written by the
   same finder when the wheels were surveyed); a known file whose static answer now differs from the
   survey's is refused;
 - CPython imports the running interpreter no longer exports are renamed to their successors in the
-  copy (``_elf.CPYTHON_SUCCESSORS``), so that e.g. the cp312 runtime loads in CPython 3.13;
+  copy (``elf.CPYTHON_SUCCESSORS``), so that e.g. the cp312 runtime loads in CPython 3.13;
 - before anything is called through the address, it and the two function pointers it holds are
   checked to lie inside the mapped image.
 
@@ -320,7 +320,7 @@ def _write_entry(entry: Path, source: RuntimeFile, identity: dict, record: dict,
 
 def _write_new_file(folder: Path, prefix: str, suffix: str, content: bytes, mode: int, target: Optional[Path] = None) -> str:
     """Write ``content`` to a new file in ``folder`` (renamed over ``target`` if given) and return its
-    path; nothing is left behind when writing fails (a full disk). Not ``_files.atomic_write``: this is
+    path; nothing is left behind when writing fails (a full disk). Not ``files.atomic_write``: this is
     a cache, checked when read (identity, size), so it skips the fsyncs that would slow a cold load."""
     with tempfile.NamedTemporaryFile(dir=folder, prefix=prefix, suffix=suffix, delete=False) as tmp:
         try:

@@ -55,7 +55,7 @@ class Runtime:
         known_as: The published wheel the file is known from.
 
     Args:
-        loaded: The loader's result (`_loader.find_and_load`); ort_cffi makes the instance.
+        loaded: The loader's result (`loader.find_and_load`); ort_cffi makes the instance.
 
     Raises:
         UnsupportedRuntimeError: The runtime's version is not 1.19, or it lacks C API version 19.

@@ -211,11 +211,21 @@ def settings_from_args(args: argparse.Namespace) -> Dict[str, Any]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``ort-cffi-federated``: 0 when the run completed, 1 when it failed, 2 for a usage error, 130 on Ctrl-C."""
     args = parse_args(argv)
-    started, started_at = time.monotonic(), time.time()
+    previous: Dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         _STOPPING.clear()
         for signum in (signal.SIGINT, signal.SIGTERM):  # SIGTERM stops the run as Ctrl-C does
-            signal.signal(signum, _interrupt)
+            previous[signum] = signal.signal(signum, _interrupt)
+    try:
+        return _run(args)
+    finally:  # a caller in the same process (a test, a notebook) gets its own handlers back
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        _STOPPING.clear()
+
+
+def _run(args: argparse.Namespace) -> int:
+    started, started_at = time.monotonic(), time.time()
     try:
         require_flower()
         from ort_cffi.flower import FederatedError, StrategyError, StrategySettings

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from ort_cffi import OrtEnvironment, OrtException, OrtTrainingSession
-from ort_cffi._facade.sessions.signature import graph_value_names
+from ort_cffi._facade.sessions.signature import unknown_values
 from ort_cffi.trainer.config import BEST_ACC, BEST_LOSS, CONFIG, EPOCH, STEP, RunConfig
 from ort_cffi.trainer.data import Arrays, batches
 from ort_cffi.trainer.errors import SetupError
@@ -235,8 +235,7 @@ def check_export(eval_model: Path, names: List[str], eval_outputs: List[str]) ->
     now, not after the last epoch: a name check against the eval graph's values (the runtime exports any
     of them, not only the outputs: docs/internals/runtime.md §4), with nothing written. The export itself
     runs at the end, and what the runtime refuses there is reported as it says it."""
-    values = graph_value_names(str(eval_model))
-    unknown = [name for name in names if name not in eval_outputs and values is not None and name not in values]
+    unknown = unknown_values(str(eval_model), [name for name in names if name not in eval_outputs])
     if unknown:
         several = len(unknown) > 1
         raise SetupError(

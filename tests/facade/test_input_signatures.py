@@ -4,7 +4,7 @@ inputs disagree on a symbolic dimension (the batch), fails before the native cal
 prints nothing (it used to print an error line for a batch mismatch).
 
 The training sessions' signatures come from ort_cffi's reader of the ONNX wire format
-(``_signature.graph_inputs``): it is checked here against the ``onnx`` package's own parse, on every
+(``signature.graph_inputs``): it is checked here against the ``onnx`` package's own parse, on every
 model in the repository and on generated ones (hypothesis), and fuzzed.
 """
 from __future__ import annotations

@@ -104,7 +104,6 @@ TENSOR_CALLS = {
     "getIntBuffer": lambda o: o.getIntBuffer(),
     "getLongBuffer": lambda o: o.getLongBuffer(),
     "getStringTensor": lambda o: o.getStringTensor(),
-    "has_zero_sized_dimension": lambda o: o.has_zero_sized_dimension(),
 }
 SESSION_OPTIONS_CALLS = {
     "addCUDA": lambda o: o.addCUDA(0),

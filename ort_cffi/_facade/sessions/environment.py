@@ -6,7 +6,7 @@ import threading
 from typing import Any, Optional, Union
 
 from ort_cffi._facade.sessions.checkpoint import OrtAllocator, OrtCheckpointState
-from ort_cffi._facade.sessions.options import OrtLoggingLevel, SessionOptions, _member
+from ort_cffi._facade.sessions.options import OrtLoggingLevel, SessionOptions, enum_member
 from ort_cffi._facade.sessions.session import OrtSession
 from ort_cffi._facade.sessions.training import OrtTrainingSession
 from ort_cffi._native.errors import c_string
@@ -38,7 +38,7 @@ class OrtEnvironment:
             if OrtEnvironment._instance is not None:
                 raise RuntimeError("OrtEnvironment is a singleton: use OrtEnvironment.getEnvironment()")
             if loggingLevel is not None:
-                loggingLevel = _member(OrtLoggingLevel, loggingLevel, "the environment's logging level")
+                loggingLevel = enum_member(OrtLoggingLevel, loggingLevel, "the environment's logging level")
             if name is not None:
                 c_string(name, "the environment name")  # a str that UTF-8 encodes, without NUL (it would cut the C string short)
             process.env(loggingLevel, name)  # fails here, clearly, if the runtime cannot be loaded

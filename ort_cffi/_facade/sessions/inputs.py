@@ -1,7 +1,7 @@
 """Inputs of a run or step, checked before the native call (facade, over ``tensor.py``).
 
 Each input is an ``OnnxTensor`` or a numpy array; ``checked_input`` turns it into the tensor the
-call passes and checks it against the model's signature (``_signature.InputSpec``): element type,
+call passes and checks it against the model's signature (``signature.InputSpec``): element type,
 rank, fixed dimensions, and no zero-sized dimension (ONNX Runtime 1.19 crashes on empty batches in
 common operators). A tensor that passed remembers the spec it passed, so that the per-step cost of
 passing it again is one identity test (the training session's hot path relies on it).
@@ -13,19 +13,12 @@ from typing import Any, List, Tuple
 import numpy as np
 
 from ort_cffi._facade.sessions.signature import InputSpec, mismatch, refuse
-from ort_cffi._facade.tensors.conversions import _refuse_dtype, string_elements
+from ort_cffi._facade.tensors.conversions import refuse_dtype, string_elements
 from ort_cffi._facade.tensors.element_types import DTYPE_TO_ONNX, STRING, OnnxTensorType
 from ort_cffi._facade.tensors.tensor import OnnxTensor, OnnxValue
 from ort_cffi._native.errors import OrtException
 
 ANY_INPUT = InputSpec.of(0, None)  # the spec of an input whose signature is unknown: only emptiness is refused
-
-
-def refuse_zero_sized(name: str, tensor: OnnxTensor) -> None:
-    """ONNX Runtime 1.19 dies (SIGFPE) on zero-sized inputs in common operators (Gemm,
-    SoftmaxCrossEntropyLoss): refuse them before the native call."""
-    if tensor.has_zero_sized_dimension():
-        _refuse_empty(name, tensor.getInfo().shape)
 
 
 def _refuse_empty(name: str, shape: Tuple[int, ...]) -> None:
@@ -43,7 +36,7 @@ def _array_type(array: np.ndarray, what: str) -> OnnxTensorType:
     dtype = array.dtype
     onnx_type = DTYPE_TO_ONNX.get(dtype if dtype.byteorder in ("=", "|") else dtype.newbyteorder("="))
     if onnx_type is None:
-        raise _refuse_dtype(dtype, what)
+        raise refuse_dtype(dtype, what)
     return onnx_type
 
 
@@ -78,10 +71,3 @@ def checked_input(what: str, name: str, value: Any, spec: InputSpec, made: List[
     tensor.passed_spec = spec
     tensor.passed_dims = shape
     return tensor
-
-
-def tensor_for_input(name: str, value: Any) -> Tuple[OnnxTensor, bool]:
-    """(tensor, made_here) for an input given as an ``OnnxTensor`` or a numpy array (no signature check)."""
-    made: List[OnnxTensor] = []
-    tensor = checked_input("the model's", name, value, ANY_INPUT, made)
-    return tensor, bool(made)

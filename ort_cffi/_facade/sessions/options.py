@@ -100,7 +100,7 @@ def _check_int(value: Any, what: str, low: int, high: int = 2**31 - 1) -> int:
 _Member = TypeVar("_Member", bound=enum.Enum)
 
 
-def _member(kind: Type[_Member], value: Any, what: str) -> _Member:
+def enum_member(kind: Type[_Member], value: Any, what: str) -> _Member:
     """The member of the enum ``kind`` that ``value`` is or names by its value."""
     if isinstance(value, bool):
         raise OrtException.invalid_argument(f"{what} must be an {kind.__name__}, not bool")
@@ -179,7 +179,7 @@ class SessionOptions(NativeHandle):
             OrtClosedException: The options are closed.
             OrtInvalidArgumentException: `level` is no `OptLevel` (also a `ValueError`).
         """
-        level = _member(OptLevel, level, "the optimization level")
+        level = enum_member(OptLevel, level, "the optimization level")
         self._call(self._rt.api.SetSessionGraphOptimizationLevel, int(level), context="SetSessionGraphOptimizationLevel")
 
     def setExecutionMode(self, mode: _ExecutionMode) -> None:
@@ -194,7 +194,7 @@ class SessionOptions(NativeHandle):
             OrtClosedException: The options are closed.
             OrtInvalidArgumentException: `mode` is no `ExecutionMode` (also a `ValueError`).
         """
-        mode = _member(ExecutionMode, mode, "the execution mode")
+        mode = enum_member(ExecutionMode, mode, "the execution mode")
         self._call(self._rt.api.SetSessionExecutionMode, int(mode), context="SetSessionExecutionMode")
 
     def addConfigEntry(self, configKey: str, configValue: str) -> None:
@@ -240,7 +240,7 @@ class SessionOptions(NativeHandle):
             OrtClosedException: The options are closed.
             OrtInvalidArgumentException: `level` is no `OrtLoggingLevel` (also a `ValueError`).
         """
-        level = _member(OrtLoggingLevel, level, "the log level")
+        level = enum_member(OrtLoggingLevel, level, "the log level")
         self._call(self._rt.api.SetSessionLogSeverityLevel, int(level), context="SetSessionLogSeverityLevel")
 
     setLogLevel = setSessionLogLevel
@@ -454,7 +454,7 @@ class RunOptions(NativeHandle):
             OrtClosedException: The options are closed.
             OrtInvalidArgumentException: `level` is no `OrtLoggingLevel` (also a `ValueError`).
         """
-        level = _member(OrtLoggingLevel, level, "the log level")
+        level = enum_member(OrtLoggingLevel, level, "the log level")
         self._call(self._rt.api.RunOptionsSetRunLogSeverityLevel, int(level), context="RunOptionsSetRunLogSeverityLevel")
 
     def getLogLevel(self) -> Optional[OrtLoggingLevel]:

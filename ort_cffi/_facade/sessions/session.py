@@ -125,7 +125,7 @@ class OrtSession(NativeHandle):
     def _read_input_specs(self, path: Optional[str], data: Optional[bytes]) -> List[InputSpec]:
         """Each input's signature, checked before every run: ``SessionGetInputTypeInfo``, except that
         it gives rank 0 both for a scalar and for an input declared without a shape (any rank): the
-        model's own graph input tells them apart (``_signature.model_inputs``), and where it cannot
+        model's own graph input tells them apart (``signature.model_inputs``), and where it cannot
         be read, rank 0 is taken as any rank. A non-tensor input is left to the runtime."""
         declared = model_inputs(path, data, self._input_names)
         specs = []

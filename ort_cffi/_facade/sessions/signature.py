@@ -277,6 +277,13 @@ def graph_value_names(path: str) -> Optional[FrozenSet[str]]:
         return None
 
 
+def unknown_values(path: str, names: Iterable[str]) -> List[str]:
+    """The ``names`` that are no value of the model file ``path`` (see ``graph_value_names``): what an
+    export would be refused for. Empty when the file cannot be followed: the runtime then judges."""
+    values = graph_value_names(path)
+    return [] if values is None else [name for name in names if name not in values]
+
+
 @functools.lru_cache(maxsize=16)
 def _file_value_names(path: str, device: int, inode: int, size: int, mtime_ns: int) -> Optional[FrozenSet[str]]:
     with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:

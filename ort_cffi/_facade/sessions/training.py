@@ -25,7 +25,7 @@ import numpy as np
 from ort_cffi._facade.sessions.checkpoint import INT64_MAX, INT64_MIN, OrtCheckpointState, StateBinding
 from ort_cffi._facade.sessions.options import RunOptions, SessionOptions
 from ort_cffi._facade.sessions.results import NameSet, Result
-from ort_cffi._facade.sessions.signature import graph_value_names, model_inputs
+from ort_cffi._facade.sessions.signature import model_inputs, unknown_values
 from ort_cffi._facade.sessions.steps import ModelPlan
 from ort_cffi._facade.tensors.conversions import as_tensor_array
 from ort_cffi._facade.tensors.tensor import OnnxTensor, tensor_over_copy
@@ -144,7 +144,7 @@ class OrtTrainingSession(NativeHandle):
             inputs = read_names(self._ptr, t.TrainingSessionGetEvalModelInputCount, t.TrainingSessionGetEvalModelInputName)
             outputs = read_names(self._ptr, t.TrainingSessionGetEvalModelOutputCount, t.TrainingSessionGetEvalModelOutputName)
         # The training C API has no call for the models' input types: they are read from the ONNX
-        # model (its graph inputs only; see _signature.py), once.
+        # model (its graph inputs only; see signature.py), once.
         return ModelPlan(kind, inputs, outputs, step, model_inputs(model[0], model[1], inputs), self._lock)
 
     # --- names ---------------------------------------------------------------------------------
@@ -657,8 +657,7 @@ class OrtTrainingSession(NativeHandle):
         could not be found. Please regenerate the eval graph."). The runtime accepts any value of the
         graph, not only its outputs (docs/internals/runtime.md §4), so this refuses only names that are no
         value at all; a model this reader cannot follow is left to the runtime."""
-        values = graph_value_names(self._eval_path) if self._eval_path is not None else None
-        unknown = [name for name in names if values is not None and name not in values]
+        unknown = unknown_values(self._eval_path, names) if self._eval_path is not None else []
         if unknown:
             outputs = ", ".join(repr(name) for name in self._eval.output_names) if self._eval is not None else "none"
             raise OrtException.invalid_argument(

@@ -48,7 +48,7 @@ def _supported_dtypes() -> str:
     return ", ".join(sorted(str(d) for d in DTYPE_TO_ONNX)) + ", str"
 
 
-def _refuse_dtype(dtype: np.dtype, what: str) -> OrtException:
+def refuse_dtype(dtype: np.dtype, what: str) -> OrtException:
     if dtype.kind == "c":
         return OrtException.invalid_argument(
             f"{what} has dtype {dtype}: ONNX Runtime 1.19 has no complex tensors (it refuses COMPLEX64 and COMPLEX128)"
@@ -66,7 +66,7 @@ def as_tensor_array(data: Any, what: str = "tensor data") -> np.ndarray:
     if dtype not in DTYPE_TO_ONNX:
         native = dtype.newbyteorder("=") if dtype.byteorder not in ("=", "|") else dtype
         if native not in DTYPE_TO_ONNX:
-            raise _refuse_dtype(dtype, what)
+            raise refuse_dtype(dtype, what)
         return np.array(array, dtype=native, order="C")
     if not (array.flags.c_contiguous and array.flags.aligned):
         return np.array(array, order="C")

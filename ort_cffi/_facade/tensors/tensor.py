@@ -141,7 +141,6 @@ class OnnxTensor(OnnxValue):
     _array: Optional[np.ndarray] = None  # the memory the tensor is over (None: the runtime's)
     _plain = True  # ``_array`` holds the values themselves (not the raw bits of a type numpy lacks)
     _info: Optional[TensorInfo] = None
-    _empty: Optional[bool] = None  # has a zero-sized dimension (None: not known yet)
     _writable = True  # the runtime may write into its memory (decided once, at creation)
     _buffer: Any = None
     _ref: Optional[np.ndarray] = None  # what getBufferRef() hands out
@@ -238,7 +237,6 @@ class OnnxTensor(OnnxValue):
         tensor._own(out[0], c.ReleaseValue)
         tensor._array = array  # the memory the tensor reads and writes: kept alive with it
         tensor._buffer = buffer
-        tensor._empty = 0 in shape
         tensor._writable = bool(array.flags.writeable)
         if onnx_type in BITS_TYPES:
             tensor._plain = False
@@ -258,7 +256,6 @@ class OnnxTensor(OnnxValue):
             tensor.close()
             raise
         tensor._info = TensorInfo(STRING, shape)
-        tensor._empty = 0 in shape
         return tensor
 
     @classmethod
@@ -542,20 +539,6 @@ class OnnxTensor(OnnxValue):
         info = self._info if self._closed else self.getInfo()
         closed = "true" if self._closed else "false"
         return f"OnnxTensor(info={info.toString() if info is not None else 'unknown'},closed={closed})"
-
-    def has_zero_sized_dimension(self) -> bool:
-        """Whether a dimension of the tensor is 0 (ONNX Runtime 1.19 crashes on such inputs, so steps and
-        runs refuse them).
-
-        Java: none (ort_cffi addition).
-
-        Raises:
-            OrtClosedException: The tensor is closed.
-        """
-        self._handle()
-        if self._empty is None:
-            self._empty = 0 in self.getInfo().shape
-        return self._empty
 
     def __repr__(self) -> str:
         if self._closed:
