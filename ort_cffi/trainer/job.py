@@ -57,6 +57,8 @@ from ort_cffi.trainer.loop import Outputs, Plan, check_export, evaluate, inferen
 from ort_cffi.trainer.output import load_history, plot, write_json
 
 # The files that make a folder a run's: a new run refuses such an --out unless told --resume or --overwrite.
+# Where --overwrite generates --model's new artifacts (inside --out) until the pre-flight passed.
+STAGED_ARTIFACTS = ".artifacts-staged"
 RUN_FILES = ("last_checkpoint", "best_checkpoint", "metrics.json", "inference_model.onnx")
 # What a new run with --overwrite removes of the old run before its first epoch (artifacts/ aside).
 REPLACED_FILES = RUN_FILES + ("training.png",)
@@ -116,6 +118,19 @@ class _Source:
     data: Path
     model: Optional[Dict[str, Any]]  # --model's identity (path, sha256, options), or None
     lines: List[str] = field(default_factory=list)  # what to print about the artifacts
+    # With --overwrite, --model's new artifacts are generated beside the old ones (``folder`` is then the
+    # staging folder) and take their place (``replaces``) only once the pre-flight passed.
+    replaces: Optional[Path] = None
+
+    def settle(self) -> None:
+        """Move staged artifacts into the place of the ones they replace (after the pre-flight)."""
+        if self.replaces is None:
+            return
+        shutil.rmtree(self.replaces, ignore_errors=True)
+        os.replace(self.folder, self.replaces)
+        self.folder, self.replaces = self.replaces, None
+        self.files = find_artifacts(self.folder)
+        self.checkpoint = self.files["checkpoint"]
 
 
 class TrainingJob:
@@ -177,6 +192,7 @@ class TrainingJob:
                 raise
             if resumed is None and self.settings.overwrite:
                 self._remove_old_run(source)
+                source.settle()
             if plan.first_epoch > config.epochs:
                 print(f"nothing left to do: the checkpoint is at epoch {plan.first_epoch - 1} and the run has "
                       f"{config.epochs} epochs; to train further, resume with --epochs N (more than "
@@ -232,7 +248,8 @@ class TrainingJob:
         for name in REPLACED_FILES:
             (self.out / name).unlink(missing_ok=True)
         old_artifacts = self.out / "artifacts"
-        if old_artifacts.is_dir() and old_artifacts.resolve() != source.folder.resolve():
+        trained = source.replaces or source.folder  # where the artifacts this run trains will be
+        if old_artifacts.is_dir() and old_artifacts.resolve() != trained.resolve():
             shutil.rmtree(old_artifacts)
 
     def _resumed(self) -> Optional[Resumed]:
@@ -249,8 +266,11 @@ class TrainingJob:
         settings, stored = self.settings, resumed.config if resumed is not None else None
         lines: List[str] = []
         model: Optional[Dict[str, Any]] = stored.model if stored is not None else None
+        replaces: Optional[Path] = None
         if settings.model is not None:
             folder, model, lines = self._model_artifacts(resumed)
+            if folder.name == STAGED_ARTIFACTS:
+                replaces = self.out / "artifacts"
         elif settings.artifacts is not None:
             folder = settings.artifacts
         elif stored is not None:
@@ -271,7 +291,7 @@ class TrainingJob:
                                  "name it with --data FILE.npz")
         else:
             data = find_dataset(settings.data, folder)
-        return _Source(folder, files, checkpoint, data, model, lines)
+        return _Source(folder, files, checkpoint, data, model, lines, replaces)
 
     def _model_artifacts(self, resumed: Optional[Resumed]) -> Tuple[Path, Dict[str, Any], List[str]]:
         """The artifacts of ``--model`` in OUT/artifacts: generated, or reused when they match the model and
@@ -307,16 +327,22 @@ class TrainingJob:
             return folder, identity, [f"artifacts: {folder}"]
         if artifacts_match(folder, settings.model, options):
             return folder, identity, [f"artifacts: {folder} (reused: made from {settings.model} with the same options)"]
+        target, note = folder, "generated"
+        if settings.overwrite and os.path.lexists(folder):  # the old ones stay until the pre-flight passed
+            target, note = self.out / STAGED_ARTIFACTS, f"generated; they replace {folder} once the checks pass"
+            shutil.rmtree(target, ignore_errors=True)  # left by a run that was killed
         made = generate_artifacts(settings.model, options["requires_grad"], options["frozen_params"], options["loss"],
-                                  options["optimizer"], folder, loss_input_names=options["loss_input_names"],
+                                  options["optimizer"], target, loss_input_names=options["loss_input_names"],
                                   overwrite=settings.overwrite, python=settings.python)
-        return folder, identity, describe(made, str(settings.model)) + [f"artifacts: {folder} (generated)"]
+        return target, identity, describe(made, str(settings.model)) + [f"artifacts: {folder} ({note})"]
 
     def _config(self, source: _Source, resumed: Optional[Resumed]) -> Tuple[RunConfig, List[str]]:
         """The run's configuration: the options given and the defaults, or the resumed run's; and the notes
         to print about what an override changed."""
         given = {key: getattr(self.settings, key) for key in DEFAULTS}
         data_id, artifacts_id = data_identity(source.data), artifacts_identity(source.folder)
+        if source.replaces is not None:  # staged: the run's record names where they will be
+            artifacts_id["path"] = str(source.replaces.resolve())
         notes: List[str] = []
         stored = resumed.config if resumed is not None else None
         if stored is not None:
@@ -372,13 +398,15 @@ class TrainingJob:
 class _Undo:
     """What a run's pre-flight made, to remove again when it fails: the --out folder and the parents it
     needed, when they did not exist, or else OUT/artifacts, when it did not. Nothing that existed before is
-    removed (files the pre-flight replaced, like regenerated artifacts after --overwrite, stay replaced)."""
+    removed: with --overwrite, --model's new artifacts wait beside the old ones (``STAGED_ARTIFACTS``) and go."""
 
     def __init__(self, out: Path) -> None:
+        self.out = out
         self.made = [folder for folder in (out, *out.parents) if not os.path.lexists(folder)]  # deepest first
         self.artifacts = None if self.made or os.path.lexists(out / "artifacts") else out / "artifacts"
 
     def __call__(self) -> None:
+        shutil.rmtree(self.out / STAGED_ARTIFACTS, ignore_errors=True)
         if self.made:
             shutil.rmtree(self.made[0], ignore_errors=True)  # made by this run: all it holds is this run's
             for folder in self.made[1:]:

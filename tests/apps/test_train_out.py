@@ -193,3 +193,27 @@ def test_a_failed_preflight_after_generating_removes_the_artifacts(tmp_path: Pat
     code, _, stderr = run(capsys, "--model", model, "--data", data, "--out", existing, *QUIET)
     assert code == 2 and "train_input is float64" in stderr, stderr
     assert list(existing.iterdir()) == []
+
+
+def test_overwrite_keeps_the_old_run_and_artifacts_when_the_preflight_fails(
+        tmp_path: Path, small_data: Path, capsys: pytest.CaptureFixture) -> None:
+    """--overwrite --model regenerates the artifacts; they wait beside the old ones until the checks pass.
+    A dataset refused after the generation leaves the old run and its artifacts exactly as they were (the
+    regenerated artifacts used to stay, under a run whose checkpoints belong to the old ones); a pre-flight
+    that passes puts the new artifacts in place, where the run's record names them."""
+    model = _digits_model(tmp_path / "model.onnx")
+    out = tmp_path / "run"
+    assert run(capsys, "--model", model, "--data", small_data, "--epochs", 1, "--out", out, *QUIET)[0] == 0
+    before = snapshot(out)
+    code, _, stderr = run(capsys, "--model", model, "--data", _npz(tmp_path, _float64), "--trainable", "fc2.*",
+                          "--epochs", 1, "--out", out, "--overwrite", *QUIET)
+    assert code == 2 and "train_input is float64" in stderr, stderr
+    assert snapshot(out) == before
+    code, stdout, stderr = run(capsys, "--model", model, "--data", small_data, "--trainable", "fc2.*", "--epochs", 1,
+                               "--out", out, "--overwrite", *QUIET)
+    assert code == 0, stderr
+    assert "they replace" in stdout and not (out / ".artifacts-staged").exists()
+    manifest = json.loads((out / "artifacts" / "artifacts.json").read_text())
+    assert manifest["options"]["requires_grad"] == ["fc2.*"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["config"]["artifacts"]["path"] == str((out / "artifacts").resolve())
