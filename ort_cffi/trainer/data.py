@@ -53,18 +53,20 @@ def find_dataset(data: Optional[Path], artifacts: Path) -> Path:
     return found[0]
 
 
+def eval_signature(env: OrtEnvironment, eval_model: Path) -> Tuple[Dict[str, TensorInfo], Dict[str, TensorInfo]]:
+    """dtype and shape of the eval model's inputs and outputs, read in one inference session. The training
+    API does not tell them, but the eval model is an ordinary ONNX model: its inputs are the data inputs
+    followed by the parameters, its outputs the loss, then the model's own outputs."""
+    with env.createSession(eval_model) as session:
+        inputs = {name: info.getInfo() for name, info in session.getInputInfo().items()}
+        outputs = {name: info.getInfo() for name, info in session.getOutputInfo().items()}
+    return inputs, outputs
+
+
 def input_infos(env: OrtEnvironment, eval_model: Path, names: Sequence[str]) -> Dict[str, TensorInfo]:
-    """dtype and shape of the data inputs. The training API does not tell them, but the eval model is
-    an ordinary ONNX model whose inputs are the data inputs followed by the parameters."""
-    with env.createSession(eval_model) as session:
-        infos = session.getInputInfo()
-    return {name: infos[name].getInfo() for name in names if name in infos}
-
-
-def output_infos(env: OrtEnvironment, eval_model: Path) -> Dict[str, TensorInfo]:
-    """dtype and shape of the eval model's outputs (the loss, then the model's own outputs)."""
-    with env.createSession(eval_model) as session:
-        return {name: info.getInfo() for name, info in session.getOutputInfo().items()}
+    """dtype and shape of the data inputs ``names`` (see ``eval_signature``)."""
+    infos = eval_signature(env, eval_model)[0]
+    return {name: infos[name] for name in names if name in infos}
 
 
 def shape_text(dims: Sequence[int]) -> str:

@@ -42,13 +42,12 @@ from ort_cffi.trainer.data import (
     DEFAULT_ARTIFACTS,
     check_batch_size,
     check_labels,
+    eval_signature,
     find_artifacts,
     find_dataset,
     fixed_batch,
-    input_infos,
     load_dataset,
     loss_labels,
-    output_infos,
     running_statistics,
     shape_text,
 )
@@ -446,7 +445,9 @@ class _Prepared:
         self.job, self.session, self.source, self.config = job, session, source, config
         env, files = job.env, source.files
         self.splits = {"train": list(session.getTrainInputNames()), "val": list(session.getEvalInputNames())}
-        self.infos = input_infos(env, files["eval"], sorted(set(self.splits["train"]) | set(self.splits["val"])))
+        inputs, self.outputs = eval_signature(env, files["eval"])  # one inference session, not one per question
+        self.infos = {name: inputs[name] for name in sorted(set(self.splits["train"]) | set(self.splits["val"]))
+                      if name in inputs}
         self.data = load_dataset(source.data, self.splits, self.infos)
         eval_outputs = list(session.getEvalOutputNames())
         self.export = job.settings.export_outputs or eval_outputs[1:]
@@ -467,7 +468,7 @@ class _Prepared:
                              self.class_axis, running_statistics(manifest, list(session.getTrainOutputNames())))  # loss first
         where = f"dataset {str(source.data)!r}"
         if self.labels is not None and self.scores is not None:
-            shape = output_infos(env, files["eval"])[self.scores].shape
+            shape = self.outputs[self.scores].shape
             classes = shape[self.class_axis] if len(shape) > self.class_axis else -1
             if classes > 1:
                 check_labels(self.data, self.labels, classes, self.scores, where,
