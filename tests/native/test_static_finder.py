@@ -255,6 +255,23 @@ def test_the_version_check_locations_reproduce_the_survey(tmp_path):
     assert cp312["pybind11_version_check"]["offset"] == 0x10757CE
 
 
+def test_every_surveyed_build_records_its_version_check():
+    """The generator patches only a check the survey located, so a build whose row lacks it cannot generate on
+    CPython 3.13+ (ort_cffi/runtime/generator.py). The CUDA rows once had none (their ~300 MB wheels were not
+    downloaded when the field was added); scripts/survey_runtimes.py located it in each, read from the wheels.
+    CI fetches only the CPU wheels, so the CUDA rows are checked here as data: each names its own CPython, at
+    the offset the survey measured (the NUL-delimited "3.X" that PyInit loads, docs/internals/runtime.md §7)."""
+    rows = known_runtimes()["files"]
+    assert {row["flavour"] for row in rows} == {"cpu", "cuda"}
+    for row in rows:
+        compiled_for = f"{row['python_tag'][2]}.{row['python_tag'][3:]}"
+        check = row["pybind11_version_check"]
+        assert check is not None and check["compiled_for"] == compiled_for, row["wheel"]
+        assert 0 < check["offset"] < row["extension_size"] - len(compiled_for), row["wheel"]
+    cuda = {row["python_tag"]: row["pybind11_version_check"]["offset"] for row in rows if row["flavour"] == "cuda"}
+    assert cuda == {"cp38": 0x1400B54, "cp39": 0x1400C54, "cp310": 0x1400C54, "cp311": 0x1401CD4}
+
+
 def test_the_version_check_is_not_found_on_a_guess(tmp_path):
     """A version the file does not hold, or holds in more than one place, is no location."""
     extension = _cp312_extension(tmp_path)
