@@ -45,6 +45,10 @@ GENERATOR_FOLDER = "generator"  # in a stored runtime's folder: the folder to pu
 PACKAGE_PREFIX = "onnxruntime/"
 NATIVE_PREFIX = "onnxruntime/capi/"
 EXTENSION_STEM = "onnxruntime_pybind11_state"
+# The oldest build whose Python layer imports in a newer CPython once patched: pybind11 compiled for CPython
+# 3.11 or older reads interpreter internals that changed in 3.12, and such a copy crashes in PyInit (measured:
+# the cp311 CPU and CUDA builds in 3.12 and 3.13; docs/internals/runtime.md §7). cp312 in 3.13 works.
+OLDEST_PATCHABLE = (3, 12)
 
 
 def running_version() -> str:
@@ -90,7 +94,8 @@ def prepare_generator(runtime: StoredRuntime) -> Path:
     """The folder to put first on ``sys.path`` to import the stored runtime's Python layer in this
     interpreter; its copy of the extension is made now if missing. Raises ``RuntimeInstallError`` for a
     runtime kept without that layer, a file the survey does not know (truncated, another build) or whose
-    version check it did not locate, and an interpreter older than the build: nothing is patched then."""
+    version check it did not locate, an interpreter older than the build, and a build older than CPython 3.12
+    in a newer interpreter: nothing is patched then."""
     folder = generator_folder(runtime)
     if not has_generator(runtime):
         raise RuntimeInstallError(
@@ -122,6 +127,13 @@ def prepare_generator(runtime: StoredRuntime) -> Path:
             f"{runtime.name} was built for CPython {compiled_for}; as a Python module it imports in that CPython "
             f"and later ones only, not in {interpreter_name()}: install the build for this interpreter "
             f"(`ort-cffi-runtime install --python-version {running}`)"
+        )
+    if running != compiled_for and tuple(map(int, compiled_for.split("."))) < OLDEST_PATCHABLE:
+        raise RuntimeInstallError(
+            f"{runtime.name} was built for CPython {compiled_for}, whose Python layer crashes in newer interpreters "
+            f"(pybind11 reads CPython internals that changed in 3.12): it generates in CPython {compiled_for} only. "
+            "Here, install the CPU build for CPython 3.12 (`ort-cffi-runtime install --python-version 3.12`), or "
+            "name an interpreter with ONNX Runtime's Python layer (--python)"
         )
     try:
         renames = plan_renames(source, interpreter_exports, interpreter_name())

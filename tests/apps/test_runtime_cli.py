@@ -217,7 +217,21 @@ def test_a_build_newer_than_the_interpreter_or_without_a_surveyed_check_is_refus
     (runtime.folder / "generator" / "onnxruntime" / "capi" / extension_name()).unlink()
     surveyed = json.loads(json.dumps(known_runtimes()))
     for row in surveyed["files"]:
-        row["pybind11_version_check"] = None  # as for the CUDA builds, whose wheels were not surveyed for it
+        row["pybind11_version_check"] = None  # a layout the survey did not locate
     monkeypatch.setattr("ort_cffi._native.store.known_runtimes", lambda: surveyed)
     with pytest.raises(RuntimeInstallError, match="the survey did not locate pybind11's version check"):
         prepare_generator(runtime)
+
+
+def test_a_build_older_than_3_12_is_not_patched_for_a_newer_interpreter(store, monkeypatch):
+    """pybind11 compiled for CPython 3.11 or older crashes in PyInit once patched into a newer interpreter
+    (the cp311 builds in 3.12 and 3.13 segfault): such a build is refused for generation, before anything is
+    written, so that a CPU build for 3.12 beside it (or --python) is used instead."""
+    older = max((r for r in known_runtimes()["files"] if r["flavour"] == "cpu"
+                 and (int(r["python_tag"][2]), int(r["python_tag"][3:])) < min(sys.version_info[:2], (3, 12))),
+                key=lambda r: int(r["python_tag"][3:]))
+    runtime = installed(store, monkeypatch, older)
+    capi = runtime.folder / "generator" / "onnxruntime" / "capi"
+    with pytest.raises(RuntimeInstallError, match=r"whose Python layer crashes in newer interpreters"):
+        prepare_generator(runtime)
+    assert not list(capi.glob(f"{extension_name()}*")) and not list(capi.glob(f".{extension_name()}*"))
