@@ -19,6 +19,10 @@ requires_grad)`` changes only what stands in the way, on that path only:
 - ``explicit_perm``: a Transpose without ``perm`` gets the default one written out (the builder reads it).
 - ``flat_indices``: a Gather of a trained parameter by indices of shape [1, ...] gathers by the indices
   without that axis and unsqueezes the result (1.19.2's gradient of the original corrupts memory).
+- ``static_shape``: the input of a MaxPool or AveragePool gets its shape declared (``value_info``) where
+  shape inference alone cannot tell it but can by following Shape values into Reshape (torch's GroupNorm
+  export), as their gradient kernels size the gradient from the graph's shapes; where no inference can tell
+  the sizes those kernels read, the pool is refused (the training step would crash).
 
 An operator on the path that has neither a gradient nor a rewrite is refused with ``PreparationError``,
 naming the node. Nodes off the path are never touched, and a model that needs nothing comes back as the
@@ -104,10 +108,10 @@ def _all_names(graph, into):
     return into
 
 
-def _types(model):
+def _types(model, data_prop=False):
     """name -> (elem_type, shape or None) of the tensors of the main graph that shape inference can tell."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=data_prop)
     except Exception:  # custom domains and broken models: what the model itself declares
         inferred = model
     graph = inferred.graph
@@ -784,6 +788,7 @@ class _Preparation:
         self.used = _all_names(model.graph, set())
         self.counters = {}
         self._producer = None
+        self._propagated = None
         if requires_grad is None:
             self.params = sorted(t.name for t in self.graph.initializer if t.data_type in FLOAT_TYPES)
         else:
@@ -795,6 +800,13 @@ class _Preparation:
         if self._producer is None:
             self._producer = dict((name, node) for node in self.graph.node for name in node.output if name)
         return self._producer
+
+    def propagated(self):
+        """``_types`` with shape inference's data propagation (Shape values followed into Reshape, Concat,
+        ...), made on first use: it knows the shapes of torch's GroupNorm export, plain inference does not."""
+        if self._propagated is None:
+            self._propagated = _types(self.model, data_prop=True)
+        return self._propagated
 
     def unique(self, base):
         count = self.counters.get(base, 0)
@@ -906,6 +918,33 @@ def _gather_leading_one(prep, node):
     return axis % len(data_shape) if data_shape else (axis if axis >= 0 else None)
 
 
+# Pools whose gradient kernel sizes its output from the graph's static shape of the pool's input (1.19.2's
+# pool_gradient_op.cc, InferOutputShapes: an unknown or symbolic size reads as 0), and the first axis each
+# kernel reads from the incoming gradient instead (MaxPoolGrad: the batch; AveragePoolGrad: none).
+# docs/internals/runtime.md §8.
+STATIC_SHAPE_POOLS = {"MaxPool": 1, "AveragePool": 0}
+
+
+def _static_shape_hint(prep, node):
+    """The ``value_info`` that declares the shape of pool ``node``'s input, or None where plain shape inference
+    already knows every size its gradient kernel reads. Refuses a pool where no inference can tell them."""
+    first = STATIC_SHAPE_POOLS[node.op_type]
+    name = node.input[0]
+    shape = prep.types.get(name, (0, None))[1]
+    if shape is not None and all(d is not None for d in shape[first:]):
+        return None
+    elem_type, dims = prep.propagated().get(name, (0, None))
+    if dims is not None and all(isinstance(d, int) and d > 0 for d in dims[first:]):
+        return helper.make_tensor_value_info(name, elem_type or TensorProto.FLOAT, dims)
+    shown = "unknown" if not (dims or shape) else "[" + ", ".join(
+        str(d) if d is not None else "?" for d in (dims or shape)) + "]"
+    sizes = "leaves sizes open" if first == 0 else "leaves sizes past the batch open"
+    raise prep.refuse(node, "ONNX Runtime 1.19.2's gradient kernel for {} sizes the gradient from the graph's "
+                            "shape of its input {!r}, which {} ({}): its training step would crash. Export the "
+                            "model with fixed input sizes{}".format(
+                                node.op_type, name, sizes, shown, " and a fixed batch size" if first == 0 else ""))
+
+
 def _may_need_a_rule(node):
     """Whether some rule could apply to ``node`` if it were on the gradient path (a cheap first look)."""
     if node.domain == ML_DOMAIN:
@@ -915,8 +954,8 @@ def _may_need_a_rule(node):
     op = node.op_type
     if op in REWRITES or op in ZERO_GRADIENT or op in KNOWN_WITHOUT_GRADIENT:
         return True
-    if op in ("LayerNormalization", "Dropout", "BatchNormalization", "Gather"):
-        return True  # _declare_outputs and _gather_leading_one decide
+    if op in ("LayerNormalization", "Dropout", "BatchNormalization", "Gather") or op in STATIC_SHAPE_POOLS:
+        return True  # _declare_outputs, _gather_leading_one and _static_shape_hint decide
     if op == "Transpose" and not any(a.name == "perm" for a in node.attribute):
         return True
     reads = [name for name in node.input if name]
@@ -943,6 +982,7 @@ def prepare(model, requires_grad=None, outputs=None):
     for index in on_path:
         reached.update(graph.node[index].output)
     replaced = {}  # node index -> list of nodes taking its place
+    hints = []  # value_info declaring shapes that shape inference cannot tell
     records = []
     by_key = {}
 
@@ -977,6 +1017,12 @@ def prepare(model, requires_grad=None, outputs=None):
         if op in KNOWN_WITHOUT_GRADIENT:
             raise prep.refuse(node, "ONNX Runtime 1.19.2 has no gradient for {}, and there is no rewrite of it "
                                     "into operators that have one".format(op))
+        if op in STATIC_SHAPE_POOLS:
+            hint = _static_shape_hint(prep, node)
+            if hint is not None:
+                hints.append(hint)
+                record("static_shape", op, label)
+            continue
         current = node
         declared = _declare_outputs(prep, current, index)
         if declared is not None:
@@ -1007,7 +1053,7 @@ def prepare(model, requires_grad=None, outputs=None):
         if current is not node:
             replaced[index] = before + [current]
 
-    if not replaced:
+    if not replaced and not hints:
         return model, []
     result = onnx.ModelProto()
     result.CopyFrom(model)
@@ -1016,4 +1062,9 @@ def prepare(model, requires_grad=None, outputs=None):
         nodes.extend(replaced.get(index, [node]))
     del result.graph.node[:]
     result.graph.node.extend(nodes)
+    if hints:  # in place of what the model declares for those tensors (ONNX Runtime keeps declared sizes)
+        hinted = set(hint.name for hint in hints)
+        kept = [value for value in result.graph.value_info if value.name not in hinted]
+        del result.graph.value_info[:]
+        result.graph.value_info.extend(kept + hints)
     return result, records
