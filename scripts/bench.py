@@ -30,7 +30,8 @@ against ONNX Runtime's own Python layer (time and peak memory), the extra reside
 over a 256 MiB array; the speed-up of two sessions trained in two threads over the same two one
 after the other; and the tensor figures: the time to create and close one tensor (over a numpy
 array, the zero-copy path; from a Python scalar) and to read one back (``getValue``, ``getInfo``),
-which ``--tensors`` measures alone. Results go to stdout (a table, target PASS/FAIL lines) and JSON.
+which ``--tensors`` measures alone; and the facade against ONNX Runtime's Python layer per step on three
+models of the zoo (scripts/bench_zoo.py), which ``--zoo-only`` measures alone. Results go to stdout (a table, target PASS/FAIL lines) and JSON.
 
 ``import onnxruntime`` happens only after ort_cffi has loaded its private runtime image; no object of
 one image ever reaches the other. ``torch`` is blocked from being imported (the bench needs none).
@@ -57,6 +58,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from bench_startup import measure_first_step, measure_import, measure_rss, print_startup
+from bench_zoo import measure_zoo, print_zoo
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -765,6 +767,7 @@ def print_report(results: dict) -> None:
         print(f"  {'paired ratio':<26} {'median':>15} {'p25-p75':>19}")
         for key, s in res["ratios"].items():
             print(f"  {key:<26} {s['median']:>15.3f} {s['p25']:>9.3f}-{s['p75']:<9.3f}")
+    print_zoo(results.get("zoo", {}))
     thr = results.get("threads")
     if thr:
         print(f"\ntwo sessions (big, batch {thr['batch']}, {thr['steps_per_session']} steps each, {thr['reps']} pairs), "
@@ -806,6 +809,31 @@ def _git_commit() -> Optional[str]:
         return None
 
 
+def zoo_only(rounds: int, steps: int, loadavg_start: Tuple[float, ...], out: Path) -> int:
+    """``--zoo-only``: the zoo's models alone, facade against ONNX Runtime's Python layer."""
+    if "torch" not in sys.modules:
+        sys.modules["torch"] = None  # type: ignore[assignment]
+    from ort_cffi import OrtEnvironment
+
+    OrtEnvironment.getEnvironment()  # ort_cffi's runtime first: `import onnxruntime` comes after, images apart
+    import onnxruntime  # type: ignore[import-untyped]  # noqa: F401
+    from onnxruntime.capi import _pybind_state as C  # type: ignore[import-untyped]
+
+    zoo = measure_zoo(C, rounds, steps)
+    print_zoo(zoo)
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cpu": cpu, "cpus": os.cpu_count(),
+            "python": platform.python_version(), "git_commit": _git_commit(),
+            "loadavg_start": [round(x, 2) for x in loadavg_start], "loadavg_end": [round(x, 2) for x in os.getloadavg()]}
+    print(f"\n({meta['date']}, {cpu}, {meta['cpus']} CPUs, Python {meta['python']}, load avg {meta['loadavg_start']} -> "
+          f"{meta['loadavg_end']}, commit {meta['git_commit']})")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"zoo": zoo, "meta": meta}, indent=1))
+    print(f"results written to {out}")
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, help="interleaved rounds per model (default 30; 8 with --quick)")
@@ -817,6 +845,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "reference (default: .cache/bench-torch, created on first use)")
     parser.add_argument("--no-first-step", action="store_true", help="skip the first-step comparison (it needs torch)")
     parser.add_argument("--tensors", action="store_true", help="measure only the tensor figures (about 20 s)")
+    parser.add_argument("--zoo-only", action="store_true", help="measure only the zoo models, facade vs ONNX Runtime's "
+                        "Python layer (about a minute with --quick)")
+    parser.add_argument("--zoo-rounds", type=int, help="interleaved rounds per zoo model (default 12; 6 with --quick)")
+    parser.add_argument("--zoo-steps", type=int, help="steps per block, zoo models (default 10; 5 with --quick)")
     parser.add_argument("--json", default=str(ROOT / "runs" / "bench.json"), help="where to write the results (default runs/bench.json)")
     args = parser.parse_args(argv)
     quick = args.quick
@@ -825,6 +857,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     big_steps = args.big_steps or (10 if quick else 20)
     thread_steps = args.thread_steps or (40 if quick else 200)
     thread_reps = 3 if quick else 7
+    zoo_rounds = args.zoo_rounds or (6 if quick else 12)
+    zoo_steps = args.zoo_steps or (5 if quick else 10)
     warm_runs = 1 if quick else 3
 
     t_start = time.perf_counter()
@@ -837,6 +871,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"\n({platform.python_version()}, {os.cpu_count()} CPUs, load avg {[round(x, 2) for x in loadavg_start]} -> "
               f"{[round(x, 2) for x in os.getloadavg()]}, commit {_git_commit()})")
         return 0
+    if args.zoo_only:
+        return zoo_only(zoo_rounds, zoo_steps, loadavg_start, Path(args.json))
     results: dict = {"steps": {}, "notes": [NOTE_RESET, NOTE_SHARED]}
     torch_installed = importlib.util.find_spec("torch") is not None
 
@@ -875,6 +911,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             bench.close()
         del bench
         gc.collect()
+
+    # 3b. The zoo's models, facade against ONNX Runtime's Python layer.
+    results["zoo"] = measure_zoo(C, zoo_rounds, zoo_steps)
 
     # 4. Tensors: create + close, read back.
     print("timing tensor creation and reads...", flush=True)

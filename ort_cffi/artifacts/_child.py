@@ -37,8 +37,6 @@ from typing import Dict, List, Tuple
 # operator schemas are ONNX 1.16's, whose newest default-domain opset is 21.
 MAX_IR_VERSION = 10
 MAX_OPSET = 21
-# TensorProto element types a parameter can be trained in (float8 types have no gradient kernels).
-FLOAT_TYPES = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
 # The newest element type of IR version 10 (INT4); later types need a newer IR version.
 MAX_IR10_TYPE = 22
 # Inputs (by position) of common operators through which no gradient flows: a floating-point initializer
@@ -60,30 +58,44 @@ LOSS_NAMES = {
 GLOB_CHARACTERS = "*?["
 
 
-# Modules of this folder the child loads by file location (ort_cffi need not be importable here).
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def load_sibling(name):
-    """This folder's module ``name`` (Python 3.8 syntax, standard library, numpy and onnx only), loaded by
-    file location under a private name: the child may run where ort_cffi is not installed."""
-    key = "_ort_cffi_artifacts_" + name
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, os.path.join(HERE, name + ".py"))
-        if spec is None or spec.loader is None:
-            raise Refusal("unavailable", "ort_cffi's {}.py is missing beside {}".format(name, __file__))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
-
-
 class Refusal(Exception):
     """A problem with the request, reported to the parent as ``kind`` and a message that names it."""
 
     def __init__(self, kind, message):
         Exception.__init__(self, message)
         self.kind = kind
+
+
+# Modules of this folder the child loads by file location (ort_cffi need not be importable here), and the
+# siblings each one takes from sys.modules (graph_facts.py says why): those are loaded first.
+HERE = os.path.dirname(os.path.abspath(__file__))
+SIBLING_PREFIX = "_ort_cffi_artifacts_"  # graph_facts.SIBLING_PREFIX, needed here to load graph_facts itself
+SIBLINGS_NEEDED = {"rewrites": ["rewrite_rules"]}
+
+
+def load_sibling(name):
+    """This folder's module ``name`` (Python 3.8 syntax, standard library, numpy and onnx only), loaded by
+    file location under ``SIBLING_PREFIX + name``, after graph_facts and the siblings it needs."""
+    key = SIBLING_PREFIX + name
+    if key not in sys.modules:
+        for needed in ([] if name == "graph_facts" else ["graph_facts"]) + SIBLINGS_NEEDED.get(name, []):
+            load_sibling(needed)
+        spec = importlib.util.spec_from_file_location(key, os.path.join(HERE, name + ".py"))
+        if spec is None or spec.loader is None:
+            raise Refusal("unavailable", "ort_cffi's {}.py is missing beside {}".format(name, __file__))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[key]  # not half a module for the next one to take
+            raise
+    return sys.modules[key]
+
+
+# Element types, the opset and shapes as the graph modules read them (standard library only at import time).
+graph_facts = load_sibling("graph_facts")
+FLOAT_TYPES = graph_facts.FLOAT_TYPES
 
 
 # --- the generator, without the torch-importing package inits ---------------------------------------------
@@ -153,19 +165,7 @@ def value_spec(onnx, value):
     if kind != "tensor_type":
         return {"name": value.name, "dtype": kind or "unknown", "shape": None}
     tensor = value.type.tensor_type
-    shape = None
-    if tensor.HasField("shape"):
-        shape = []
-        for dim in tensor.shape.dim:
-            which = dim.WhichOneof("value")
-            shape.append(dim.dim_value if which == "dim_value" else (dim.dim_param if which == "dim_param" else None))
-    return {"name": value.name, "dtype": type_name(onnx, tensor.elem_type), "shape": shape}
-
-
-def show_shape(shape):
-    if shape is None:
-        return "of unknown shape"
-    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+    return {"name": value.name, "dtype": type_name(onnx, tensor.elem_type), "shape": graph_facts.shape_dims(tensor)}
 
 
 def parameter(onnx, initializer):
@@ -209,18 +209,11 @@ def _newest_type(graph):
     return newest
 
 
-def default_opset(model):
-    for opset in model.opset_import:
-        if opset.domain in ("", "ai.onnx"):
-            return opset.version
-    return None
-
-
 def bring_down(onnx, model, what):
     """Make ``model`` loadable by ONNX Runtime 1.19: the default-domain opset down to 21 (through onnx's
     version converter) and the IR version down to 10. Returns the notes of what changed."""
     notes = []
-    opset = default_opset(model)
+    opset = graph_facts.default_opset(model)
     if opset is not None and opset > MAX_OPSET:
         try:
             converted = onnx.version_converter.convert_version(model, MAX_OPSET)
@@ -327,13 +320,13 @@ def loss_plan(onnx, model, loss, loss_input_names, reading=None):
         if not output_names:
             raise Refusal("loss", "the model has no outputs: with no loss, its first output must be the loss")
         spec = value_spec(onnx, graph.output[0])
-        if spec["dtype"] not in FLOAT_TYPES.values():
+        if spec["dtype"] not in graph_facts.FLOAT_TYPE_NAMES.values():
             raise Refusal("loss", "with no loss, the model's first output is the loss, but {!r} is {} {}, not a "
-                                  "floating-point scalar".format(spec["name"], spec["dtype"], show_shape(spec["shape"])))
+                                  "floating-point scalar".format(spec["name"], spec["dtype"], graph_facts.show_dims(spec["shape"])))
         if spec["shape"] and any(d != 1 for d in spec["shape"]):
             raise Refusal("loss", "with no loss, the model's first output is the loss, but {!r} has shape {}, not "
                                   "a scalar: add a loss (cross-entropy, MSE, ...) or make the model output "
-                                  "one".format(spec["name"], show_shape(spec["shape"])))
+                                  "one".format(spec["name"], graph_facts.show_dims(spec["shape"])))
         return spec["name"], None, loss_input_names, model, None, []
     described = LOSS_NAMES[loss]
     if loss_input_names:
@@ -361,12 +354,12 @@ def loss_plan(onnx, model, loss, loss_input_names, reading=None):
         outputs = dict((o.name, o) for o in graph.output)
     loss_tensor = fitted["tensor"] if fitted else scores
     spec = value_spec(onnx, outputs[loss_tensor])
-    if spec["dtype"] not in FLOAT_TYPES.values():
+    if spec["dtype"] not in graph_facts.FLOAT_TYPE_NAMES.values():
         raise Refusal("loss", "the {} loss needs a floating-point tensor to read, but the model's output {!r} is "
-                              "{} {}".format(described, loss_tensor, spec["dtype"], show_shape(spec["shape"])))
+                              "{} {}".format(described, loss_tensor, spec["dtype"], graph_facts.show_dims(spec["shape"])))
     if loss == "CrossEntropyLoss" and (spec["shape"] is None or len(spec["shape"]) < 2):
         raise Refusal("loss", "cross-entropy needs one score per class, an output of shape [N, classes], but the "
-                              "model's output {!r} is {} {}".format(loss_tensor, spec["dtype"], show_shape(spec["shape"])))
+                              "model's output {!r} is {} {}".format(loss_tensor, spec["dtype"], graph_facts.show_dims(spec["shape"])))
     target = loss_input_names[1] if loss_input_names and len(loss_input_names) > 1 else (
         "labels" if loss == "CrossEntropyLoss" else "target")
     inputs = set(i.name for i in graph.input)
@@ -390,7 +383,7 @@ def generate(request):
     except Exception as exc:
         raise Refusal("model", "{} is not an ONNX model that onnx {} can read: {}".format(
             what, onnx.__version__, str(exc).strip() or type(exc).__name__))
-    original = {"ir_version": model.ir_version, "opset": default_opset(model),
+    original = {"ir_version": model.ir_version, "opset": graph_facts.default_opset(model),
                 "inputs": [value_spec(onnx, v) for v in model.graph.input if v.name not in
                            set(i.name for i in model.graph.initializer)],
                 "outputs": [value_spec(onnx, v) for v in model.graph.output]}

@@ -13,31 +13,28 @@ BatchNormInternal computed, ``momentum * running + (1 - momentum) * batch`` (the
 momentum m is exported as 1 - m), and the trainer writes them into the frozen parameters after each step
 (``updateParameter``), as torch's train mode does. The eval model keeps the inference form (eval_graph.py).
 
-Python 3.8 syntax, onnx only: the artifacts child loads it by file location.
+Python 3.8 syntax, onnx only: the artifacts child loads it by file location (graph_facts.py says how the
+graph modules find each other).
 """
+import importlib
+import sys
 from typing import Dict
 
-from onnx import ModelProto, TensorProto, helper
+from onnx import ModelProto, helper
 
-FLOAT_TYPES = frozenset([TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16])
+graph_facts = (sys.modules.get("_ort_cffi_artifacts_graph_facts")
+               or importlib.import_module("ort_cffi.artifacts.graph_facts"))
 DEFAULT_MOMENTUM = 0.9  # ONNX's default for BatchNormalization
-
-
-def _opset(model):
-    for opset in model.opset_import:
-        if opset.domain in ("", "ai.onnx"):
-            return opset.version
-    return 1
 
 
 def follow_batch_statistics(model):
     """(model, statistics, records): a changed copy of ``model`` whose BatchNormalization nodes output their
     updated running statistics, with ``statistics`` = [{"node", "mean", "var", "mean_output", "var_output",
     "momentum"}] (parameter names, then output names); the same model, [] and [] when none qualifies."""
-    if _opset(model) < 14:
+    if (graph_facts.default_opset(model) or 1) < 14:
         return model, [], []  # training_mode is an attribute from opset 14 on
     graph = model.graph
-    floats = set(t.name for t in graph.initializer if t.data_type in FLOAT_TYPES)
+    floats = set(t.name for t in graph.initializer if t.data_type in graph_facts.FLOAT_TYPES)
     readers: Dict[str, int] = {}
     for node in graph.node:
         for name in node.input:

@@ -24,6 +24,7 @@ RULES = {
     "inference_form": "eval model in inference form:",
     "batchnorm_statistics": "running statistics:",
     "flat_indices": "indices of shape [1, ...] flattened:",
+    "static_shape": "input shape declared for the gradient kernel:",
 }
 
 

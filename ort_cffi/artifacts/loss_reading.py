@@ -20,14 +20,18 @@ it: a fixed last axis after a symbolic one is the classes (per token), else axis
 A model whose loss tensor is computed by ``ai.onnx.ml`` operators with no trainable initializer before it
 (LinearClassifier, SVMClassifier, tree ensembles: their learned values are node attributes) is refused.
 
-Python 3.8 syntax, the standard library and onnx only: the artifacts child loads it by file location.
+Python 3.8 syntax, the standard library and onnx only: the artifacts child loads it by file location
+(graph_facts.py says how the graph modules find each other).
 """
-from typing import Any, Dict
+import importlib
+import sys
 
-from onnx import TensorProto, helper, shape_inference
+from onnx import TensorProto, helper
 
-ML_DOMAIN = "ai.onnx.ml"
-FLOAT_TYPES = frozenset([TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16])
+graph_facts = (sys.modules.get("_ort_cffi_artifacts_graph_facts")
+               or importlib.import_module("ort_cffi.artifacts.graph_facts"))
+ML_DOMAIN = graph_facts.ML_DOMAIN
+FLOAT_TYPES = graph_facts.FLOAT_TYPES
 CHANNELS_FIRST = frozenset([
     "Conv", "ConvTranspose", "BatchNormalization", "InstanceNormalization", "GroupNormalization", "MaxPool",
     "AveragePool", "LpPool", "LRN", "Resize", "Upsample", "DepthToSpace", "SpaceToDepth", "MaxUnpool",
@@ -44,45 +48,6 @@ PROBABILITIES = frozenset(["Softmax", "LogSoftmax"])
 
 class LossReadingError(ValueError):
     """The loss's input cannot be fitted (a classifier of ai.onnx.ml operators with nothing to train)."""
-
-
-def _shapes(model):
-    """name -> (elem_type, dims) for the tensors shape inference can tell; dims are ints, names or None."""
-    try:
-        graph = shape_inference.infer_shapes(model, strict_mode=False).graph
-    except Exception:  # custom domains and broken models: what the model declares
-        graph = model.graph
-    found: Dict[str, Any] = {}
-    for value in list(graph.input) + list(graph.value_info) + list(graph.output):
-        if value.type.WhichOneof("value") != "tensor_type":
-            found.setdefault(value.name, (0, None))
-            continue
-        tensor = value.type.tensor_type
-        dims = None
-        if tensor.HasField("shape"):
-            dims = []
-            for dim in tensor.shape.dim:
-                which = dim.WhichOneof("value")
-                param = dim.dim_param if which == "dim_param" else None
-                if param and param.startswith("unk__"):  # shape inference's names for unknown sizes
-                    param = None
-                dims.append(dim.dim_value if which == "dim_value" else param)
-        if tensor.elem_type or value.name not in found:
-            found[value.name] = (tensor.elem_type, dims)
-    for tensor in graph.initializer:
-        found[tensor.name] = (tensor.data_type, list(tensor.dims))
-    return found
-
-
-def _where(node):
-    return "{} node {!r}".format(node.op_type, node.name) if node.name else "an unnamed {} node".format(node.op_type)
-
-
-def _attribute(node, name, default):
-    for attribute in node.attribute:
-        if attribute.name == name:
-            return helper.get_attribute_value(attribute)
-    return default
 
 
 def _unique(names, base):
@@ -121,7 +86,7 @@ def _refuse_attribute_classifiers(graph, tensor, producer):
             "and {} keeps what it learned in node attributes, not in initializers, so there is nothing to train. "
             "What can be done: train it in scikit-learn, or bring a model made of ONNX operators (for a linear "
             "classifier, scikit-learn's MLPClassifier or a torch nn.Linear exported with torch.onnx.export)".format(
-                tensor, _where(first), ML_DOMAIN, first.op_type))
+                tensor, graph_facts.node_description(first), ML_DOMAIN, first.op_type))
 
 
 def _class_axis(graph, tensor, producer, dims):
@@ -132,9 +97,9 @@ def _class_axis(graph, tensor, producer, dims):
         if node.domain not in ("", "ai.onnx"):
             break
         if node.op_type in CHANNELS_FIRST:
-            return 1, "{} writes channels first".format(_where(node))
+            return 1, "{} writes channels first".format(graph_facts.node_description(node))
         if node.op_type in FEATURES_LAST:
-            return len(dims) - 1, "{} writes features last".format(_where(node))
+            return len(dims) - 1, "{} writes features last".format(graph_facts.node_description(node))
         if node.op_type not in SAME_LAYOUT or not node.input:
             break
         name = node.input[0]
@@ -171,7 +136,7 @@ def fit_cross_entropy(model, scores):
                         "note": "the loss reads ZipMap's input {!r}: a sequence of maps cannot take a loss; by "
                                 "default the eval model outputs {!r} in its place".format(tensor, tensor)})
     _refuse_attribute_classifiers(graph, tensor, producer)
-    shapes = _shapes(model)
+    shapes = graph_facts.tensor_types(model, keep_names=True)
     elem_type, dims = shapes.get(tensor, (0, None))
     accuracy_scores = tensor if extra_output is not None else scores
     # Past Identity to a Softmax or LogSoftmax over the class axis: its input is the logits.
@@ -180,7 +145,7 @@ def fit_cross_entropy(model, scores):
         name = graph.node[producer[name]].input[0]
     node = graph.node[producer[name]] if name in producer else None
     if node is not None and node.op_type in PROBABILITIES and node.domain in ("", "ai.onnx") and dims:
-        axis = _attribute(node, "axis", -1 if _opset(model) >= 13 else 1)
+        axis = graph_facts.attribute(node, "axis", -1 if (graph_facts.default_opset(model) or 1) >= 13 else 1)
         rank = len(dims)
         if axis % rank == rank - 1 or (rank == 2 and axis % rank == 1):
             tensor = node.input[0]
@@ -196,11 +161,11 @@ def fit_cross_entropy(model, scores):
         if class_axis != 1:
             records.append({"rule": "class_axis", "op": "Transpose", "count": 1, "nodes": [tensor],
                             "note": "the classes of {!r} are on axis {} ({}): transposed to axis 1 for the loss; "
-                                    "labels {}".format(tensor, class_axis, why, _show(labels_shape))})
+                                    "labels {}".format(tensor, class_axis, why, graph_facts.show_dims(labels_shape))})
         else:
             records.append({"rule": "class_axis", "op": "labels", "count": 1, "nodes": [tensor],
                             "note": "the classes of {!r} are on axis 1 ({}); labels {}".format(
-                                tensor, why, _show(labels_shape))})
+                                tensor, why, graph_facts.show_dims(labels_shape))})
     if not records:
         return model, {"tensor": scores, "output": scores, "accuracy_scores": scores, "class_axis": 1,
                        "labels_shape": None, "extra_output": None}, []
@@ -227,14 +192,3 @@ def fit_cross_entropy(model, scores):
                "class_axis": class_axis,
                "labels_shape": labels_shape, "extra_output": extra_output}
     return result, reading, records
-
-
-def _opset(model):
-    for opset in model.opset_import:
-        if opset.domain in ("", "ai.onnx"):
-            return opset.version
-    return 1
-
-
-def _show(dims):
-    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"

@@ -14,9 +14,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ort_cffi import OrtEnvironment, OrtException
-from ort_cffi.artifacts import rewrites
+from ort_cffi.artifacts import ArtifactsError, generate_artifacts, graph_facts, rewrites
 from ort_cffi.artifacts.rewrites import PreparationError, prepare
-from ort_cffi.artifacts import ArtifactsError, generate_artifacts
 
 env = OrtEnvironment.getEnvironment()
 IR_VERSION = 8  # what ONNX Runtime 1.19 and onnx 1.16 agree on for opsets up to 18; 10 for 19-21
@@ -164,24 +163,40 @@ ZERO_CASES = [
 ALL_CASES = CASES + ZERO_CASES
 
 
-def test_the_module_loads_by_file_location_without_ort_cffi():
-    """The artifacts child loads it by path, possibly under another interpreter: no ort_cffi import, and
-    Python 3.8's syntax."""
-    import ast
-    import importlib.util
+CHILD_MODULES = ("graph_facts", "rewrite_rules", "rewrites", "loss_reading", "batchnorm", "eval_graph")
+STANDALONE = """
+import sys
+sys.modules["ort_cffi"] = None  # importing ort_cffi here is an ImportError: the child may not have it
+sys.path.insert(0, {folder!r})
+import _child
+import onnx
+rewrites = _child.load_sibling("rewrites")
+prepared, records = rewrites.prepare(onnx.load({model!r}))
+sys.stdout.buffer.write(prepared.SerializeToString())
+assert not [n for n, m in sys.modules.items() if n.startswith("ort_cffi") and m is not None], "ort_cffi imported"
+"""
 
-    path = rewrites.__file__
-    source = open(path, encoding="utf-8").read()
-    tree = ast.parse(source, feature_version=(3, 8))
-    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported <= {"numpy", "onnx"} | set(__import__("sys").stdlib_module_names)
-    assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree))
-    spec = importlib.util.spec_from_file_location("standalone_graph_rewrites", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+
+def test_the_graph_modules_load_by_file_location_without_ort_cffi(tmp_path):
+    """The artifacts child loads them by path, possibly under another interpreter: no ort_cffi import, and
+    Python 3.8's syntax; loaded so, with ort_cffi unimportable, they prepare as the package's modules do."""
+    import ast
+    import subprocess
+    import sys
+
+    folder = Path(rewrites.__file__).parent
+    for name in CHILD_MODULES:
+        tree = ast.parse((folder / f"{name}.py").read_text(encoding="utf-8"), feature_version=(3, 8))
+        imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert imported <= {"numpy", "onnx"} | set(sys.stdlib_module_names), name
+        assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree)), name
     model = mlp("HardSwish")
-    assert module.prepare(model)[0].SerializeToString() == prepare(model)[0].SerializeToString()
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    script = STANDALONE.format(folder=str(folder), model=str(tmp_path / "m.onnx"))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert proc.stdout == prepare(model)[0].SerializeToString()
 
 
 def test_the_table_has_one_entry_per_operator_and_covers_the_common_gaps():
@@ -648,7 +663,7 @@ def test_every_emitted_operator_has_a_gradient_or_sits_behind_a_stop_edge():
     for case in ALL_CASES:
         feeds = case.inputs(np.random.default_rng(0))
         prepared, _ = prepare(single_op_model(case), set(feeds))
-        types = rewrites._types(prepared)
+        types = graph_facts.tensor_types(prepared)
         path = rewrites._gradient_path(prepared.graph, sorted(feeds), types, ["y"])
         on_path = {prepared.graph.node[i].op_type for i in path}
         assert on_path <= rewrites.GRADIENT_OPS, (case.id, on_path - rewrites.GRADIENT_OPS)
