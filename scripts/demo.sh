@@ -20,17 +20,20 @@ if ! .venv/bin/ort-cffi-runtime path >/dev/null 2>&1 \
 fi
 
 # The first run's folder (runs/demo unless "$@" names another), which the fine-tuning reads; --help and
-# --version only print.
+# --version only print. runs/demo and runs/finetune are the demo's own: running it again replaces them
+# (--overwrite); an --out you name is yours, and ort-cffi-train refuses to replace a run there unasked.
 OUT=runs/demo
+REPLACE=(--overwrite)
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
   case "${args[i]}" in
     -h | --help | --version) exec .venv/bin/ort-cffi-train "$@" ;;
-    --out) OUT=${args[i + 1]:-$OUT} ;;
-    --out=*) OUT=${args[i]#--out=} ;;
+    --out) OUT=${args[i + 1]:-$OUT}; REPLACE=() ;;
+    --out=*) OUT=${args[i]#--out=}; REPLACE=() ;;
+    --resume* | --overwrite) REPLACE=() ;;
   esac
 done
-.venv/bin/ort-cffi-train --out "$OUT" "$@"  # an --out in "$@" comes last and is the same
+.venv/bin/ort-cffi-train --out "$OUT" "${REPLACE[@]}" "$@"  # an --out in "$@" comes last and is the same
 
 echo
 # ort_cffi says whether a generator can run: this interpreter's training layer (3.8-3.12), the runtime store's
@@ -55,4 +58,4 @@ for split in ("train", "val"):  # every image moved one pixel right and down
 np.savez("runs/shifted_digits.npz", **arrays)
 EOF
 exec .venv/bin/ort-cffi-train --model "$OUT/inference_model.onnx" --data runs/shifted_digits.npz \
-  --trainable 'fc2.*' --out runs/finetune
+  --trainable 'fc2.*' --out runs/finetune --overwrite
