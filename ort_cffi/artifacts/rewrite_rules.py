@@ -17,7 +17,8 @@ location (graph_facts.py says how the graph modules find each other).
 import importlib
 import sys
 
-from onnx import TensorProto, numpy_helper
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
 
 graph_facts = (sys.modules.get("_ort_cffi_artifacts_graph_facts")
                or importlib.import_module("ort_cffi.artifacts.graph_facts"))
@@ -375,6 +376,53 @@ def rewrite_conv_transpose(e, node, prep):
                         e.i64([p if p < 0 else TO_THE_END for p in end]), e.i64(axes)], node.output[0])
 
 
+def rewrite_average_pool(e, node, prep):
+    # Only where the engine cannot declare the pool's input shape (rewrites.py, static_shape): 1.19.2's
+    # AveragePoolGrad sizes its output from the graph's static shape of that input and dies of SIGFPE on a
+    # symbolic batch (docs/internals/runtime.md §8). An average over a window is a depthwise Conv (group = C)
+    # with every tap 1/(window size), whose gradient sizes itself from the tensors it is given.
+    a = graph_facts.attributes(node)
+    x = node.input[0]
+    auto_pad = a.get("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if auto_pad not in ("NOTSET", "VALID"):
+        raise prep.refuse(node, "its gradient kernel needs the input's sizes fixed, and its rewrite into a "
+                                "depthwise Conv needs explicit pads, where it sets auto_pad={} (export it with "
+                                "explicit padding, or with fixed input sizes)".format(auto_pad))
+    if int(a.get("ceil_mode", 0)):
+        raise prep.refuse(node, "its gradient kernel needs the input's sizes fixed, and its rewrite into a "
+                                "depthwise Conv does not take ceil_mode=1 (export it with fixed input sizes)")
+    shape = prep.types.get(x, (0, None))[1]
+    channels = shape[1] if shape is not None and len(shape) >= 3 else None
+    if not isinstance(channels, int) or channels <= 0:
+        raise prep.refuse(node, "its gradient kernel needs the input's sizes fixed, and its rewrite into a "
+                                "depthwise Conv needs the channel count of its input {!r}, which shape inference "
+                                "cannot tell ({})".format(x, graph_facts.show_dims(shape)))
+    kernel = [int(k) for k in a["kernel_shape"]]
+    spatial = len(kernel)
+    strides = [int(s) for s in a.get("strides", [1] * spatial)]
+    dilations = [int(d) for d in a.get("dilations", [1] * spatial)]  # an attribute from opset 19
+    pads = [0] * (2 * spatial) if auto_pad == "VALID" else [int(p) for p in a.get("pads", [0] * (2 * spatial))]
+    window = 1
+    for size in kernel:
+        window *= size
+    conv = {"kernel_shape": kernel, "strides": strides, "dilations": dilations, "pads": pads}
+    if not any(pads) or int(a.get("count_include_pad", 0)):
+        # Padding zeros count: every window divides by its full size, folded into the taps.
+        taps = e.const(np.full([channels, 1] + kernel, 1.0 / window))
+        e.one("Conv", [x, taps], node.output[0], group=channels, **conv)
+        return
+    # count_include_pad=0: each window divides by the number of its taps inside the input, the same Conv
+    # over ones of the input's spatial sizes ([1, 1, D1, ...], broadcast over batch and channels). The ones
+    # come from Shape (a stop edge), so no gradient is asked through the divisor.
+    sums = e.one("Conv", [x, e.const(np.ones([channels, 1] + kernel))], group=channels, **conv)
+    sizes = e.one("Slice", [e.one("Shape", [x]), e.i64([2]), e.i64([TO_THE_END]), e.i64([0])])
+    one = helper.make_tensor(e.name("one"), e.elem_type, [1], [1.0])
+    ones = e.one("ConstantOfShape", [e.one("Concat", [e.i64([1, 1]), sizes], axis=0)], value=one)
+    counts = e.one("Conv", [ones, e.const(np.ones([1, 1] + kernel))], **conv)
+    e.one("Div", [sums, counts], node.output[0])
+
+
 REWRITES = {
     "HardSigmoid": rewrite_hard_sigmoid,
     "HardSwish": rewrite_hard_swish,
@@ -402,6 +450,7 @@ REWRITES = {
     "DepthToSpace": rewrite_depth_to_space,
     "SpaceToDepth": rewrite_space_to_depth,
     "ConvTranspose": rewrite_conv_transpose,
+    "AveragePool": rewrite_average_pool,  # only where static_shape cannot serve (rewrites.py)
 }
 
 

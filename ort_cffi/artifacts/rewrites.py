@@ -21,7 +21,8 @@ requires_grad)`` changes only what stands in the way, on that path only:
 - ``static_shape``: the input of a MaxPool or AveragePool gets its shape declared (``value_info``) where
   shape inference alone cannot tell it but can by following Shape values into Reshape (torch's GroupNorm
   export), as their gradient kernels size the gradient from the graph's shapes; where no inference can tell
-  the sizes those kernels read, the pool is refused (the training step would crash).
+  the sizes those kernels read, an AveragePool is rewritten (a depthwise Conv, ``REWRITES``) and a MaxPool
+  is refused (the training step would crash).
 
 An operator on the path that has neither a gradient nor a rewrite is refused with ``PreparationError``,
 naming the node. Nodes off the path are never touched, and a model that needs nothing comes back as the
@@ -410,9 +411,12 @@ def _gather_leading_one(prep, node):
 STATIC_SHAPE_POOLS = {"MaxPool": 1, "AveragePool": 0}
 
 
+UNKNOWABLE = "unknowable"  # _static_shape_hint: no inference can tell the sizes the gradient kernel reads
+
+
 def _static_shape_hint(prep, node):
-    """The ``value_info`` that declares the shape of pool ``node``'s input, or None where plain shape inference
-    already knows every size its gradient kernel reads. Refuses a pool where no inference can tell them."""
+    """The ``value_info`` that declares the shape of pool ``node``'s input, None where plain shape inference
+    already knows every size its gradient kernel reads, or UNKNOWABLE where no inference can tell them."""
     first = STATIC_SHAPE_POOLS[node.op_type]
     name = node.input[0]
     shape = prep.types.get(name, (0, None))[1]
@@ -421,12 +425,19 @@ def _static_shape_hint(prep, node):
     elem_type, dims = prep.propagated().get(name, (0, None))
     if dims is not None and all(isinstance(d, int) and d > 0 for d in dims[first:]):
         return helper.make_tensor_value_info(name, elem_type or TensorProto.FLOAT, dims)
-    shown = graph_facts.show_dims(dims or shape)
+    return UNKNOWABLE
+
+
+def _unknowable_pool(prep, node):
+    """The refusal of a pool whose gradient kernel would read sizes no inference can tell."""
+    first = STATIC_SHAPE_POOLS[node.op_type]
+    name = node.input[0]
+    shown = graph_facts.show_dims(prep.propagated().get(name, (0, None))[1] or prep.types.get(name, (0, None))[1])
     sizes = "leaves sizes open" if first == 0 else "leaves sizes past the batch open"
-    raise prep.refuse(node, "ONNX Runtime 1.19.2's gradient kernel for {} sizes the gradient from the graph's "
-                            "shape of its input {!r}, which {} ({}): its training step would crash. Export the "
-                            "model with fixed input sizes{}".format(
-                                node.op_type, name, sizes, shown, " and a fixed batch size" if first == 0 else ""))
+    return prep.refuse(node, "ONNX Runtime 1.19.2's gradient kernel for {} sizes the gradient from the graph's "
+                             "shape of its input {!r}, which {} ({}): its training step would crash. Export the "
+                             "model with fixed input sizes{}".format(
+                                 node.op_type, name, sizes, shown, " and a fixed batch size" if first == 0 else ""))
 
 
 def _may_need_a_rule(node):
@@ -487,6 +498,18 @@ def prepare(model, requires_grad=None, outputs=None):
         if domain not in ("", "ai.onnx"):
             continue  # contrib and custom operators: ONNX Runtime knows which have gradients
         op = node.op_type
+        if op in STATIC_SHAPE_POOLS:
+            # A pool keeps ONNX Runtime's own gradient wherever its kernel can be given the sizes it reads
+            # (a model already trainable stays byte-identical); otherwise its rewrite, if it has one
+            # (AveragePool), else a refusal (MaxPool: its kernel would crash).
+            hint = _static_shape_hint(prep, node)
+            if hint is UNKNOWABLE and op not in REWRITES:
+                raise _unknowable_pool(prep, node)
+            if hint is not UNKNOWABLE:
+                if hint is not None:
+                    hints.append(hint)
+                    record("static_shape", op, label)
+                continue
         rewrite = REWRITES.get(op) or ZERO_GRADIENT.get(op)
         if rewrite is not None:
             if prep.opset < MIN_REWRITE_OPSET:
@@ -501,12 +524,6 @@ def prepare(model, requires_grad=None, outputs=None):
         if op in KNOWN_WITHOUT_GRADIENT:
             raise prep.refuse(node, "ONNX Runtime 1.19.2 has no gradient for {}, and there is no rewrite of it "
                                     "into operators that have one".format(op))
-        if op in STATIC_SHAPE_POOLS:
-            hint = _static_shape_hint(prep, node)
-            if hint is not None:
-                hints.append(hint)
-                record("static_shape", op, label)
-            continue
         current = node
         declared = _declare_outputs(prep, current, index)
         if declared is not None:

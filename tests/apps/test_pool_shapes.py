@@ -3,7 +3,8 @@
 (docs/internals/runtime.md §8). torch's GroupNorm export (Reshape [0, G, -1], InstanceNormalization,
 Reshape to Shape(x)) hides the sizes from plain shape inference: the first train step failed ("Can broadcast
 0 by 0 or 1") after MaxPoolGrad wrote into a gradient of size 0. Shape inference with data propagation
-tells them, and the prepared model declares them; where nothing can, the pool is refused."""
+tells them, and the prepared model declares them; where nothing can, an AveragePool becomes a depthwise Conv
+(rewrite_rules.py) and a MaxPool is refused."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -120,11 +121,15 @@ def pool_model(op: str, batch, spatial) -> onnx.ModelProto:
 
 def test_pools_whose_kernel_would_read_an_unknown_size_are_refused_not_crashed(tmp_path: Path):
     """Measured without the refusal, in a child: MaxPool over unknown spatial sizes segfaults in the first
-    train step, AveragePool with an unknown batch size dies of SIGFPE."""
-    for op, batch, spatial, what in (("MaxPool", "N", ("H", "W"), r"\[\?, 4, \?, \?\]"),
-                                     ("AveragePool", "N", (8, 8), r"\[\?, 4, 8, 8\]")):
-        model = pool_model(op, batch, spatial)
-        with pytest.raises(PreparationError, match=rf"{op} node 'pool'.*sizes the gradient.*{what}.*would crash"):
+    train step (AveragePool with an unknown batch size died of SIGFPE: it is rewritten now, below). An
+    AveragePool that cannot be rewritten either (no channel count) is refused the same way."""
+    unknown_channels = pool_model("AveragePool", "N", (8, 8))  # the pool reads Reshape(c, a shape fed at run time)
+    unknown_channels.graph.node.insert(1, helper.make_node("Reshape", ["c", "S"], ["c_any"], name="reshape"))
+    unknown_channels.graph.node[2].input[0] = "c_any"
+    unknown_channels.graph.input.append(helper.make_tensor_value_info("S", TensorProto.INT64, [4]))
+    for op, model, what in (("MaxPool", pool_model("MaxPool", "N", ("H", "W")), r"sizes the gradient.*\[\?, 4, \?, \?\].*would crash"),
+                            ("AveragePool", unknown_channels, r"depthwise Conv needs the channel count")):
+        with pytest.raises(PreparationError, match=rf"{op} node 'pool'.*{what}"):
             prepare(model)
         with pytest.raises(ArtifactsInputError, match=f"{op} node 'pool'"):
             generate_artifacts(model, loss="mse", artifact_directory=tmp_path / op)
@@ -132,3 +137,49 @@ def test_pools_whose_kernel_would_read_an_unknown_size_are_refused_not_crashed(t
     for op, batch in (("MaxPool", "N"), ("AveragePool", 5)):  # the sizes its kernel reads are fixed: as it is
         model = pool_model(op, batch, (8, 8))
         assert prepare(model) == (model, [])
+
+
+def averaging_cnn() -> onnx.ModelProto:
+    """X [N, 2, 8, 8] -> Conv K (pads 1) -> Relu -> AveragePool 3x3, stride 2, pads 1 (not counted) ->
+    Flatten -> Gemm W, B -> Y [N, 3]: an ordinary CNN exported with a dynamic batch axis."""
+    rng = np.random.default_rng(11)
+    initializers = [numpy_helper.from_array((rng.standard_normal((4, 2, 3, 3)) * 0.3).astype(np.float32), "K"),
+                    numpy_helper.from_array((rng.standard_normal((64, 3)) * 0.2).astype(np.float32), "W"),
+                    numpy_helper.from_array(np.zeros(3, np.float32), "B")]
+    nodes = [helper.make_node("Conv", ["X", "K"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("AveragePool", ["r"], ["p"], name="pool", kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Flatten", ["p"], ["f"], name="flat"),
+             helper.make_node("Gemm", ["f", "W", "B"], ["Y"], name="fc")]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 2, 8, 8])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 3])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_a_cnn_with_average_pool_and_a_symbolic_batch_trains_at_batch_sizes_3_and_5(tmp_path: Path):
+    """Refused before (its AveragePoolGrad would die of SIGFPE): the pool becomes a depthwise Conv, the
+    artifacts generate, and one session trains on batches of 3 and of 5, each loss falling."""
+    model = averaging_cnn()
+    prepared, records = prepare(model)
+    assert records == [{"rule": "rewrite", "op": "AveragePool", "count": 1, "nodes": ["pool"]}]
+    made = generate_artifacts(model, loss="mse", optimizer="adamw", artifact_directory=tmp_path / "a")
+    assert {p.name for p in made.trainable} == {"K", "W", "B"}
+    rng = np.random.default_rng(12)
+    batches = {n: {"X": rng.standard_normal((n, 2, 8, 8)).astype(np.float32),
+                   "target": rng.standard_normal((n, 3)).astype(np.float32)} for n in (3, 5)}
+    losses: Dict[int, list] = {3: [], 5: []}
+    with env.createTrainingSession(str(made.checkpoint), str(made.training_model), str(made.eval_model),
+                                   str(made.optimizer_model)) as session:
+        session.setLearningRate(0.02)
+        for _ in range(15):
+            for n, batch in batches.items():
+                with session.trainStep(batch) as result:
+                    losses[n].append(float(result.get(0).getValue()))
+                session.optimizerStep()
+                session.lazyResetGrad()
+    for n, values in losses.items():
+        assert all(np.isfinite(values)), (n, values)
+        assert values[-1] < 0.8 * values[0], (n, values)
