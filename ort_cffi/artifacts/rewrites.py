@@ -409,6 +409,10 @@ def _gather_leading_one(prep, node):
 # kernel reads from the incoming gradient instead (MaxPoolGrad: the batch; AveragePoolGrad: none).
 # docs/internals/runtime.md §8.
 STATIC_SHAPE_POOLS = {"MaxPool": 1, "AveragePool": 0}
+# Recurrent operators whose gradient kernels run the forward direction only (GRUGrad, LSTMGrad in 1.19.2:
+# "only supports the forward direction for now"): a reverse or bidirectional one is refused before
+# generation, not by the runtime's assertion once the artifacts are loaded.
+FORWARD_ONLY_RECURRENT = frozenset(["GRU", "LSTM"])
 
 
 UNKNOWABLE = "unknowable"  # _static_shape_hint: no inference can tell the sizes the gradient kernel reads
@@ -451,6 +455,8 @@ def _may_need_a_rule(node):
         return True
     if op in ("LayerNormalization", "Dropout", "BatchNormalization", "Gather") or op in STATIC_SHAPE_POOLS:
         return True  # _declare_outputs, _gather_leading_one and _static_shape_hint decide
+    if op in FORWARD_ONLY_RECURRENT:
+        return graph_facts.attribute(node, "direction", b"forward") not in (b"forward", "forward")
     if op == "Transpose" and not any(a.name == "perm" for a in node.attribute):
         return True
     reads = [name for name in node.input if name]
@@ -524,6 +530,12 @@ def prepare(model, requires_grad=None, outputs=None):
         if op in KNOWN_WITHOUT_GRADIENT:
             raise prep.refuse(node, "ONNX Runtime 1.19.2 has no gradient for {}, and there is no rewrite of it "
                                     "into operators that have one".format(op))
+        if op in FORWARD_ONLY_RECURRENT:
+            direction = graph_facts.attribute(node, "direction", b"forward")
+            direction = direction.decode() if isinstance(direction, bytes) else direction
+            if direction != "forward":
+                raise prep.refuse(node, "ONNX Runtime 1.19.2's {0} gradient runs the forward direction only, and this "
+                                        "{0} is {1} (export it unidirectional: torch's bidirectional=False)".format(op, direction))
         current = node
         declared = _declare_outputs(prep, current, index)
         if declared is not None:

@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ort_cffi.artifacts import ArtifactsError, ArtifactsInputError, describe, generate_artifacts
+from ort_cffi.artifacts.rewrites import prepare
 
 
 def mlp(op: str) -> onnx.ModelProto:
@@ -191,3 +192,35 @@ def test_a_constant_read_twice_on_the_path_needs_nothing() -> None:
     model.graph.node[2].CopyFrom(helper.make_node("Concat", ["h", "zeros", "zeros"], ["a3"], name="act", axis=0))
     model.graph.node.insert(3, helper.make_node("ReduceMean", ["a3"], ["a"], name="mean", axes=[0], keepdims=0))
     assert prepare(model) == (model, [])
+
+
+def recurrent(op: str, direction: str) -> onnx.ModelProto:
+    """tokens as floats [T, N, 3] -> ``op`` (hidden 4, ``direction``) -> Y_h -> Flatten -> MatMul -> logits [N, 2]."""
+    rng = np.random.default_rng(1)
+    gates = {"GRU": 3, "LSTM": 4}[op]
+    directions = 2 if direction == "bidirectional" else 1
+    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.3, name)
+               for name, shape in (("W", (directions, gates * 4, 3)), ("R", (directions, gates * 4, 4)),
+                                   ("head", (directions * 4, 2)))]
+    nodes = [helper.make_node(op, ["x", "W", "R"], ["", "h_n"], name="rnn", hidden_size=4, direction=direction),
+             helper.make_node("Transpose", ["h_n"], ["h_t"], perm=[1, 0, 2]),
+             helper.make_node("Flatten", ["h_t"], ["h"], axis=1),
+             helper.make_node("MatMul", ["h", "head"], ["logits"], name="head")]
+    graph = helper.make_graph(nodes, "rnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, "N", 3])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 2])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("op", ["GRU", "LSTM"])
+def test_a_recurrent_layer_the_gradient_cannot_run_backwards_is_refused_before_generation(tmp_path: Path, op: str) -> None:
+    """ONNX Runtime 1.19.2's GRU and LSTM gradients run the forward direction only: a bidirectional one made
+    artifacts that the runtime then refused at load with its kernel's assertion. It is refused before
+    generation, naming the node; a forward one is left to ONNX Runtime, unchanged."""
+    with pytest.raises(ArtifactsInputError, match=rf"{op} node 'rnn' lies on the gradient path .* {op} gradient runs "
+                                                    r"the forward direction only, and this .* is bidirectional"):
+        generate_artifacts(recurrent(op, "bidirectional"), artifact_directory=tmp_path / "bi")
+    assert not (tmp_path / "bi").exists()
+    forward = recurrent(op, "forward")
+    assert prepare(forward)[0] is forward  # no rule applies: what ONNX Runtime does with it is its own
