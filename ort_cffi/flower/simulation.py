@@ -27,6 +27,7 @@ from ort_cffi.flower.server import LOG_MARK, ServerSettings
 from ort_cffi.flower.store import RunStore, run_files
 from ort_cffi.trainer.data import find_artifacts, find_dataset
 from ort_cffi.trainer.errors import SetupError
+from ort_cffi.trainer.output import MadeFolders
 
 CLIENT_APP = "ort_cffi.flower:clientapp"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -49,15 +50,11 @@ def preflight(settings: ServerSettings) -> None:
             f"--clients {settings.clients} is more than the {n_train} training samples of dataset {str(data_path)!r}: "
             f"every client needs training data, so use at most {n_train} clients")
     out = Path(settings.out)
-    made = [folder for folder in (out, *out.parents) if not os.path.lexists(folder)]  # deepest first
+    made = MadeFolders(out)
     try:
         _check_out(settings, artifacts, data_path, out)
     except BaseException:
-        for folder in made:  # what this check made, if it holds nothing
-            try:
-                folder.rmdir()
-            except OSError:
-                break
+        made.remove(with_contents=False)  # what this check made, if it holds nothing
         raise
 
 

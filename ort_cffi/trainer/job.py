@@ -53,7 +53,7 @@ from ort_cffi.trainer.data import (
 )
 from ort_cffi.trainer.errors import SetupError
 from ort_cffi.trainer.loop import Outputs, Plan, check_export, evaluate, inference_check, run_epochs
-from ort_cffi.trainer.output import load_history, plot, write_json
+from ort_cffi.trainer.output import MadeFolders, load_history, plot, write_json
 
 # The files that make a folder a run's: a new run refuses such an --out unless told --resume or --overwrite.
 # Where --overwrite generates --model's new artifacts (inside --out) until the pre-flight passed.
@@ -401,18 +401,13 @@ class _Undo:
 
     def __init__(self, out: Path) -> None:
         self.out = out
-        self.made = [folder for folder in (out, *out.parents) if not os.path.lexists(folder)]  # deepest first
-        self.artifacts = None if self.made or os.path.lexists(out / "artifacts") else out / "artifacts"
+        self.folders = MadeFolders(out)
+        self.artifacts = None if self.folders.made or os.path.lexists(out / "artifacts") else out / "artifacts"
 
     def __call__(self) -> None:
         shutil.rmtree(self.out / STAGED_ARTIFACTS, ignore_errors=True)
-        if self.made:
-            shutil.rmtree(self.made[0], ignore_errors=True)  # made by this run: all it holds is this run's
-            for folder in self.made[1:]:
-                try:
-                    folder.rmdir()
-                except OSError:
-                    break
+        if self.folders.made:
+            self.folders.remove(with_contents=True)  # made by this run: all it holds is this run's
         elif self.artifacts is not None:
             shutil.rmtree(self.artifacts, ignore_errors=True)
 

@@ -1,12 +1,35 @@
 """The files ``ort-cffi-train`` writes besides checkpoints: ``metrics.json`` (crash-safe) and the plot
-``training.png``. ``ort_cffi.flower`` uses ``write_json`` and ``save_figure`` too."""
+``training.png``, and the folders a run made, to remove again when its pre-flight fails.
+``ort_cffi.flower`` uses ``write_json``, ``save_figure`` and ``MadeFolders`` too."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
 from ort_cffi._facade.files import atomic_write
+
+
+class MadeFolders:
+    """The folders that making ``out`` will create (``out`` and the parents it lacks), noted before it is
+    made, so that a failed pre-flight can leave the file system as it found it: ``remove()`` takes away
+    what was made and never a folder that was there before."""
+
+    def __init__(self, out: Path) -> None:
+        self.made = [folder for folder in (out, *out.parents) if not os.path.lexists(folder)]  # deepest first
+
+    def remove(self, with_contents: bool) -> None:
+        """Remove the made folders, deepest first: ``out`` with what it holds when ``with_contents`` (all of
+        it is the run's), else only while empty; each parent only while empty."""
+        if self.made and with_contents:
+            shutil.rmtree(self.made[0], ignore_errors=True)
+        for folder in self.made[1 if with_contents else 0:] if self.made else ():
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
 
 def write_json(path: Path, data: Any, what: str = "JSON file") -> None:
