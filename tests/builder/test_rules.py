@@ -2,6 +2,8 @@
 both run by ONNX Runtime. Driven from the registry: a rule without a case fails the suite."""
 from __future__ import annotations
 
+import importlib
+from pathlib import Path
 from typing import Dict, List
 
 import pytest
@@ -10,10 +12,10 @@ from gradcheck import Case, check
 import ort_cffi.artifacts.builder.rules  # noqa: F401  (registers the rules)
 from ort_cffi.artifacts.builder.registry import registered
 
-import cases_basic
-
+HERE = Path(__file__).resolve().parent
 CASES: Dict[str, List[Case]] = {}
-for module in (cases_basic,):
+for path in sorted(HERE.glob("cases_*.py")):  # one module of cases per family of rules
+    module = importlib.import_module(path.stem)
     for op, found in module.CASES.items():
         assert op not in CASES, f"{op} has cases in two modules"
         CASES[op] = found

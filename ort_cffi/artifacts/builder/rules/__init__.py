@@ -2,11 +2,11 @@
 
 Each rule follows ONNX Runtime 1.19.2's own gradient builder where the runtime has the kernel that builder
 emits (``com.microsoft`` gradient ops: losses and parameters then match its artifacts bit for bit), and
-emits standard ONNX operators everywhere else.
+emits standard ONNX operators everywhere else. A new family is a new module here: it is found and
+imported by name, and its rules register themselves.
 """
-from ort_cffi.artifacts.builder.rules import (  # noqa: F401  (each module registers its rules on import)
-    elementwise,
-    losses,
-    matrix,
-    reduction,
-)
+import importlib
+import pkgutil
+
+for _module in sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")):
+    importlib.import_module(f"{__name__}.{_module}")
