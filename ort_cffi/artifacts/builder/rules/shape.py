@@ -254,6 +254,73 @@ def pad_by_gathers(g: GradientContext, node: NodeView, mode: str, dy: str) -> st
     return g.same_type(grad, x)
 
 
+_RESIZE_ONLY_FORWARD = ("axes", "keep_aspect_ratio_policy", "extrapolation_value")
+
+
+@gradient("Resize", inputs=(0,))
+def resize(g: GradientContext, node: NodeView) -> Grads:
+    """Every mode of Resize (nearest, linear, cubic, antialiased) is separable: along each resized axis the
+    output is a fixed matrix M (out x in) applied to the input, so dX applies M's transpose along each axis
+    in turn. M is the same Resize applied to an identity matrix (scale 1 on its second axis), so that the
+    runtime's own coordinate rules make it. ONNX Runtime's ResizeGrad has no CPU kernel."""
+    x = node.inputs[0]
+    mode = node.attr("coordinate_transformation_mode", "half_pixel")
+    if mode == "tf_crop_and_resize" or node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise BuilderError(f"{node.describe()}: Resize with coordinate_transformation_mode {mode!r} and "
+                           f"keep_aspect_ratio_policy {node.attr('keep_aspect_ratio_policy', 'stretch')!r} has no "
+                           "gradient rule (only 'stretch' without cropping)")
+    dims = g.dims(x)
+    if dims is None:
+        raise BuilderError(f"{node.describe()}: the gradient of Resize needs its input's rank")
+    rank = len(dims)
+    scales_at, sizes_at = (1, None) if g.opset < 11 else (2, 3)
+    scales = g.constant_value(node.inputs[scales_at]) if node.has_input(scales_at) else None
+    sizes = g.constant_value(node.inputs[sizes_at]) if sizes_at is not None and node.has_input(sizes_at) else None
+    if scales is not None and scales.size == 0:
+        scales = None
+    if scales is None and sizes is None:
+        raise BuilderError(f"{node.describe()}: the gradient of Resize needs its scales or sizes before run time")
+    axes = [int(a) % rank for a in (node.attr("axes") or range(rank))]
+    attributes = {a.name: node.attr(a.name) for a in node.proto.attribute if a.name not in _RESIZE_ONLY_FORWARD}
+    grad = node.dy()
+    for position, axis in enumerate(axes):
+        size_in = static_size(g, x, axis)
+        if scales is not None:
+            scale = float(scales.reshape(-1)[position])
+            if scale == 1.0:
+                continue
+            resize_by: List[Optional[str]] = [g.const(np.array([scale, 1.0], dtype=np.float32)), None]
+        else:
+            size_out = int(sizes.reshape(-1)[position])  # type: ignore[union-attr]
+            if size_out == size_in:
+                continue
+            size_in_value = g.ints([size_in]) if size_in is not None else \
+                g.op("Gather", g.op("Shape", x), g.ints([axis]), axis=0)
+            resize_by = [None, g.op("Concat", g.ints([size_out]), size_in_value, axis=0)]
+        if size_in is not None:
+            identity = g.const(np.eye(size_in), x)
+        else:
+            square = g.op("Concat", *[g.op("Gather", g.op("Shape", x), g.ints([axis]), axis=0)] * 2, axis=0)
+            zero = helper.make_tensor("value", g.elem_type(x), [1], [0])
+            identity = g.op("EyeLike", g.op("ConstantOfShape", square, value=zero))
+        inputs = [identity, resize_by[0]] if g.opset < 11 else [identity, None] + resize_by
+        matrix = g.node("Resize", inputs, 1, **attributes)[0]  # (out, in)
+        grad = along_axis(g, grad, matrix, axis, rank)
+    return [g.same_type(grad, x)]
+
+
+def along_axis(g: GradientContext, value: str, matrix: str, axis: int, rank: int) -> str:
+    """``value`` with its axis ``axis`` (of M's first size) contracted with M: that axis takes M's second."""
+    if axis == rank - 1:
+        return g.op("MatMul", value, matrix)
+    perm = [a for a in range(rank) if a != axis] + [axis]
+    moved = g.op("MatMul", g.op("Transpose", value, perm=perm), matrix)
+    inverse = [0] * rank
+    for position, a in enumerate(perm):
+        inverse[a] = position
+    return g.op("Transpose", moved, perm=inverse)
+
+
 def _block(node: NodeView) -> int:
     return int(node.attr("blocksize"))
 
