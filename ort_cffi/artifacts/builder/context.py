@@ -240,11 +240,14 @@ class GradientContext:
 class NodeView:
     """A forward node as its rule sees it: inputs, outputs, attributes, and the gradients flowing in."""
 
-    def __init__(self, node: onnx.NodeProto, output_grads: Sequence[Optional[str]], wanted: Sequence[bool]):
+    def __init__(self, node: onnx.NodeProto, output_grads: Sequence[Optional[str]], wanted: Sequence[bool],
+                 outer_inputs: Sequence[str] = ()):
         self.proto = node
         self.op_type = node.op_type
         self.name = node.name
         self.inputs = list(node.input)
+        # what the node's subgraphs read from the enclosing graph; wants(len(inputs) + k) for the k-th
+        self.outer_inputs = list(outer_inputs)
         self.outputs = list(node.output)
         self._output_grads = list(output_grads)
         self._wanted = list(wanted)
