@@ -17,18 +17,25 @@ from ort_cffi.artifacts.builder.context import GradientContext, NodeView, NoGrad
 from ort_cffi.artifacts.builder.registry import lookup
 
 
+def graph_reads(graph: onnx.GraphProto) -> List[str]:
+    """Names ``graph`` (a subgraph) reads from the graphs that enclose it, in order, with repeats."""
+    local = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    for inner in graph.node:
+        local.update(inner.output)
+    names: List[str] = []
+    for inner in graph.node:
+        names.extend(n for n in list(inner.input) + _subgraph_inputs(inner) if n and n not in local)
+    names.extend(o.name for o in graph.output if o.name not in local)
+    return names
+
+
 def _subgraph_inputs(node: onnx.NodeProto) -> List[str]:
     """Names a node's subgraphs (If branches, Loop and Scan bodies) read from the enclosing graph."""
     names: List[str] = []
     for attribute in node.attribute:
         graphs = ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs)
         for graph in graphs:
-            local = {i.name for i in graph.input} | {i.name for i in graph.initializer}
-            for inner in graph.node:
-                local.update(inner.output)
-            for inner in graph.node:
-                names.extend(n for n in list(inner.input) + _subgraph_inputs(inner) if n and n not in local)
-            names.extend(o.name for o in graph.output if o.name not in local)
+            names.extend(graph_reads(graph))
     return names
 
 
