@@ -1,0 +1,1 @@
+"""ort_cffi's own builder of training artifacts: the gradient graph and the files around it."""
