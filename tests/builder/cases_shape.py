@@ -64,6 +64,7 @@ def with_opset(c: Case, opset: int) -> Case:
 
 CASES: Dict[str, List[Case]] = {
     "Reshape": [
+        with_opset(case("reshape_opset13", "Reshape", [("x", f32(2, 6)), ("shape", i64(3, 4))], ["x"]), 13),
         case("reshape", "Reshape", [("x", f32(2, 3, 4)), ("shape", i64(4, -1))], ["x"]),
         case("reshape_zero_copies", "Reshape", [("x", f32(2, 3, 4)), ("shape", i64(0, 12))], ["x"]),
         case("reshape_allowzero", "Reshape", [("x", f32(2, 3, 4)), ("shape", i64(3, 8))], ["x"], allowzero=1),
@@ -79,17 +80,20 @@ CASES: Dict[str, List[Case]] = {
         batched("transpose_batch", "Transpose", [], f32(3, 2, 4), f32(2, 4), perm=[2, 0, 1]),
     ],
     "Squeeze": [
+        with_opset(case("squeeze_opset21", "Squeeze", [("x", f32(1, 3)), ("axes", i64(0))], ["x"]), 21),
         case("squeeze_axes", "Squeeze", [("x", f32(2, 1, 3, 1)), ("axes", i64(-1, 1))], ["x"]),
         case("squeeze_all", "Squeeze", [("x", f32(1, 3, 1, 2))], ["x"]),
         with_opset(case("squeeze_attribute", "Squeeze", [("x", f32(2, 1, 3))], ["x"], axes=[1]), 11),
         batched("squeeze_batch", "Squeeze", [("axes", i64(1))], f32(3, 1, 4), f32(1, 4)),
     ],
     "Unsqueeze": [
+        with_opset(case("unsqueeze_opset13", "Unsqueeze", [("x", f32(3)), ("axes", i64(1))], ["x"]), 13),
         case("unsqueeze", "Unsqueeze", [("x", f32(2, 3)), ("axes", i64(0, -1))], ["x"]),
         with_opset(case("unsqueeze_attribute", "Unsqueeze", [("x", f32(2, 3))], ["x"], axes=[1]), 11),
         batched("unsqueeze_batch", "Unsqueeze", [("axes", i64(1))], f32(3, 4), f32(4)),
     ],
     "Concat": [
+        with_opset(case("concat_opset11", "Concat", [("a", f32(2, 3)), ("b", f32(2, 2))], ["a", "b"], axis=1), 11),
         case("concat", "Concat", [("a", f32(2, 3)), ("b", f32(2, 1)), ("c", f32(2, 4))], ["a", "c"], axis=1),
         case("concat_negative_axis", "Concat", [("a", f32(2, 3)), ("b", f32(1, 3))], ["a", "b"], axis=-2),
         case("concat_same_input", "Concat", [("a", f32(2, 3)), ("a", f32(2, 3))], ["a"], axis=0),
@@ -98,6 +102,10 @@ CASES: Dict[str, List[Case]] = {
              {"p": f32(3), "q": f32(2, 3)}, {"x": f32(4, 3)}, symbolic_batch=True),
     ],
     "Split": [
+        with_opset(then_concat(case("split_opset13", "Split", [("x", f32(5, 2)), ("split", i64(4, 1))], ["x"],
+                                    outputs=2), ["y1", "y0"], 0), 13),
+        with_opset(then_concat(case("split_opset21_uneven", "Split", [("x", f32(2, 5))], ["x"], outputs=2, axis=1,
+                                    num_outputs=2), ["y1", "y0"], 1), 21),
         then_concat(case("split_sizes_one_unused", "Split", [("x", f32(2, 6)), ("split", i64(1, 2, 3))], ["x"],
                          outputs=3, axis=1), ["y2", "y0"], 1),
         then_concat(case("split_equal", "Split", [("x", f32(6, 2))], ["x"], outputs=3), ["y1", "y0", "y2"], 0),
@@ -109,6 +117,8 @@ CASES: Dict[str, List[Case]] = {
                      ["y0"]),
     ],
     "Slice": [
+        with_opset(case("slice_opset21", "Slice", [("x", f32(3, 4)), ("starts", i64(0)), ("ends", i64(2))], ["x"]),
+                   21),
         case("slice", "Slice", [("x", f32(4, 5)), ("starts", i64(1, 0)), ("ends", i64(3, 4)), ("axes", i64(0, 1)),
                                 ("steps", i64(1, 2))], ["x"]),
         case("slice_no_axes", "Slice", [("x", f32(4, 5)), ("starts", i64(1)), ("ends", i64(-1))], ["x"]),
@@ -158,6 +168,9 @@ CASES: Dict[str, List[Case]] = {
         batched("tile_batch", "Tile", [("r", i64(1, 2))], f32(3, 2), f32(2)),
     ],
     "Pad": [
+        with_opset(case("pad_opset13", "Pad", [("x", f32(2, 3)), ("pads", i64(1, 1, 0, 2))], ["x"]), 13),
+        with_opset(constant(case("pad_reflect_opset21", "Pad", [("x", f32(3, 3)), ("pads", i64(2, 0, 0, 1))], ["x"],
+                                 mode="reflect"), "pads"), 21),
         case("pad_constant", "Pad", [("x", f32(2, 3)), ("pads", i64(1, 0, 2, 2)), ("v", np.array(0.5, np.float32))],
              ["x", "v"]),
         case("pad_negative", "Pad", [("x", f32(3, 4)), ("pads", i64(-1, 1, 0, -2))], ["x"]),
@@ -173,6 +186,9 @@ CASES: Dict[str, List[Case]] = {
         batched("pad_reflect_batch", "Pad", [("pads", i64(0, 1, 0, 2))], f32(3, 4), f32(4), mode="reflect"),
     ],
     "Resize": [
+        with_opset(constant(case("resize_opset13_nearest", "Resize", [("x", f32(1, 2, 3)), ("", None),
+                                                                     ("scales", np.array([1, 1, 2.5], np.float32))],
+                                 ["x"]), "scales"), 13),
         constant(case("resize_linear_up", "Resize", [("x", f32(1, 2, 3, 2)), ("", None),
                                                     ("scales", np.array([1, 1, 2, 1.5], np.float32))], ["x"],
                       mode="linear"), "scales"),
