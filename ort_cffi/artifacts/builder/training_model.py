@@ -33,6 +33,7 @@ class TrainingModels:
     trainable: List[onnx.TensorProto]
     frozen: List[onnx.TensorProto]
     outputs: List[str]  # the loss, then the additional outputs
+    names_drawn: int  # how many onnx::<token>::<n> names the loss block drew (the optimizer model names on)
 
 
 def _disable_training_mode(model: onnx.ModelProto) -> None:
@@ -81,7 +82,8 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     base = copy.deepcopy(model)
     graph = base.graph
     inputs_to_loss = list(loss_input_names) if loss_input_names else [o.name for o in graph.output]
-    outputs = add_loss(base, loss, inputs_to_loss, Namer()) + list(additional_output_names or [])
+    namer = Namer()
+    outputs = add_loss(base, loss, inputs_to_loss, namer) + list(additional_output_names or [])
     output_values = _value_info(base, outputs)
     del graph.output[:]
     graph.output.extend(output_values)
@@ -139,4 +141,4 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     graph.input.append(helper.make_tensor_value_info(LAZY_RESET_GRAD, TensorProto.BOOL, [1]))
     del graph.output[:]
     graph.output.extend(new_outputs)
-    return TrainingModels(training, eval_model, trainable, frozen, outputs)
+    return TrainingModels(training, eval_model, trainable, frozen, outputs, namer.drawn)
