@@ -127,6 +127,7 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     graph.node.extend(context.nodes)
     graph.initializer.append(helper.make_tensor(seed, loss_type, [], [1.0]))
     graph.initializer.extend(context.initializers)
+    graph.value_info.extend(context.value_infos)
     _opset(training, MICROSOFT, 1)
 
     by_name: Dict[str, onnx.ValueInfoProto] = {v.name: v for v in graph.input}
