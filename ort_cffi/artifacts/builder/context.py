@@ -39,6 +39,7 @@ class GradientContext:
         self.types = dict(types)
         self.nodes: List[onnx.NodeProto] = []
         self.initializers: List[onnx.TensorProto] = []
+        self.value_infos: List[onnx.ValueInfoProto] = []  # shapes declared for kernels that read them (declare)
         self._taken: Set[str] = self._taken_by_model(model)
         self._constants: Dict[Tuple[int, Tuple[int, ...], bytes], str] = {}
         # Values known before run time: initializers (graph inputs, parameters among them, are not) and
@@ -118,6 +119,9 @@ class GradientContext:
             return False
         producer.output[list(producer.output).index(old)] = new
         self._taken.add(new)
+        for declared in self.value_infos:
+            if declared.name == old:
+                declared.name = new
         if old in self.types:
             self.types[new] = self.types[old]
         return True
@@ -209,6 +213,27 @@ class GradientContext:
         if static is not None:
             return self.ints(static)
         return self.op("Shape", name)
+
+    def declare(self, name: str, like: str) -> None:
+        """Declare ``name``'s type and shape in the training graph as ``like``'s (a ``value_info``): some
+        gradient kernels (AveragePoolGrad) size their output from the graph's declared shape alone."""
+        found = self.types.get(like)
+        if not found or found[1] is None:
+            raise BuilderError(f"the shape of {like!r} is not known (shape inference could not tell it)")
+        self.types[name] = found
+        self.value_infos.append(helper.make_tensor_value_info(name, found[0], list(found[1])))
+
+    def forward_output(self, node: "NodeView", index: int, hint: str) -> str:
+        """Output ``index`` of the forward ``node``, declared under a fresh name where the node leaves that
+        optional output out (a gradient kernel reads it: LayerNormalization's mean, MaxPool's indices,
+        Dropout's mask). Changes the node of the training graph only (the eval graph is a separate copy)."""
+        proto = node.proto
+        while len(proto.output) <= index:
+            proto.output.append("")
+        if not proto.output[index]:
+            proto.output[index] = self.fresh(f"{proto.name or proto.op_type}/{hint}")
+        node.outputs = list(proto.output)
+        return proto.output[index]
 
     # --- helpers in the opset's form -----------------------------------------------------------------------
     def reduce_sum(self, x: str, axes: Optional[Sequence[int]] = None, keepdims: int = 1,
