@@ -63,8 +63,24 @@ def if_on_batch_value(taken: bool) -> Case:
                 symbolic_batch=True)
 
 
+def if_with_two_outputs() -> Case:
+    """Only the second output reaches the loss: the backward branches are seeded from it alone."""
+    def two(name: str, op: str) -> onnx.GraphProto:
+        return helper.make_graph([helper.make_node(op, ["p", "q"], [f"{name}_first"]),
+                                  helper.make_node("Mul", [f"{name}_first", "p"], [f"{name}_second"])], name, [],
+                                 [helper.make_tensor_value_info(f"{name}_first", TensorProto.FLOAT, None),
+                                  helper.make_tensor_value_info(f"{name}_second", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("Greater", ["c", "zero"], ["cond"]),
+             helper.make_node("If", ["cond"], ["unused", "y0"], then_branch=two("then", "Add"),
+                              else_branch=two("else", "Sub"))]
+    data = {"c": np.array(-1.0, np.float32), "zero": np.array(0.0, np.float32)}
+    c = Case("if_two_outputs", nodes, {"p": f32(3), "q": f32(3)}, data)
+    c.outputs = ["y0"]
+    return c
+
+
 CASES: Dict[str, List[Case]] = {
     "If": [if_case("if_then", True), if_case("if_else", False), if_case("if_batch", True, symbolic_batch=True),
            nested_if("if_nested_then", True), nested_if("if_nested_else", False), if_on_batch_value(True),
-           if_on_batch_value(False)],
+           if_on_batch_value(False), if_with_two_outputs()],
 }

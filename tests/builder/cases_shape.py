@@ -136,16 +136,21 @@ CASES: Dict[str, List[Case]] = {
         batched("gather_batch", "Gather", [("i", i64(2, 0))], f32(3, 4), f32(4), axis=1),
     ],
     "GatherElements": [
+        case("gather_elements_negative", "GatherElements", [("x", f32(2, 4)), ("i", i64([-1, 0], [-4, -1]))], ["x"],
+             axis=-1),
         case("gather_elements", "GatherElements", [("x", f32(3, 4)), ("i", i64([0, 3, 3], [2, 1, 0], [1, 1, 2]))],
              ["x"], axis=1),
         case("gather_elements_axis0", "GatherElements", [("x", f32(3, 2)), ("i", i64([2, 0], [2, 2]))], ["x"]),
     ],
     "GatherND": [
+        case("gather_nd_negative", "GatherND", [("x", f32(3, 4)), ("i", i64([-1, 2], [0, -4]))], ["x"]),
         case("gather_nd", "GatherND", [("x", f32(3, 4, 2)), ("i", i64([0, 1], [2, 3], [0, 1]))], ["x"]),
         case("gather_nd_batch_dims", "GatherND", [("x", f32(2, 3, 4)), ("i", i64([[1], [2]], [[0], [0]]))], ["x"],
              batch_dims=1),
     ],
     "ScatterElements": [
+        case("scatter_elements_negative", "ScatterElements", [("d", f32(4, 2)), ("i", i64([-1, 0], [1, -2])),
+                                                              ("u", f32(2, 2))], ["d", "u"]),
         case("scatter_elements", "ScatterElements", [("d", f32(3, 4)), ("i", i64([1, 3], [0, 2], [3, 0])),
                                                      ("u", f32(3, 2))], ["d", "u"], axis=1),
         case("scatter_elements_add", "ScatterElements", [("d", f32(3, 4)), ("i", i64([1, 1], [0, 2], [3, 0])),
