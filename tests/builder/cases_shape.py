@@ -117,6 +117,8 @@ CASES: Dict[str, List[Case]] = {
                      ["y0"]),
     ],
     "Slice": [
+        batched("slice_batch_reversed", "Slice", [("starts", i64(-1, 3)), ("ends", i64(-2 ** 63, 0)), ("axes", i64(0, 1)),
+                                                  ("steps", i64(-1, -2))], f32(3, 4), f32(4)),
         with_opset(case("slice_opset21", "Slice", [("x", f32(3, 4)), ("starts", i64(0)), ("ends", i64(2))], ["x"]),
                    21),
         case("slice", "Slice", [("x", f32(4, 5)), ("starts", i64(1, 0)), ("ends", i64(3, 4)), ("axes", i64(0, 1)),
