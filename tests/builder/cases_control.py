@@ -79,8 +79,21 @@ def if_with_two_outputs() -> Case:
     return c
 
 
+def if_with_layer_norm() -> Case:
+    """LayerNormalization's gradient reads its mean and inverse standard deviation, outputs the branch's
+    node leaves out: the recomputed node declares them."""
+    then_branch = branch("then", [helper.make_node("LayerNormalization", ["h", "scale", "bias"], ["normed"]),
+                                  helper.make_node("Mul", ["normed", "h"], ["from_norm"])], "from_norm")
+    else_branch = branch("else", [helper.make_node("Mul", ["h", "scale"], ["from_scale"])], "from_scale")
+    nodes = [helper.make_node("Mul", ["x", "p"], ["h"]),
+             helper.make_node("Greater", ["c", "zero"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y0"], then_branch=then_branch, else_branch=else_branch)]
+    data = {"x": f32(3, 4), "c": np.array(1.0, np.float32), "zero": np.array(0.0, np.float32)}
+    return Case("if_layer_norm", nodes, {"p": f32(4), "scale": f32(4), "bias": f32(4)}, data, symbolic_batch=True)
+
+
 CASES: Dict[str, List[Case]] = {
     "If": [if_case("if_then", True), if_case("if_else", False), if_case("if_batch", True, symbolic_batch=True),
            nested_if("if_nested_then", True), nested_if("if_nested_else", False), if_on_batch_value(True),
-           if_on_batch_value(False), if_with_two_outputs()],
+           if_on_batch_value(False), if_with_two_outputs(), if_with_layer_norm()],
 }

@@ -1,5 +1,5 @@
-"""What the shape and indexing rules refuse, with a message naming the node, and where a gradient path
-ends (shapes, comparisons): checked on the built graph, before any session."""
+"""What the shape, indexing and control-flow rules refuse, with a message naming the node, and where a
+gradient path ends (shapes, comparisons): checked on the built graph, before any session."""
 from __future__ import annotations
 
 from typing import Any, List, Sequence
@@ -69,3 +69,17 @@ def test_an_arg_max_beside_the_value_path_carries_nothing() -> None:
     c = Case("arg_max", nodes, {"p": np.array([-1.0, 2.0, 0.5], np.float32)})
     comparisons = check(c)
     assert comparisons and all(x.ok(c.rtol, c.atol) for x in comparisons)
+
+
+def test_an_if_branch_drawing_random_numbers_is_refused() -> None:
+    """Its gradient recomputes the branch: a Dropout there would drop other elements than the forward did."""
+    then_branch = helper.make_graph(
+        [helper.make_node("Dropout", ["p", "ratio", "training"], ["dropped"], name="drop")], "then", [],
+        [helper.make_tensor_value_info("dropped", onnx.TensorProto.FLOAT, None)])
+    else_branch = helper.make_graph([helper.make_node("Identity", ["p"], ["same"])], "else", [],
+                                    [helper.make_tensor_value_info("same", onnx.TensorProto.FLOAT, None)])
+    nodes = [_constant("ratio", np.array(0.5, np.float32)), _constant("training", np.array(True)),
+             helper.make_node("If", ["cond"], ["y0"], name="branching", then_branch=then_branch,
+                              else_branch=else_branch)]
+    with pytest.raises(BuilderError, match="If node 'branching'.*Dropout 'drop'"):
+        _build(nodes, ["p"], [3], p=np.ones(3, np.float32), cond=np.array(True))

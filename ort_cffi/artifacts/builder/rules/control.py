@@ -75,6 +75,10 @@ def branch_backward(g: GradientContext, node: NodeView, branch: onnx.GraphProto,
 
     if branch.input:
         raise BuilderError(f"{node.describe()}: an If branch with inputs is not valid ONNX")
+    drawn = _random_node(branch)
+    if drawn:
+        raise BuilderError(f"{node.describe()}: its branch draws random numbers ({drawn}); the gradient recomputes "
+                           "the branch, which would draw others")
     forward, outputs = _recomputed(g, branch)
     reads = list(dict.fromkeys(graph_reads(forward)))
     wrapper = helper.make_graph(list(forward.node), forward.name or "branch", [_value_info(g, r, r) for r in reads],
@@ -99,5 +103,24 @@ def branch_backward(g: GradientContext, node: NodeView, branch: onnx.GraphProto,
             results.append(sub.op("Identity", zeros_like(sub, name)))
     g.initializers.extend(sub.initializers)  # constants live in the enclosing graph, visible to the branch
     g.types.update({i.name: sub.types[i.name] for i in sub.initializers if i.name in sub.types})
-    return helper.make_graph(list(forward.node) + sub.nodes, g.fresh(f"{forward.name or 'branch'}_grad"), [],
-                             [_value_info(sub, r, name) for r, name in zip(results, wanted)])
+    # the recomputed nodes as the branch's rules left them (a rule may name an optional output it reads)
+    return helper.make_graph(list(model.graph.node) + sub.nodes, g.fresh(f"{forward.name or 'branch'}_grad"), [],
+                             [_value_info(sub, r, name) for r, name in zip(results, wanted)],
+                             value_info=sub.value_infos)
+
+
+_RANDOM = ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli")
+
+
+def _random_node(graph: onnx.GraphProto) -> Optional[str]:
+    """The first node of ``graph`` (or its subgraphs) that draws random numbers: a random operator, or a
+    Dropout with a training-mode input."""
+    for inner in graph.node:
+        if inner.op_type in _RANDOM or (inner.op_type == "Dropout" and len(inner.input) > 2 and inner.input[2]):
+            return f"{inner.op_type} {inner.name!r}" if inner.name else inner.op_type
+        for attribute in inner.attribute:
+            for nested in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                found = _random_node(nested)
+                if found:
+                    return found
+    return None
