@@ -225,9 +225,11 @@ CASES: Dict[str, List[Case]] = {
                 mode="CRD"),
     ],
     "SpaceToDepth": [
+        batched("space_to_depth_batch", "SpaceToDepth", [], f32(3, 2, 2, 4), f32(2, 2, 4), blocksize=2),
         case("space_to_depth", "SpaceToDepth", [("x", f32(2, 2, 4, 6))], ["x"], blocksize=2),
     ],
     "Trilu": [
+        batched("trilu_batch", "Trilu", [("k", i64(-1))], f32(2, 3, 4), f32(3, 4)),
         case("trilu_upper", "Trilu", [("x", f32(2, 4, 5))], ["x"]),
         case("trilu_lower_k", "Trilu", [("x", f32(4, 5)), ("k", i64(1))], ["x"], upper=0),
     ],
@@ -238,6 +240,8 @@ CASES: Dict[str, List[Case]] = {
              batch_axis=0, time_axis=1),
     ],
     "TopK": [
+        with_outputs(batched("top_k_batch", "TopK", [("k", i64(2))], np.abs(distinct(3, 4)) + 1, np.abs(distinct(4)) + 1,
+                             outputs=2), ["y0"]),
         with_outputs(case("top_k", "TopK", [("x", distinct(3, 5)), ("k", i64(2))], ["x"], outputs=2), ["y0"]),
         with_outputs(case("top_k_smallest_axis0", "TopK", [("x", distinct(4, 3)), ("k", i64(3))], ["x"], outputs=2,
                           axis=0, largest=0), ["y0"]),
