@@ -75,7 +75,7 @@ def branch_backward(g: GradientContext, node: NodeView, branch: onnx.GraphProto,
 
     if branch.input:
         raise BuilderError(f"{node.describe()}: an If branch with inputs is not valid ONNX")
-    drawn = _random_node(branch)
+    drawn = _random_node(g, branch)
     if drawn:
         raise BuilderError(f"{node.describe()}: its branch draws random numbers ({drawn}); the gradient recomputes "
                            "the branch, which would draw others")
@@ -112,15 +112,17 @@ def branch_backward(g: GradientContext, node: NodeView, branch: onnx.GraphProto,
 _RANDOM = ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli")
 
 
-def _random_node(graph: onnx.GraphProto) -> Optional[str]:
+def _random_node(g: GradientContext, graph: onnx.GraphProto) -> Optional[str]:
     """The first node of ``graph`` (or its subgraphs) that draws random numbers: a random operator, or a
-    Dropout with a training-mode input."""
+    Dropout with a training-mode input not known to be false."""
     for inner in graph.node:
-        if inner.op_type in _RANDOM or (inner.op_type == "Dropout" and len(inner.input) > 2 and inner.input[2]):
+        training = inner.input[2] if inner.op_type == "Dropout" and len(inner.input) > 2 else ""
+        known = g.constant_value(training) if training else None
+        if inner.op_type in _RANDOM or (training and (known is None or bool(known.reshape(-1)[0]))):
             return f"{inner.op_type} {inner.name!r}" if inner.name else inner.op_type
         for attribute in inner.attribute:
             for nested in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
-                found = _random_node(nested)
+                found = _random_node(g, nested)
                 if found:
                     return found
     return None
