@@ -21,7 +21,7 @@ import pytest
 
 from ort_cffi import OrtErrorCode
 
-MODULES = ("ort_cffi", "ort_cffi.capi", "ort_cffi.artifacts", "ort_cffi.flower", "ort_cffi.runtime", "ort_cffi.trainer")
+MODULES = ("ort_cffi", "ort_cffi.capi", "ort_cffi.api", "ort_cffi.artifacts", "ort_cffi.flower", "ort_cffi.runtime", "ort_cffi.trainer")
 
 
 def public_names(module: Any) -> "list[str]":
