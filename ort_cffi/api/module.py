@@ -304,7 +304,8 @@ class Module:
     def copy_buffer_to_parameters(self, buffer: Union[OrtValue, np.ndarray], trainable_only: bool = True) -> None:
         """Overwrite the parameters from one flat float32 buffer, in the layout `get_contiguous_parameters` gives.
 
-        With `trainable_only=False` it also fills a nominal state, which then trains and exports.
+        With `trainable_only=False` it also fills a nominal state, which then trains and exports; create the
+        `Optimizer` first (ONNX Runtime 1.19's C API crashes filling it without an optimizer model: refused).
 
         ONNX Runtime: `Module.copy_buffer_to_parameters(buffer, trainable_only=True)`.
 
@@ -314,9 +315,18 @@ class Module:
 
         Raises:
             OrtInvalidArgumentException: The buffer is not float32, not 1-D, or of another size.
+            OrtException: A nominal state and no `Optimizer` yet, or `trainable_only=True` on a nominal state.
         """
         array = buffer.numpy() if isinstance(buffer, OrtValue) else buffer
-        self._live_session().copyBufferToParameters(array, bool(trainable_only))
+        session = self._live_session()
+        if self._state._nominal and not trainable_only and self._optimizer_path is None:
+            # ONNX Runtime 1.19's training session builds the optimizer's state once a nominal state is filled,
+            # and crashes (SIGSEGV) when it has no optimizer model: docs/guides/porting-python.md
+            raise OrtException(
+                "fill a nominal checkpoint state after creating the Optimizer over this Module: ONNX Runtime 1.19 "
+                "crashes filling it through a training session without an optimizer model"
+            )
+        session.copyBufferToParameters(array, bool(trainable_only))
         if not trainable_only:
             self._state._nominal = False
 
