@@ -17,11 +17,12 @@ What changed, and only that (docs/guides/porting-python.md lists the tests left 
   original generates them in every test); ONNX Runtime's generator makes them, as in the original (through
   ort_cffi's ``generate_artifacts``, which runs it in a child process).
 
+- ``test_string_inputs`` builds its string-input model with ``onnx.helper`` too (the original uses onnxblock).
+
 Left out: ``test_cuda_execution_provider`` and the ``cuda`` case of ``test_get_and_set_parameter_values``
 (a GPU and the CUDA build; ``tests/apps/test_python_api_semantics.py`` checks that ``device="cuda"`` reaches the
-CUDA provider), ``test_ort_custom_ops`` (a custom-op library built from ONNX Runtime's sources, and
-``custom_op_library``, which ort_cffi's generator does not offer), ``test_string_inputs`` (onnxblock's ``Cast``
-from strings has no gradient builder path in ``ort_cffi.artifacts``; see the guide).
+CUDA provider), and ``test_ort_custom_ops`` (a custom-op library built from ONNX Runtime's sources, and
+``custom_op_library``, which ort_cffi's generator does not offer).
 """
 from __future__ import annotations
 

@@ -345,8 +345,8 @@ def test_ort_value_steps_return_ort_values_and_mixed_inputs_return_numpy():
 
 
 def test_parameters_and_values_outliving_their_state_and_module_do_not_crash(tmp_path: Path):
-    """ONNX Runtime's Parameter holds a raw pointer into its state (its binding does not keep the state
-    alive): reading it after the state is gone reads freed memory. ort_cffi's holds the state."""
+    """A Parameter holds its state; outputs are copies: once the Module is gone, they answer or raise an
+    exception that says why (in a child process: a crash there fails this test, not the run)."""
     folder = copy_artifacts(TINY, tmp_path)
     child = run_child(f"""
         import gc
