@@ -34,6 +34,8 @@ class Trainer(Protocol):
 
     def _release(self) -> None: ...
 
+    def _reopen(self) -> None: ...
+
 PropertyValue = Union[int, float, str]
 _INT, _FLOAT, _STR = "int", "float", "str"
 

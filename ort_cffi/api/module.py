@@ -97,8 +97,13 @@ class Module:
         self._generation = 0  # bumped each time the session is created again (an Optimizer's check)
         previous = state._live_module()
         if previous is not None:
-            previous._release()
-        self._session = self._create_session(None)
+            previous._release()  # the runtime binds a state to one session at a time
+        try:
+            self._session = self._create_session(None)
+        except BaseException:
+            if previous is not None:
+                previous._reopen()  # a Module that failed to start takes nothing over
+            raise
         state._bind(self)
 
     # --- the session -------------------------------------------------------------------------------
@@ -149,10 +154,14 @@ class Module:
             held.close()
 
     def _release(self) -> None:
-        """Close the session (the state stays the caller's): a newer Module took the state over."""
-        self._drop_held(keep_gradients=False)
+        """Close the session (the state stays the caller's): a newer Module takes the state over."""
+        self._drop_held(keep_gradients=True)
         if self._session is not None:
             self._session.close()
+
+    def _reopen(self) -> None:
+        """Create the session again after `_release`, when the newer Module failed to start."""
+        self._session = self._create_session(self._optimizer_path)
 
     def _attach_optimizer(self, optimizer_path: str) -> OrtTrainingSession:
         """Create the session again with the optimizer model (what an `Optimizer` over this Module needs)."""
@@ -338,7 +347,11 @@ class Module:
                 f"the gradient of {name!r} cannot be read: this training model has no accumulator node ort_cffi "
                 "can read the gradients from (or keeps data in other files)"
             )
-        if self._held is not None and name in self._gradient_outputs:
+        if name not in self._gradient_outputs:
+            raise OrtException(
+                f"the gradient of {name!r} cannot be read: no accumulator node of this training model gives it"
+            )
+        if self._held is not None:
             return np.asarray(self._held[self._gradient_outputs[name]].getValue())
         if name in self._saved_gradients:
             return self._saved_gradients[name].copy()

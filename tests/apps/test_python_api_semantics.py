@@ -174,6 +174,28 @@ def test_gradients_accumulate_until_lazy_reset_grad():
     assert np.allclose(state.parameters["fc2.bias"].grad, gradient, atol=1e-6)
 
 
+def test_a_training_model_whose_gradients_cannot_be_read_still_trains(tmp_path: Path):
+    """Accumulators that already have their second output (not ONNX Runtime's generator's) are left as they are:
+    training works, and Parameter.grad says why it cannot answer."""
+    import onnx
+
+    folder = copy_artifacts(TINY, tmp_path)
+    model_proto = onnx.load(str(folder / "training_model.onnx"))
+    for node in model_proto.graph.node:
+        if node.op_type == "InPlaceAccumulatorV2":
+            node.output.append(node.input[0] + ".out")
+    onnx.save(model_proto, str(folder / "training_model.onnx"))
+    state = CheckpointState.load_checkpoint(folder / "checkpoint")
+    model = Module(folder / "training_model.onnx", state)
+    optimizer = Optimizer(folder / "optimizer_model.onnx", model)
+    before = state.parameters["fc2.bias"].data
+    model(*batch(784))
+    optimizer.step()
+    assert not np.array_equal(before, state.parameters["fc2.bias"].data)
+    with pytest.raises(OrtException, match="gradient of 'fc2.bias' cannot be read"):
+        state.parameters["fc2.bias"].grad
+
+
 def test_an_optimizer_after_training_steps_is_refused_until_the_gradients_are_reset():
     state = CheckpointState.load_checkpoint(TINY / "checkpoint")
     model = Module(TINY / "training_model.onnx", state)
@@ -203,8 +225,11 @@ def test_an_optimizer_after_training_steps_is_refused_until_the_gradients_are_re
 def test_a_new_module_over_a_state_takes_it_over():
     state = CheckpointState.load_checkpoint(TINY / "checkpoint")
     first = Module(TINY / "training_model.onnx", state)
-    second = Module(TINY / "training_model.onnx", state)
     x, labels = batch(784)
+    with pytest.raises(FileNotFoundError):
+        Module(TINY / "missing.onnx", state)
+    assert np.ndim(first(x, labels)) == 0  # a Module that failed to start took nothing over
+    second = Module(TINY / "training_model.onnx", state)
     with pytest.raises(OrtException, match="took it over"):
         first(x, labels)
     assert np.ndim(second(x, labels)) == 0
