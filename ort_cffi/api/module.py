@@ -128,6 +128,11 @@ class Module:
                 file.write(edited[0])
             session = env.createTrainingSession(self._state._state, path, self._eval_path, optimizer_path,
                                                 self._session_options)
+        except OrtException:
+            # The edited copy is refused: the user's own file decides, and its error names that file.
+            self._gradient_outputs = {}
+            return env.createTrainingSession(self._state._state, self._train_path, self._eval_path,
+                                             optimizer_path, self._session_options)
         finally:
             shutil.rmtree(folder, ignore_errors=True)  # the runtime read the model at creation
         self._gradient_outputs = edited[1]

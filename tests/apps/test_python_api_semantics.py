@@ -239,8 +239,12 @@ def test_a_new_module_over_a_state_takes_it_over():
         state.parameters["fc2.bias"].data
 
 
-def test_bad_calls_name_what_is_wrong():
+def test_bad_calls_name_what_is_wrong(tmp_path: Path):
     state = CheckpointState.load_checkpoint(TINY / "checkpoint")
+    (tmp_path / "eval_model.onnx").write_bytes(b"not a model")
+    with pytest.raises(OrtException) as refused:
+        Module(TINY / "training_model.onnx", state, tmp_path / "eval_model.onnx")
+    assert str(TINY / "training_model.onnx") in str(refused.value)  # the user's files, not ort_cffi's copy
     model = Module(TINY / "training_model.onnx", state)
     x, labels = batch(784)
     with pytest.raises(OrtException, match=r"takes 2 inputs \['input', 'labels'\], got 1"):
