@@ -211,7 +211,7 @@ class OrtValue:
             raise OrtException.invalid_argument(
                 f"update_inplace needs {target.size} elements of {target.dtype}, got {source.size} of {source.dtype}"
             )
-        target.reshape(-1)[...] = source.reshape(-1)
+        np.copyto(target, source.reshape(target.shape))
 
     def close(self) -> None:
         """Release the tensor, if this value made it (idempotent); a wrapped caller's tensor stays open.
