@@ -395,3 +395,37 @@ def test_parameters_and_values_outliving_their_state_and_module_do_not_crash(tmp
     """)
     words = child.stdout.split()
     assert words[:2] == ["True", "None"] and float(words[2]) > 0 and words[3] == "OrtException", child.stdout
+
+
+def test_misuse_after_close_raises_and_never_crashes(tmp_path: Path):
+    """Closed states and values, and a Module over a closed state: each call raises (in a child process: a
+    crash there fails this test, not the run)."""
+    folder = copy_artifacts(TINY, tmp_path)
+    child = run_child(f"""
+        import numpy as np
+        from ort_cffi.api import CheckpointState, Module, Optimizer, OrtValue
+        folder = {str(folder)!r}
+        x, labels = np.zeros((2, 784), np.float32), np.zeros(2, np.int64)
+        state = CheckpointState.load_checkpoint(folder + "/checkpoint")
+        model = Module(folder + "/training_model.onnx", state, folder + "/eval_model.onnx")
+        optimizer = Optimizer(folder + "/optimizer_model.onnx", model)
+        state.close()  # the Module keeps it alive for itself
+        print(float(model(x, labels)) > 0)
+        optimizer.step()
+        calls = [
+            lambda: state.properties.__setitem__("a", 1),
+            lambda: CheckpointState.save_checkpoint(state, folder + "/saved"),
+            lambda: Module(folder + "/training_model.onnx", CheckpointState.load_checkpoint(folder + "/checkpoint"))(x),
+        ]
+        value = OrtValue.ortvalue_from_numpy(x)
+        value.close()
+        calls += [lambda: value.numpy(), lambda: model(value, OrtValue.ortvalue_from_numpy(labels)), value.shape]
+        for call in calls:
+            try:
+                call()
+                print("no error")
+            except Exception as exc:
+                print(type(exc).__name__)
+    """)
+    assert child.stdout.split() == ["True", "OrtClosedException", "OrtClosedException", "OrtInvalidArgumentException",
+                                    "OrtClosedException", "OrtClosedException", "OrtClosedException"], child.stdout
