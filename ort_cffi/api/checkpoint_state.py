@@ -209,6 +209,8 @@ class CheckpointState:
 
     Args:
         state: An ort_cffi `OrtCheckpointState` (ONNX Runtime's takes its C++ state). The new object owns it.
+            Made this way, it cannot list its parameters, nor the properties its file held: ort_cffi reads those
+            names from the file `load_checkpoint` opens.
 
     Raises:
         TypeError: `state` is not an `OrtCheckpointState` (ONNX Runtime raises TypeError too).
