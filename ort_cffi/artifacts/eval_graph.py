@@ -13,7 +13,7 @@ clears its ``training_mode`` input in the eval model.)
 
 Python 3.8 syntax, onnx only: the artifacts child loads it by file location.
 """
-from typing import Any, Dict
+from typing import Any, Dict, List, Set
 
 from onnx import helper
 
@@ -30,13 +30,13 @@ def _drop_dead_statistics(graph):
     """Remove the nodes that reach no graph output and either read, directly or not, a BatchNormalization's
     running statistics or feed only nodes removed: what the training model computes from the statistics
     (and for them), dead in the eval model. Other dead nodes stay as they are."""
-    downstream = set()
+    downstream: Set[str] = set()
     for node in graph.node:  # topological order
         if node.op_type == "BatchNormalization" and node.domain in ("", "ai.onnx"):
             downstream.update(name for name in node.output[1:] if name)
         elif any(name in downstream for name in node.input):
             downstream.update(node.output)
-    readers = {}
+    readers: Dict[str, List[int]] = {}
     for index, node in enumerate(graph.node):
         for name in node.input:
             readers.setdefault(name, []).append(index)

@@ -1,8 +1,10 @@
 """BatchNorm's running statistics against numpy: the training model updates the running variance in
 torch's convention (the unbiased batch variance), and ``reestimate_batchnorm`` sets the statistics to the
-average of the per-batch statistics over the batches it is given, as torch's ``update_bn`` does."""
+average of the per-batch statistics over the batches it is given, as torch's ``update_bn`` does;
+``ort-cffi-train`` re-estimates them before each validation, says so, and resumes such a run bit for bit."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Dict, List, Tuple
 
@@ -13,6 +15,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ort_cffi import OrtEnvironment, OrtTrainingSession
 from ort_cffi.artifacts import generate_artifacts, read_manifest
+from ort_cffi.trainer import SetupError, TrainingJob, TrainSettings
+from ort_cffi.trainer import loop as train_loop
 from ort_cffi.trainer.batchnorm import reestimate_batchnorm
 
 EPS = 1e-5
@@ -150,3 +154,87 @@ def test_reestimation_refuses_what_it_cannot_do_and_leaves_the_statistics(artifa
             reestimate_batchnorm(session, tmp_path, [])
         still = reestimate_batchnorm(session, [dict(read_manifest(made.folder)["batchnorm_statistics"][0], momentum=1.0)], batches_of(4, 4, 3))
         assert (still.layers, still.skipped) == (0, ("bn1",))
+
+
+# --- ort-cffi-train ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    train, val = batches_of(40, 40, seed=5)[0], batches_of(16, 16, seed=6)[0]
+    path = tmp_path_factory.mktemp("bn-data") / "two_batchnorms.npz"
+    np.savez(path, train_X=train["X"], train_labels=train["labels"], val_X=val["X"], val_labels=val["labels"])
+    return path
+
+
+def train(made, data: Path, out: Path, **settings) -> dict:
+    assert TrainingJob(TrainSettings(out=out, artifacts=made.folder, data=data, batch_size=16, no_plot=True,
+                                     **settings)).run() == 0
+    return json.loads((out / "metrics.json").read_text())
+
+
+def statistics_of(made, checkpoint: Path) -> Dict[str, np.ndarray]:
+    """Every parameter of ``checkpoint``, trained and frozen, by name."""
+    with env.createTrainingSession(str(checkpoint), str(made.training_model)) as session:
+        state = session.getCheckpointState()
+        return {name: state.getParameter(name) for name in ("s1", "b1", "m1", "v1", "K", "s2", "b2", "m2", "v2", "W")}
+
+
+def test_the_trainer_reestimates_before_it_validates_and_says_so(artifacts, dataset: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture) -> None:
+    made, initial = artifacts
+    metrics = train(made, dataset, tmp_path / "run", epochs=2)
+    printed = capsys.readouterr().out
+    assert "batchnorm: 2 layers; running statistics re-estimated over the training set before each validation" in printed
+    assert printed.count("bn re-estimated (") == 2
+    assert metrics["config"]["bn_reestimate"] is True
+    assert [(e["bn_reestimate"]["layers"], e["bn_reestimate"]["batches"]) for e in metrics["epochs"]] == [(2, 3)] * 2
+    assert all(e["bn_reestimate"]["seconds"] > 0 for e in metrics["epochs"])
+    # last_checkpoint holds the statistics of its weights over the training batches, in the trainer's order
+    found = statistics_of(made, tmp_path / "run" / "last_checkpoint")
+    assert not np.allclose(found["K"], initial["K"])  # trained
+    x = np.load(dataset)["train_X"]
+    per_batch = [batch_statistics(x[i:i + 16], found) for i in range(0, 40, 16)]
+    for layer, (mean, var) in enumerate((("m1", "v1"), ("m2", "v2"))):
+        np.testing.assert_allclose(found[mean], np.mean([b[layer][0] for b in per_batch], axis=0), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(found[var], np.mean([b[layer][1] for b in per_batch], axis=0), rtol=1e-5, atol=1e-6)
+    best = [e for e in metrics["epochs"] if e["best"]][-1]
+    assert metrics["inference"]["val_accuracy"] == best["val_accuracy"]  # the export has the statistics validated
+
+
+def test_without_reestimation_the_statistics_follow_training_only(artifacts, dataset: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture) -> None:
+    made, initial = artifacts
+    metrics = train(made, dataset, tmp_path / "run", epochs=1, bn_reestimate=False)
+    assert "as training moves them (--no-bn-reestimate)" in capsys.readouterr().out
+    assert metrics["config"]["bn_reestimate"] is False and metrics["epochs"][0]["bn_reestimate"] is None
+    found = statistics_of(made, tmp_path / "run" / "last_checkpoint")
+    assert not np.allclose(found["m1"], initial["m1"])  # moved by the steps' updates, with momentum
+    # a resumed run keeps it, and refuses the other way unless told to override
+    with pytest.raises(SetupError, match="--bn-reestimate contradicts the run being resumed, which has --no-bn-reestimate"):
+        TrainingJob(TrainSettings(out=tmp_path / "run", resume=True, bn_reestimate=True, no_plot=True)).run()
+
+
+def test_a_resumed_run_with_reestimation_is_the_uninterrupted_one(artifacts, dataset: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    made, _ = artifacts
+    straight = train(made, dataset, tmp_path / "straight", epochs=3)
+    evaluate, calls = train_loop.evaluate, []
+
+    def interrupted(*args: object, **kwargs: object) -> object:  # Ctrl-C in epoch 2's validation
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(train_loop, "evaluate", interrupted)
+    out = tmp_path / "resumed"
+    assert TrainingJob(TrainSettings(out=out, artifacts=made.folder, data=dataset, batch_size=16, epochs=3,
+                                     no_plot=True)).run() == 130
+    monkeypatch.undo()
+    assert TrainingJob(TrainSettings(out=out, resume=True, no_plot=True)).run() == 0
+    resumed = json.loads((out / "metrics.json").read_text())
+    assert resumed["steps"] == straight["steps"]
+    assert [e["val_loss"] for e in resumed["epochs"]] == [e["val_loss"] for e in straight["epochs"]]
+    ours, theirs = statistics_of(made, out / "last_checkpoint"), statistics_of(made, tmp_path / "straight" / "last_checkpoint")
+    for name in ours:
+        np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
