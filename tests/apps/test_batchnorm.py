@@ -238,3 +238,4 @@ def test_a_resumed_run_with_reestimation_is_the_uninterrupted_one(artifacts, dat
     ours, theirs = statistics_of(made, out / "last_checkpoint"), statistics_of(made, tmp_path / "straight" / "last_checkpoint")
     for name in ours:
         np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
+
