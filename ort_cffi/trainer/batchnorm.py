@@ -42,6 +42,7 @@ class Reestimated:
     skipped: Tuple[str, ...] = ()
 
     def describe(self) -> str:
+        """One line that says what was done, for a log."""
         skipped = f"; left as they were: {', '.join(self.skipped)} (momentum 1)" if self.skipped else ""
         return (f"BatchNorm statistics re-estimated: {self.layers} layers over {self.batches} training batches "
                 f"in {self.seconds:.2f} s{skipped}")
