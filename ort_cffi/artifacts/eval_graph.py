@@ -8,8 +8,8 @@ models with training off). ``inference_forms`` cuts each such BatchNormalization
 without ``training_mode`` (it then normalises with the running statistics), in the eval model only: the
 training model keeps the training form its gradients need. What computes only from the running statistics
 it cuts, and reaches no output of the eval model, goes with them (batchnorm.py's variance in torch's
-convention). (Dropout needs nothing: the generator already
-clears its ``training_mode`` input in the eval model.)
+convention). (Dropout needs nothing: the generator already clears its ``training_mode`` input in the eval
+model.)
 
 Python 3.8 syntax, onnx only: the artifacts child loads it by file location.
 """

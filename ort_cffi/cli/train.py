@@ -60,8 +60,8 @@ A BatchNorm model's running statistics trail its weights after a short fine-tuni
 validation, the trainer re-estimates them over the training set (--no-bn-reestimate: it does not).
 
 --resume continues the run stored in the checkpoint: its learning rate, schedule, warm-up, batch
-size, epochs, seed, BatchNorm re-estimation, dataset and artifacts. Options left out take the stored values; one that
-contradicts them is refused unless --override is given.
+size, epochs, seed, BatchNorm re-estimation, dataset and artifacts. Options left out take the
+stored values; one that contradicts them is refused unless --override is given.
 
 examples:
   ort-cffi-train                                  # the digits example, into runs/digits

@@ -26,10 +26,10 @@ from flwr.clientapp.mod import fixedclipping_mod
 from flwr.clientapp.typing import ClientAppCallable
 
 from ort_cffi import OrtCheckpointState, OrtClosedException, OrtEnvironment, OrtTrainingSession, SessionOptions
+from ort_cffi.artifacts import read_manifest
 from ort_cffi.flower.config import RunConfigurable
 from ort_cffi.flower.data import Arrays, label_name, partition_dataset
 from ort_cffi.flower.model import FederatedError, ParameterLayout, PathLike
-from ort_cffi.artifacts import read_manifest
 from ort_cffi.trainer.batchnorm import reestimate_batchnorm
 from ort_cffi.trainer.data import DEFAULT_ARTIFACTS, batches, find_artifacts, find_dataset, input_infos, load_dataset
 from ort_cffi.trainer.data import fixed_batch as model_fixed_batch

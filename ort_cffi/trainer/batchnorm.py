@@ -44,8 +44,9 @@ class Reestimated:
     def describe(self) -> str:
         """One line that says what was done, for a log."""
         skipped = f"; left as they were: {', '.join(self.skipped)} (momentum 1)" if self.skipped else ""
-        return (f"BatchNorm statistics re-estimated: {self.layers} layers over {self.batches} training batches "
-                f"in {self.seconds:.2f} s{skipped}")
+        layers, batches = f"{self.layers} layer{'s' if self.layers != 1 else ''}", \
+            f"{self.batches} training batch{'es' if self.batches != 1 else ''}"
+        return f"BatchNorm statistics re-estimated: {layers} over {batches} in {self.seconds:.2f} s{skipped}"
 
 
 def batchnorm_layout(artifacts: Layout) -> List[Dict[str, Any]]:

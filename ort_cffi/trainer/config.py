@@ -126,7 +126,8 @@ def resume_options(stored: RunConfig, given: Dict[str, Any], override: bool) -> 
     the overrides applied, as ``--lr 0.01 -> 0.001`` lines."""
     options = stored.options()
     contradicting = [key for key, value in given.items() if value is not None and value != options[key]]
-    changes = [f"{as_flag(key, options[key])} -> {as_flag(key, given[key]).split(' ')[-1]}" for key in contradicting]
+    changes = [f"{as_flag(key, options[key])} -> "
+               f"{as_flag(key, given[key]) if isinstance(given[key], bool) else given[key]}" for key in contradicting]
     if contradicting and not override:
         several = len(contradicting) > 1
         typed = " and ".join(as_flag(key, given[key]) for key in contradicting)

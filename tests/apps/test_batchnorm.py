@@ -212,6 +212,11 @@ def test_without_reestimation_the_statistics_follow_training_only(artifacts, dat
     # a resumed run keeps it, and refuses the other way unless told to override
     with pytest.raises(SetupError, match="--bn-reestimate contradicts the run being resumed, which has --no-bn-reestimate"):
         TrainingJob(TrainSettings(out=tmp_path / "run", resume=True, bn_reestimate=True, no_plot=True)).run()
+    assert TrainingJob(TrainSettings(out=tmp_path / "run", resume=True, epochs=2, bn_reestimate=True, override=True,
+                                     no_plot=True)).run() == 0
+    assert "overriding: --no-bn-reestimate -> --bn-reestimate" in capsys.readouterr().out
+    resumed = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert resumed["config"]["bn_reestimate"] is True and resumed["epochs"][1]["bn_reestimate"]["batches"] == 3
 
 
 def test_a_resumed_run_with_reestimation_is_the_uninterrupted_one(artifacts, dataset: Path, tmp_path: Path,
@@ -239,3 +244,14 @@ def test_a_resumed_run_with_reestimation_is_the_uninterrupted_one(artifacts, dat
     for name in ours:
         np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
 
+
+
+def test_the_command_line_names_the_switch(capsys: pytest.CaptureFixture) -> None:
+    from ort_cffi.cli import train as cli
+
+    assert cli.parse_args(["--no-bn-reestimate"]).bn_reestimate is False
+    assert cli.parse_args(["--bn-reestimate"]).bn_reestimate is True
+    assert cli.parse_args([]).bn_reestimate is None  # the default, or the resumed run's
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--help"])
+    assert "--no-bn-reestimate" in capsys.readouterr().out
