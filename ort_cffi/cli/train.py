@@ -57,9 +57,12 @@ A run is never overwritten unless asked: an --out that holds a run, finished or 
 unless --resume continues it or --overwrite replaces it. A run that fails before its first epoch
 leaves the file system as it found it.
 
+A BatchNorm model's running statistics trail its weights after a short fine-tuning: before each
+validation, the trainer re-estimates them over the training set (--no-bn-reestimate: it does not).
+
 --resume continues the run stored in the checkpoint: its learning rate, schedule, warm-up, batch
-size, epochs, seed, dataset and artifacts. Options left out take the stored values; one that
-contradicts them is refused unless --override is given.
+size, epochs, seed, BatchNorm re-estimation, dataset and artifacts. Options left out take the
+stored values; one that contradicts them is refused unless --override is given.
 
 examples:
   ort-cffi-train                                  # the digits example, into runs/digits
@@ -107,6 +110,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--warmup-steps", type=non_negative_int, metavar="N",
                         help="linear warm-up length in optimizer steps (default: one epoch)")
     parser.add_argument("--seed", type=non_negative_int, help="shuffling and runtime seed, 0 or more (default: 0)")
+    parser.add_argument("--bn-reestimate", dest="bn_reestimate", action="store_true", default=None,
+                        help="BatchNorm models: before each validation (and so before the export), re-estimate the "
+                        "running statistics over the training set with the trained weights, as torch's update_bn "
+                        "does (default: on)")
+    parser.add_argument("--no-bn-reestimate", dest="bn_reestimate", action="store_false",
+                        help="keep the running statistics as training moved them (momentum)")
     parser.add_argument("--resume", nargs="?", const="", type=str, metavar="CHECKPOINT",
                         help="continue the run stored in a checkpoint this command wrote (default: OUT/last_checkpoint); "
                         "without --out, the run goes on in the checkpoint's folder")

@@ -91,6 +91,7 @@ class TrainSettings:
     schedule: Optional[str] = None
     warmup_steps: Optional[int] = None
     seed: Optional[int] = None
+    bn_reestimate: Optional[bool] = None  # BatchNorm statistics re-estimated before each validation (default: on)
     resume: Union[None, bool, str, Path] = None  # True or "": OUT/last_checkpoint; a path: that checkpoint
     override: bool = False
     overwrite: bool = False  # start a new run in an --out that holds one, replacing it
@@ -464,8 +465,11 @@ class _Prepared:
         if scores is None or scores not in eval_outputs:
             scores = self.export[0]
         self.scores = scores if scores in eval_outputs else None  # accuracy needs scores from evalStep
-        self.names = Outputs(session.getTrainOutputNames()[0], eval_outputs[0], self.scores, self.labels,
-                             self.class_axis, running_statistics(manifest, list(session.getTrainOutputNames())))  # loss first
+        train_outputs = list(session.getTrainOutputNames())
+        self.names = Outputs(train_outputs[0], eval_outputs[0], self.scores, self.labels,  # loss first
+                             self.class_axis, running_statistics(manifest, train_outputs),
+                             tuple(entry for entry in (manifest or {}).get("batchnorm_statistics") or ()
+                                   if {entry["mean_output"], entry["var_output"]} <= set(train_outputs)))
         where = f"dataset {str(source.data)!r}"
         if self.labels is not None and self.scores is not None:
             shape = self.outputs[self.scores].shape
@@ -519,6 +523,11 @@ class _Prepared:
         lines = [f"dataset:   {self.source.data} ({self.n_train} train, {self.n_val} validation; {described})",
                  f"training:  {config.epochs} epochs x {self.steps_per_epoch} steps, batch {config.batch_size}, "
                  f"lr {config.lr:g} ({self.schedule}), seed {config.seed}"]
+        if self.names.batchnorm:
+            layers = len(self.names.batchnorm)
+            lines.append(f"batchnorm: {layers} layer{'s' if layers > 1 else ''}; running statistics "
+                         + ("re-estimated over the training set before each validation" if config.bn_reestimate
+                            else "as training moves them (--no-bn-reestimate)"))
         if resumed is not None:
             stored = " with the run's stored configuration" if restored else ""
             lines.append(f"resuming:  {checkpoint} at epoch {resumed.epoch}, step {resumed.step}{stored}")

@@ -69,6 +69,8 @@ DIGITS_ARTIFACTS = {
     "optimizer_model.onnx": "b02978d11ef99ac1d83f66cb29bb85fea8bce623c149f71fa78665085235e918",
     "training_model.onnx": "6bd907e1c505f87d69e3e51d23990b7881f8e29ab60e6c5cf1894e6569a8dba0",
 }
+# ort_cffi's own training model of the digits model (its losses are ONNX Runtime's: tests/builder).
+DIGITS_OWN_TRAINING_MODEL = "212c1f0a3d40ff0ab98ae18c43cbd33a6f8aad270effc259ff6f2f2e4ba2e7ca"
 # What a newer onnx changes, and ort_cffi brings back and records (onnx 1.18 stamps IR version 11).
 ALLOWED_NOTE = re.compile(r"optimizer_model\.onnx: IR version 1[1-9] brought down to 10")
 
@@ -158,22 +160,37 @@ def hashes(folder: Path) -> dict:
 # --- byte for byte ONNX Runtime's own -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", sorted(GOLDEN))
+@pytest.mark.needs_onnxruntime_python
 def test_golden_hashes_of_onnx_runtimes_own_generator(tmp_path: Path, name: str) -> None:
     assert sha256(golden_artifacts.MODEL) == GOLDEN_MODEL_SHA256
     ours, _ = golden_artifacts.CONFIGURATIONS[name]
-    made = generate_artifacts(golden_artifacts.MODEL, artifact_directory=tmp_path, **ours)
+    made = generate_artifacts(golden_artifacts.MODEL, artifact_directory=tmp_path, generator="onnxruntime", **ours)
     assert hashes(tmp_path) == GOLDEN[name]
     assert all(ALLOWED_NOTE.fullmatch(note) for note in made.notes), made.notes
 
 
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_ort_cffis_builder_writes_onnx_runtimes_files_but_the_training_graph(tmp_path: Path, name: str) -> None:
+    """ort_cffi's own generator, on every interpreter: the checkpoint, nominal checkpoint, eval and optimizer
+    models are byte for byte ONNX Runtime's golden files; the training model is its own (its losses equal ONNX
+    Runtime's: tests/builder/test_generate.py)."""
+    ours, _ = golden_artifacts.CONFIGURATIONS[name]
+    made = generate_artifacts(golden_artifacts.MODEL, artifact_directory=tmp_path, **ours)
+    written = hashes(tmp_path)
+    assert {k: v for k, v in written.items() if k != "training_model.onnx"} == {
+        k: v for k, v in GOLDEN[name].items() if k != "training_model.onnx"}
+    assert made.versions["generator"] == "ort_cffi"
+
+
 def test_the_digits_artifacts_are_3_11s_on_every_interpreter(tmp_path: Path, digits_model: Path) -> None:
-    """On 3.13 and later the generator runs in this interpreter with the runtime store's Python layer: the
-    digits model's artifacts are the bytes 3.11 makes with the training wheel's own."""
+    """ort_cffi's builder, in every interpreter: the digits model's checkpoint, eval and optimizer models are
+    the bytes ONNX Runtime's generator makes on 3.11 with the training wheel, and its training model is the
+    same file everywhere."""
     assert sha256(digits_model) == DIGITS_MODEL_SHA256
     made = generate_artifacts(digits_model, artifact_directory=tmp_path)
-    assert hashes(tmp_path) == DIGITS_ARTIFACTS
-    assert all(ALLOWED_NOTE.fullmatch(note) for note in made.notes), made.notes
-    assert made.versions["executable"] == sys.executable and made.versions["onnxruntime"] == "1.19.2"
+    assert hashes(tmp_path) == dict(DIGITS_ARTIFACTS, **{"training_model.onnx": DIGITS_OWN_TRAINING_MODEL})
+    assert not made.notes
+    assert made.versions["executable"] == sys.executable and made.versions["generator"] == "ort_cffi"
 
 
 def test_path_bytes_and_model_proto_give_the_same_files(tmp_path: Path, digits_model: Path) -> None:
@@ -519,10 +536,11 @@ def bare_python(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_this_interpreter_lacks_the_generator(tmp_path: Path, bare_python: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ONNX Runtime's generator, asked for, in an interpreter that lacks what it needs."""
     monkeypatch.delenv(ENV_PYTHON, raising=False)
     monkeypatch.setattr(sys, "executable", bare_python)
     with pytest.raises(GeneratorUnavailableError) as info:
-        generate_artifacts(mlp(tmp_path / "m.onnx"), artifact_directory=tmp_path / "out")
+        generate_artifacts(mlp(tmp_path / "m.onnx"), artifact_directory=tmp_path / "out", generator="onnxruntime")
     message = str(info.value)
     assert message.startswith(f"cannot generate training artifacts with this interpreter (Python "
                               f"{'.'.join(map(str, sys.version_info[:3]))}, {bare_python})")
@@ -555,13 +573,18 @@ def test_without_a_stored_layer_a_newer_interpreter_is_told_to_install_the_runti
         assert line.startswith(f"cannot generate training artifacts with this interpreter (Python "
                                f"{'.'.join(map(str, sys.version_info[:3]))}, ")
         assert "the runtime store holds none. Run `ort-cffi-runtime install`: it keeps that layer" in line
-    checked = subprocess.run([sys.executable, "-m", "ort_cffi.artifacts", "--check-generator"], capture_output=True,
-                             text=True, env={**os.environ, "PYTHONPATH": str(ROOT), ENV_PYTHON: "python2.1"})
+    checked = subprocess.run([sys.executable, "-m", "ort_cffi.artifacts", "--check-generator", "--generator", "onnxruntime"],
+                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT), ENV_PYTHON: "python2.1"})
     assert checked.returncode == 1 and "'python2.1', does not exist or cannot be run" in checked.stderr
-    checked = subprocess.run([sys.executable, "-m", "ort_cffi.artifacts", "--check-generator"], capture_output=True,
-                             text=True, env={**os.environ, "PYTHONPATH": str(ROOT), ENV_PYTHON: ""})
+    checked = subprocess.run([sys.executable, "-m", "ort_cffi.artifacts", "--check-generator", "--generator", "onnxruntime"],
+                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT), ENV_PYTHON: ""})
     assert checked.returncode == 0, checked.stderr
     assert checked.stdout.startswith("generator: ONNX Runtime 1.19.2 and onnx ")
+    # ort_cffi's own builder, the default, needs no ONNX Runtime layer at all
+    checked = subprocess.run([sys.executable, "-m", "ort_cffi.artifacts", "--check-generator"], capture_output=True,
+                             text=True, env={**os.environ, "PYTHONPATH": str(ROOT), ENV_PYTHON: "python2.1",
+                                             "ORT_CFFI_RUNTIME_DIR": str(tmp_path / "empty-store")})
+    assert checked.returncode == 0 and checked.stdout.startswith(f"generator: ort_cffi ") and "own gradient builder" in checked.stdout
     assert f"run by this interpreter (Python {'.'.join(map(str, sys.version_info[:3]))}, " in checked.stdout
 
 
@@ -569,7 +592,7 @@ def test_a_named_interpreter_runs_the_generator(tmp_path: Path, bare_python: str
                                                 capsys: pytest.CaptureFixture) -> None:
     model = mlp(tmp_path / "m.onnx")
     monkeypatch.setenv(ENV_PYTHON, bare_python)
-    code = artifacts_cli.main([str(model), "--out", str(tmp_path / "out")])
+    code = artifacts_cli.main([str(model), "--out", str(tmp_path / "out"), "--generator", "onnxruntime"])
     err = capsys.readouterr().err
     assert code == 1 and err.startswith(f"error: cannot generate training artifacts with the interpreter named by "
                                         f"{ENV_PYTHON} (Python ")
