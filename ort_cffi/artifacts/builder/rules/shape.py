@@ -127,26 +127,34 @@ def slice_(g: GradientContext, node: NodeView) -> Grads:
         raise BuilderError(f"{node.describe()}: Slice with attributes (opset < 10) is not supported")
     x = node.inputs[0]
     steps = constant_ints(g, node, 4) if node.has_input(4) else []
-    axes_known = not node.has_input(3) or constant_ints(g, node, 3) is not None
-    if (steps is not None and all(step > 0 for step in steps)) or (steps is None and not axes_known):
-        # steps known only at run time with run-time axes: SliceGrad, whose kernel refuses a negative step
+    axes = sliced_axes(g, node)
+    if (steps is not None and all(step > 0 for step in steps)) or (steps is None and axes is None):
+        # (steps known only at run time, axes too: SliceGrad, whose kernel refuses a negative step then)
         inputs = [node.dy(), g.shape(x)] + node.inputs[1:]
         return [g.same_type(g.ms("SliceGrad", *inputs)[0], x)]
-    return [slice_by_gathers(g, node)]
+    if axes is None:
+        raise BuilderError(f"{node.describe()}: the gradient of a Slice with a negative step needs its axes "
+                           "before run time and its input's rank")
+    return [slice_by_gathers(g, node, axes)]
 
 
-def slice_by_gathers(g: GradientContext, node: NodeView) -> str:
+def sliced_axes(g: GradientContext, node: NodeView) -> Optional[List[int]]:
+    """The axes a Slice slices, non-negative, when known before run time (with the input's rank)."""
+    rank = g.rank(node.inputs[0])
+    if node.has_input(3):
+        axes = constant_ints(g, node, 3)
+    else:
+        starts_dims = g.dims(node.inputs[1])
+        count = starts_dims[0] if starts_dims else None
+        axes = list(range(count)) if isinstance(count, int) else None
+    return None if axes is None or rank is None else [a % rank for a in axes]
+
+
+def slice_by_gathers(g: GradientContext, node: NodeView, axes: List[int]) -> str:
     """A Slice is a Gather along each sliced axis, of the positions ``Slice(arange(size), start, end,
     step)`` (the runtime's own Slice does the clamping); dX applies GatherGrad axis by axis in reverse."""
     x, dy = node.inputs[0], node.dy()
-    rank = g.rank(x)
-    starts_dims = g.dims(node.inputs[1])
-    count = starts_dims[0] if starts_dims else None
-    axes = constant_ints(g, node, 3) if node.has_input(3) else (list(range(count)) if isinstance(count, int) else None)
-    if axes is None or rank is None:
-        raise BuilderError(f"{node.describe()}: the gradient of a Slice whose steps may be negative needs its "
-                           "axes known before run time and its input's rank")
-    axes = [a % rank for a in axes]
+    rank = len(g.dims(x) or ())
     x_shape, y_shape = g.op("Shape", x), g.op("Shape", dy)
     zero, one = g.const(np.array(0, dtype=np.int64)), g.const(np.array(1, dtype=np.int64))
     grad = dy
