@@ -246,6 +246,15 @@ CASES: Dict[str, List[Case]] = {
         with_outputs(case("top_k_smallest_axis0", "TopK", [("x", distinct(4, 3)), ("k", i64(3))], ["x"], outputs=2,
                           axis=0, largest=0), ["y0"]),
     ],
+    "Compress": [
+        case("compress_axis", "Compress", [("x", f32(3, 4)), ("c", np.array([True, False, True]))], ["x"], axis=0),
+        case("compress_short_condition", "Compress", [("x", f32(2, 5)), ("c", np.array([False, True, True]))], ["x"],
+             axis=-1),
+        case("compress_flat", "Compress", [("x", f32(2, 3)), ("c", np.array([True, False, False, True, True]))],
+             ["x"]),
+        batched("compress_batch", "Compress", [("c", np.array([True, False, True, True]))], f32(3, 4), f32(4),
+                axis=1),
+    ],
     "OneHot": [
         case("one_hot_values", "OneHot", [("i", i64([1, 0], [3, -1])), ("depth", i64(4)),
                                           ("values", np.array([0.25, 2.0], np.float32))], ["values"]),
