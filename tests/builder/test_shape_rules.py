@@ -49,10 +49,11 @@ def test_scatter_with_a_multiplying_or_selecting_reduction_is_refused(reduction:
                u=np.ones(1, np.float32))
 
 
-def test_reflect_pad_with_run_time_pads_is_refused() -> None:
-    nodes = [helper.make_node("Pad", ["x", "pads"], ["y0"], name="mirror", mode="reflect")]
-    with pytest.raises(BuilderError, match="Pad node 'mirror'.*constant pads"):
-        _build(nodes, ["x"], [5], x=np.ones(3, np.float32), pads=np.array([1, 1], np.int64))
+def test_reflect_pad_with_run_time_axes_is_refused() -> None:
+    nodes = [helper.make_node("Pad", ["x", "pads", "", "axes"], ["y0"], name="mirror", mode="reflect")]
+    with pytest.raises(BuilderError, match="Pad node 'mirror'.*axes before run time"):
+        _build(nodes, ["x"], [2, 5], opset=18, x=np.ones((2, 3), np.float32), pads=np.array([1, 1], np.int64),
+               axes=np.array([1], np.int64))
 
 
 def test_a_parameter_read_only_through_its_shape_takes_no_gradient() -> None:

@@ -216,50 +216,73 @@ def pad(g: GradientContext, node: NodeView) -> Grads:
     return [pad_by_gathers(g, node, mode, dy) if node.wants(0) else None, None]
 
 
-_NUMPY_PAD_MODES = {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+_GATHERED_PAD_MODES = ("reflect", "edge", "wrap")
 
 
 def pad_by_gathers(g: GradientContext, node: NodeView, mode: str, dy: str) -> str:
     """Reflect, edge and wrap padding read each output element from one input element: along each padded
-    axis the Pad is a Gather with a fixed index (numpy's pad of ``arange`` gives it), so dX is GatherGrad
-    applied axis by axis in reverse. Needs constant pads and static sizes along the padded axes."""
+    axis the Pad is a Gather of the source positions of ``j`` in ``[-before, size + after)``, so dX is
+    GatherGrad applied axis by axis in reverse. The positions are constants where the pads and the size
+    are, else computed at run time (a symbolic length, run-time pads); negative pads crop, as in Pad."""
     x = node.inputs[0]
-    if mode not in _NUMPY_PAD_MODES:
+    if mode not in _GATHERED_PAD_MODES:
         raise BuilderError(f"{node.describe()}: Pad mode {mode!r} has no gradient rule")
-    pads = constant_ints(g, node, 1)
-    dims = g.dims(x)
-    if pads is None or dims is None:
-        raise BuilderError(f"{node.describe()}: the gradient of a {mode!r} Pad needs constant pads and the input's "
-                           "rank; they are known only at run time")
-    rank = len(dims)
-    axes = constant_ints(g, node, 3) if node.has_input(3) else list(range(rank))
-    if axes is None:
-        raise BuilderError(f"{node.describe()}: the gradient of a {mode!r} Pad needs constant axes")
+    rank = g.rank(x)
+    axes = constant_ints(g, node, 3) if node.has_input(3) else (None if rank is None else list(range(rank)))
+    if rank is None or axes is None:
+        raise BuilderError(f"{node.describe()}: the gradient of a {mode!r} Pad needs its input's rank and its axes "
+                           "before run time")
     axes = [a % rank for a in axes]
-    half = len(axes)
-    plan = []  # (axis, index into the input along it, size before)
+    pads = constant_ints(g, node, 1)
+    plan = []  # (axis, the source position of each output position along it)
     for position, axis in enumerate(axes):
-        before, after = pads[position], pads[position + half]
-        if before == 0 and after == 0:
-            continue
-        size = dims[axis]
-        if before < 0 or after < 0 or not isinstance(size, int):
-            raise BuilderError(f"{node.describe()}: the gradient of a {mode!r} Pad needs non-negative pads and a "
-                               f"static size along the padded axis {axis}")
-        index = np.pad(np.arange(size, dtype=np.int64), (before, after), mode=_NUMPY_PAD_MODES[mode])  # type: ignore[call-overload]
-        plan.append((axis, index, before + after))
-    # the shape of the intermediate result before each axis's Gather: X's shape grown on the axes before it
-    grown = np.zeros(rank, dtype=np.int64)
-    shapes = []
-    for axis, _, growth in plan:
-        shapes.append(grown.copy())
-        grown[axis] += growth
-    x_shape = g.shape(x)
+        size = static_size(g, x, axis)
+        if pads is not None:
+            before, after = pads[position], pads[position + len(axes)]
+            if before == 0 and after == 0:
+                continue
+            if size is not None:
+                plan.append((axis, g.ints(_source_positions(mode, np.arange(-before, size + after), size))))
+                continue
+        plan.append((axis, _run_time_source_positions(g, node, mode, axis, position, len(axes))))
+    x_shape, y_shape = g.shape(x), g.shape(node.outputs[0])
     grad = dy
-    for (axis, index, _), growth_before in reversed(list(zip(plan, shapes))):
-        shape = g.op("Add", x_shape, g.ints(int(v) for v in growth_before)) if growth_before.any() else x_shape
-        grad = g.ms("GatherGrad", shape, g.ints(index), grad, axis=axis)[0]
+    for j in reversed(range(len(plan))):
+        axis, index = plan[j]
+        # the shape before this axis's Gather: the axes padded before it already have dY's sizes
+        done = np.array([a in [p[0] for p in plan[:j]] for a in range(rank)])
+        shape = g.op("Where", g.const(done), y_shape, x_shape) if done.any() else x_shape
+        grad = g.ms("GatherGrad", shape, index, grad, axis=axis)[0]
     return g.same_type(grad, x)
+
+
+def _source_positions(mode: str, j: np.ndarray, size: int) -> List[int]:
+    last = size - 1
+    if mode == "reflect":  # mirrored at the first and last element, which are not repeated
+        found = last - np.abs(last - np.abs(j))
+    elif mode == "edge":
+        found = np.clip(j, 0, last)
+    else:  # wrap
+        found = np.mod(j, size)
+    return [int(v) for v in found]
+
+
+def _run_time_source_positions(g: GradientContext, node: NodeView, mode: str, axis: int, position: int,
+                               count: int) -> str:
+    """``_source_positions`` computed by the graph, from the run-time size and pads."""
+    def scalar(value: int) -> str:
+        return g.const(np.array(value, dtype=np.int64))
+
+    size = g.op("Gather", g.op("Shape", node.inputs[0]), scalar(axis), axis=0)
+    before = g.op("Gather", node.inputs[1], scalar(position), axis=0)
+    after = g.op("Gather", node.inputs[1], scalar(position + count), axis=0)
+    j = g.op("Range", g.op("Neg", before), g.op("Add", size, after), scalar(1))
+    last = g.op("Sub", size, scalar(1))
+    if mode == "reflect":
+        return g.op("Sub", last, g.op("Abs", g.op("Sub", last, g.op("Abs", j))))
+    if mode == "edge":
+        return g.op("Max", g.op("Min", j, last), scalar(0))
+    return g.op("Mod", j, size)
 
 
 _RESIZE_ONLY_FORWARD = ("axes", "keep_aspect_ratio_policy", "extrapolation_value")
