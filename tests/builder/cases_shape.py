@@ -201,6 +201,14 @@ CASES: Dict[str, List[Case]] = {
         batched("pad_reflect_batch", "Pad", [("pads", i64(0, 1, 0, 2))], f32(3, 4), f32(4), mode="reflect"),
     ],
     "Resize": [
+        case("resize_run_time_scales", "Resize", [("x", f32(1, 2, 3)), ("", None),
+                                                  ("scales", np.array([1, 2, 1.5], np.float32))], ["x"], mode="linear"),
+        case("resize_run_time_sizes", "Resize", [("x", f32(1, 1, 3, 2)), ("", None), ("", None),
+                                                 ("sizes", i64(1, 1, 5, 3))], ["x"], mode="cubic"),
+        Case("resize_to_a_run_time_shape",  # FPN-like: upsampled to another tensor's size, read at run time
+             [helper.make_node("Mul", ["x", "p"], ["xp"]), helper.make_node("Shape", ["skip"], ["target"]),
+              helper.make_node("Resize", ["xp", "", "", "target"], ["y0"], mode="nearest")],
+             {"p": f32(2, 2, 3)}, {"x": f32(3, 2, 2, 3), "skip": f32(3, 2, 4, 5)}, symbolic_batch=True),
         with_opset(constant(case("resize_opset13_nearest", "Resize", [("x", f32(1, 2, 3)), ("", None),
                                                                      ("scales", np.array([1, 1, 2.5], np.float32))],
                                  ["x"]), "scales"), 13),

@@ -35,10 +35,12 @@ def test_resize_cropping_is_refused_naming_the_node() -> None:
         _build(nodes, ["x"], [4, 4], x=np.ones((2, 2), np.float32))
 
 
-def test_resize_with_run_time_scales_is_refused() -> None:
-    nodes = [helper.make_node("Resize", ["x", "", "s"], ["y0"], name="up", mode="linear")]
-    with pytest.raises(BuilderError, match="Resize node 'up'.*before run time"):
-        _build(nodes, ["x"], [4, 4], x=np.ones((2, 2), np.float32), s=np.array([2, 2], np.float32))
+def test_resize_keeping_the_aspect_ratio_is_refused() -> None:
+    nodes = [_constant("sizes", np.array([4, 4], np.int64)),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y0"], name="fit", mode="linear",
+                              keep_aspect_ratio_policy="not_larger")]
+    with pytest.raises(BuilderError, match="Resize node 'fit'.*not_larger"):
+        _build(nodes, ["x"], [4, 2], opset=18, x=np.ones((2, 1), np.float32))
 
 
 @pytest.mark.parametrize("reduction", ["mul", "max", "min"])

@@ -293,46 +293,55 @@ def resize(g: GradientContext, node: NodeView) -> Grads:
     """Every mode of Resize (nearest, linear, cubic, antialiased) is separable: along each resized axis the
     output is a fixed matrix M (out x in) applied to the input, so dX applies M's transpose along each axis
     in turn. M is the same Resize applied to an identity matrix (scale 1 on its second axis), so that the
-    runtime's own coordinate rules make it. ONNX Runtime's ResizeGrad has no CPU kernel."""
+    runtime's own coordinate rules make it, from constant or run-time scales or sizes (an upsampling to
+    another tensor's shape). ONNX Runtime's ResizeGrad has no CPU kernel."""
     x = node.inputs[0]
     mode = node.attr("coordinate_transformation_mode", "half_pixel")
     if mode == "tf_crop_and_resize" or node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
         raise BuilderError(f"{node.describe()}: Resize with coordinate_transformation_mode {mode!r} and "
                            f"keep_aspect_ratio_policy {node.attr('keep_aspect_ratio_policy', 'stretch')!r} has no "
                            "gradient rule (only 'stretch' without cropping)")
-    dims = g.dims(x)
+    dims, out_dims = g.dims(x), g.dims(node.outputs[0])
     if dims is None:
         raise BuilderError(f"{node.describe()}: the gradient of Resize needs its input's rank")
     rank = len(dims)
     scales_at, sizes_at = (1, None) if g.opset < 11 else (2, 3)
     scales = g.constant_value(node.inputs[scales_at]) if node.has_input(scales_at) else None
     sizes = g.constant_value(node.inputs[sizes_at]) if sizes_at is not None and node.has_input(sizes_at) else None
-    if scales is not None and scales.size == 0:
-        scales = None
-    if scales is None and sizes is None:
-        raise BuilderError(f"{node.describe()}: the gradient of Resize needs its scales or sizes before run time")
+    sizes_name = node.inputs[sizes_at] if sizes_at is not None and node.has_input(sizes_at) else ""
+    by_sizes = (scales is None or scales.size == 0) and bool(sizes_name)
+    if not by_sizes and not node.has_input(scales_at):
+        raise BuilderError(f"{node.describe()}: a Resize without scales or sizes has no gradient rule")
     axes = [int(a) % rank for a in (node.attr("axes") or range(rank))]
     attributes = {a.name: node.attr(a.name) for a in node.proto.attribute if a.name not in _RESIZE_ONLY_FORWARD}
     grad = node.dy()
     for position, axis in enumerate(axes):
         size_in = static_size(g, x, axis)
-        if scales is not None:
+        size_in_value = g.ints([size_in]) if size_in is not None else \
+            g.op("Gather", g.op("Shape", x), g.ints([axis]), axis=0)
+        resize_by: List[Optional[str]]
+        if by_sizes:  # the scale is out / in: equal sizes are the identity, in every mode
+            known_out = None if sizes is None else int(sizes.reshape(-1)[position])
+            if known_out is not None and known_out == size_in:
+                continue
+            if known_out is None and out_dims is not None and dims[axis] is not None and dims[axis] == out_dims[axis]:
+                continue
+            size_out = g.ints([known_out]) if known_out is not None else \
+                g.op("Slice", sizes_name, g.ints([position]), g.ints([position + 1]))
+            resize_by = [None, g.op("Concat", size_out, size_in_value, axis=0)]
+        elif scales is not None:
             scale = float(scales.reshape(-1)[position])
             if scale == 1.0:
                 continue
-            resize_by: List[Optional[str]] = [g.const(np.array([scale, 1.0], dtype=np.float32)), None]
-        else:
-            size_out = int(sizes.reshape(-1)[position])  # type: ignore[union-attr]
-            if size_out == size_in:
-                continue
-            size_in_value = g.ints([size_in]) if size_in is not None else \
-                g.op("Gather", g.op("Shape", x), g.ints([axis]), axis=0)
-            resize_by = [None, g.op("Concat", g.ints([size_out]), size_in_value, axis=0)]
+            resize_by = [g.const(np.array([scale, 1.0], dtype=np.float32)), None]
+        else:  # scales at run time: every axis, a scale of 1 giving the identity
+            scale_value = g.op("Slice", node.inputs[scales_at], g.ints([position]), g.ints([position + 1]))
+            resize_by = [g.op("Concat", scale_value, g.const(np.array([1.0], dtype=np.float32)), axis=0), None]
         if size_in is not None:
             identity = g.const(np.eye(size_in), x)
         else:
-            square = g.op("Concat", *[g.op("Gather", g.op("Shape", x), g.ints([axis]), axis=0)] * 2, axis=0)
             zero = helper.make_tensor("value", g.elem_type(x), [1], [0])
+            square = g.op("Concat", size_in_value, size_in_value, axis=0)
             identity = g.op("EyeLike", g.op("ConstantOfShape", square, value=zero))
         inputs = [identity, resize_by[0]] if g.opset < 11 else [identity, None] + resize_by
         matrix = g.node("Resize", inputs, 1, **attributes)[0]  # (out, in)
