@@ -71,6 +71,7 @@ CASES: Dict[str, List[Case]] = {
         batched("reshape_batch", "Reshape", [("shape", i64(0, -1))], f32(3, 2, 4), f32(2, 4)),
     ],
     "Flatten": [
+        case("flatten_axis0", "Flatten", [("x", f32(2, 3))], ["x"], axis=0),
         case("flatten", "Flatten", [("x", f32(2, 3, 4))], ["x"], axis=2),
         batched("flatten_batch", "Flatten", [], f32(3, 2, 4), f32(2, 4), axis=1),
     ],
@@ -87,12 +88,14 @@ CASES: Dict[str, List[Case]] = {
         batched("squeeze_batch", "Squeeze", [("axes", i64(1))], f32(3, 1, 4), f32(1, 4)),
     ],
     "Unsqueeze": [
+        case("unsqueeze_negative_axes", "Unsqueeze", [("x", f32(2, 3)), ("axes", i64(-1, -3))], ["x"]),
         with_opset(case("unsqueeze_opset13", "Unsqueeze", [("x", f32(3)), ("axes", i64(1))], ["x"]), 13),
         case("unsqueeze", "Unsqueeze", [("x", f32(2, 3)), ("axes", i64(0, -1))], ["x"]),
         with_opset(case("unsqueeze_attribute", "Unsqueeze", [("x", f32(2, 3))], ["x"], axes=[1]), 11),
         batched("unsqueeze_batch", "Unsqueeze", [("axes", i64(1))], f32(3, 4), f32(4)),
     ],
     "Concat": [
+        case("concat_single", "Concat", [("a", f32(2, 3))], ["a"], axis=1),
         with_opset(case("concat_opset11", "Concat", [("a", f32(2, 3)), ("b", f32(2, 2))], ["a", "b"], axis=1), 11),
         case("concat", "Concat", [("a", f32(2, 3)), ("b", f32(2, 1)), ("c", f32(2, 4))], ["a", "c"], axis=1),
         case("concat_negative_axis", "Concat", [("a", f32(2, 3)), ("b", f32(1, 3))], ["a", "b"], axis=-2),
@@ -132,6 +135,7 @@ CASES: Dict[str, List[Case]] = {
         batched("slice_batch", "Slice", [("starts", i64(1)), ("ends", i64(3)), ("axes", i64(-1))], f32(3, 4), f32(4)),
     ],
     "Gather": [
+        case("gather_scalar_index", "Gather", [("x", f32(2, 5)), ("i", np.array(3, np.int64))], ["x"], axis=1),
         case("gather", "Gather", [("x", f32(5, 3)), ("i", i64(4, 0, 4, 2))], ["x"]),
         case("gather_axis_indices_2d", "Gather", [("x", f32(2, 5, 3)), ("i", i64([1, 0], [3, 1]))], ["x"], axis=1),
         case("gather_negative_indices", "Gather", [("x", f32(5, 3)), ("i", i64(-1, 0, -5))], ["x"]),
@@ -145,6 +149,7 @@ CASES: Dict[str, List[Case]] = {
         case("gather_elements_axis0", "GatherElements", [("x", f32(3, 2)), ("i", i64([2, 0], [2, 2]))], ["x"]),
     ],
     "GatherND": [
+        batched("gather_nd_batch", "GatherND", [("i", i64([1], [0], [2]))], f32(3, 4), f32(4), batch_dims=1),
         case("gather_nd_negative", "GatherND", [("x", f32(3, 4)), ("i", i64([-1, 2], [0, -4]))], ["x"]),
         case("gather_nd", "GatherND", [("x", f32(3, 4, 2)), ("i", i64([0, 1], [2, 3], [0, 1]))], ["x"]),
         case("gather_nd_batch_dims", "GatherND", [("x", f32(2, 3, 4)), ("i", i64([[1], [2]], [[0], [0]]))], ["x"],
@@ -164,6 +169,8 @@ CASES: Dict[str, List[Case]] = {
              ["d", "u"], reduction="add"),
     ],
     "Expand": [
+        case("expand_shape_of_lower_rank", "Expand", [("x", f32(2, 3, 1)), ("shape", i64(4))], ["x"]),
+        constant(case("expand_constant_shape", "Expand", [("x", f32(3, 1)), ("shape", i64(2, 1, 4))], ["x"]), "shape"),
         case("expand", "Expand", [("x", f32(3, 1)), ("shape", i64(2, 3, 4))], ["x"]),
         Case("expand_batch", [helper.make_node("Shape", ["x"], ["s"]),
                               helper.make_node("Expand", ["p", "s"], ["e"]),
@@ -171,6 +178,7 @@ CASES: Dict[str, List[Case]] = {
              {"p": f32(1, 4)}, {"x": f32(3, 4)}, symbolic_batch=True),
     ],
     "Tile": [
+        constant(case("tile_constant_repeats", "Tile", [("x", f32(1, 2, 3)), ("r", i64(3, 1, 2))], ["x"]), "r"),
         case("tile", "Tile", [("x", f32(2, 3)), ("r", i64(2, 3))], ["x"]),
         batched("tile_batch", "Tile", [("r", i64(1, 2))], f32(3, 2), f32(2)),
     ],
