@@ -71,42 +71,64 @@ def branch_backward(g: GradientContext, node: NodeView, branch: onnx.GraphProto,
                     wanted: Sequence[str]) -> onnx.GraphProto:
     """The backward branch: ``branch`` recomputed, then the gradients of ``wanted`` (outer values), in
     that order, as its outputs."""
-    from ort_cffi.artifacts.builder.engine import Engine, graph_reads  # the engine imports every rule
+    from ort_cffi.artifacts.builder.engine import graph_reads  # the engine imports every rule
 
     if branch.input:
         raise BuilderError(f"{node.describe()}: an If branch with inputs is not valid ONNX")
-    drawn = _random_node(g, branch)
-    if drawn:
-        raise BuilderError(f"{node.describe()}: its branch draws random numbers ({drawn}); the gradient recomputes "
-                           "the branch, which would draw others")
+    _refuse_random(g, node, branch)
     forward, outputs = _recomputed(g, branch)
-    reads = list(dict.fromkeys(graph_reads(forward)))
-    wrapper = helper.make_graph(list(forward.node), forward.name or "branch", [_value_info(g, r, r) for r in reads],
-                                [_value_info(g, o, node.outputs[i]) for i, o in enumerate(outputs)])
-    model = helper.make_model(wrapper, opset_imports=list(g.model.opset_import))
-    model.ir_version = g.model.ir_version
-    sub = g.subgraph(model, infer_types(model))
     seeds: Dict[str, str] = {}
     for i, out in enumerate(outputs):
         dy = node.grad(i)
         if dy is not None:
             seeds[out] = g.op("Sum", seeds[out], dy) if out in seeds else dy
-    targets = [w for w in wanted if w in reads]
-    found: Dict[str, str] = {}
-    if seeds and targets:
-        found, _ = Engine(sub).backward(seeds, targets, final_name=None)
+    reads = set(graph_reads(forward))
+    outputs_info = [_value_info(g, o, node.outputs[i]) for i, o in enumerate(outputs)]
+    sub, nodes, found = differentiate(g, forward.name or "branch", list(forward.node), outputs_info, seeds,
+                                      [w for w in wanted if w in reads])
     results = []
     for name in wanted:
         if name in found:
             results.append(found[name])
         else:  # a value this branch leaves alone, or reads only through shapes: no gradient from it
             results.append(sub.op("Identity", zeros_like(sub, name)))
-    g.initializers.extend(sub.initializers)  # constants live in the enclosing graph, visible to the branch
-    g.types.update({i.name: sub.types[i.name] for i in sub.initializers if i.name in sub.types})
-    # the recomputed nodes as the branch's rules left them (a rule may name an optional output it reads)
-    return helper.make_graph(list(model.graph.node) + sub.nodes, g.fresh(f"{forward.name or 'branch'}_grad"), [],
+    _hoist_constants(g, sub)
+    return helper.make_graph(nodes + sub.nodes, g.fresh(f"{forward.name or 'branch'}_grad"), [],
                              [_value_info(sub, r, name) for r, name in zip(results, wanted)],
                              value_info=sub.value_infos)
+
+
+def differentiate(g: GradientContext, name: str, nodes: List[onnx.NodeProto],
+                  outputs_info: List[onnx.ValueInfoProto], seeds: Dict[str, str],
+                  targets: Sequence[str]) -> Tuple[GradientContext, List[onnx.NodeProto], Dict[str, str]]:
+    """The engine's backward pass over ``nodes`` (a subgraph's, with fresh names), from ``seeds`` to
+    ``targets``, in a context of its own. Returns that context (its nodes: the backward pass), the forward
+    nodes as the rules left them (a rule may name an optional output it reads, LayerNormalization's mean),
+    and the gradients found."""
+    from ort_cffi.artifacts.builder.engine import Engine, graph_reads  # the engine imports every rule
+
+    reads = list(dict.fromkeys(graph_reads(helper.make_graph(nodes, name, [], outputs_info))))
+    wrapper = helper.make_graph(nodes, name, [_value_info(g, r, r) for r in reads], outputs_info)
+    model = helper.make_model(wrapper, opset_imports=list(g.model.opset_import))
+    model.ir_version = g.model.ir_version
+    sub = g.subgraph(model, infer_types(model))
+    found: Dict[str, str] = {}
+    if seeds and targets:
+        found, _ = Engine(sub).backward(seeds, targets, final_name=None)
+    return sub, list(model.graph.node), found
+
+
+def _hoist_constants(g: GradientContext, sub: GradientContext) -> None:
+    """Constants made for a subgraph live in the enclosing graph, which the subgraph sees."""
+    g.initializers.extend(sub.initializers)
+    g.types.update({i.name: sub.types[i.name] for i in sub.initializers if i.name in sub.types})
+
+
+def _refuse_random(g: GradientContext, node: NodeView, graph: onnx.GraphProto) -> None:
+    drawn = _random_node(g, graph)
+    if drawn:
+        raise BuilderError(f"{node.describe()}: its subgraph draws random numbers ({drawn}); the gradient "
+                           "recomputes the subgraph, which would draw others")
 
 
 _RANDOM = ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli")
