@@ -1,14 +1,16 @@
-"""Control flow: If. Its gradient is an If on the same condition whose branches are the forward branches'
+"""Control flow: If and Loop. If's gradient is an If on the same condition whose branches are the forward branches'
 own backward passes: each branch is recomputed (its values are not visible outside it) and differentiated
 by the engine, from the If's output gradients to the values the branch reads from the enclosing graph.
-A value one branch does not read (or cannot pass a gradient to) gets zeros from that branch.
+A value one branch does not read (or cannot pass a gradient to) gets zeros from that branch. Loop's
+gradient is a Loop running backwards over the iterations (``loop``).
 """
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import onnx
-from onnx import helper
+from onnx import TensorProto, helper
 
 from ort_cffi.artifacts.builder.context import BuilderError, GradientContext, NodeView, infer_types
 from ort_cffi.artifacts.builder.registry import gradient
@@ -148,3 +150,133 @@ def _random_node(g: GradientContext, graph: onnx.GraphProto) -> Optional[str]:
                 if found:
                     return found
     return None
+
+
+_FLOATS = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
+
+
+@gradient("Loop")
+def loop(g: GradientContext, node: NodeView) -> Grads:
+    """The forward Loop also stacks each iteration's loop-carried values (new scan outputs of its body); the
+    backward Loop runs as many iterations in reverse: at step t it takes the values carried into t, runs the
+    body again and the body's backward pass, from the carried values' gradients and the scan outputs'
+    gradients at t, to the carried values (carried on) and the values the body reads from the enclosing
+    graph (summed over the steps)."""
+    count = len(node.inputs)
+    carried = node.inputs[2:]
+    wanted_outer = [name for k, name in enumerate(node.outer_inputs) if node.wants(count + k)]
+    if not any(node.wants(2 + k) for k in range(len(carried))) and not wanted_outer:
+        return []
+    body_attribute = next(a for a in node.proto.attribute if a.name == "body")
+    body = body_attribute.g
+    _refuse_random(g, node, body)
+    scans = len(body.output) - 1 - len(carried)
+    differentiable = [k for k, name in enumerate(carried) if g.elem_type(name) in _FLOATS]
+    stacked, iterations = _stack_states(g, node, body)
+    steps = g.op("Gather", g.op("Shape", iterations), g.const(np.array(0, dtype=np.int64)), axis=0)
+    last_step = g.op("Sub", steps, g.const(np.array(1, dtype=np.int64)))
+    g.types[steps] = g.types[last_step] = (TensorProto.INT64, ())
+
+    # the backward body: (i, cond, d carried..., sums...) -> (cond, d carried..., sums...)
+    step_in, cond_in = g.fresh("loop_grad_step"), g.fresh("loop_grad_cond")
+    g.types[step_in], g.types[cond_in] = (TensorProto.INT64, ()), (TensorProto.BOOL, ())
+    d_in = {k: g.fresh(f"{carried[k]}_grad_in") for k in differentiable}
+    sums_in = {name: g.fresh(f"{name}_grad_sum") for name in wanted_outer}
+    for k, name in d_in.items():
+        g.same_type(name, carried[k])
+    for outer, name in sums_in.items():
+        g.same_type(name, outer)
+    copy = onnx.GraphProto()
+    copy.CopyFrom(body)
+    names = [i.name for i in copy.input] + [out for n in copy.node for out in n.output if out]
+    mapping = {name: g.fresh(f"{name}_recomputed") for name in names}
+    _rename(copy, mapping)
+    for n in copy.node:
+        n.name = g.fresh(f"{n.name or n.op_type}_recomputed")
+    inputs = [mapping[i.name] for i in copy.input]
+    true = g.const(np.array(True))
+    t = g.fresh("loop_grad_t")
+    prelude = [helper.make_node("Sub", [last_step, step_in], [t]),
+               helper.make_node("Identity", [t], [inputs[0]]),
+               helper.make_node("Identity", [true], [inputs[1]])]
+    for k in range(len(carried)):  # the values carried into step t
+        prelude.append(helper.make_node("Gather", [stacked[k], t], [inputs[2 + k]], axis=0))
+    outputs = [o.name for o in copy.output]
+    seeds: Dict[str, str] = {}
+
+    def seed(value: str, gradient_value: str) -> None:
+        if value in seeds:
+            total = g.fresh(f"{value}_grad_total")
+            prelude.append(helper.make_node("Add", [seeds[value], gradient_value], [total]))
+            gradient_value = total
+        seeds[value] = gradient_value
+
+    for k in differentiable:
+        seed(outputs[1 + k], d_in[k])
+    for s in range(scans):
+        d_scan = node.grad(len(carried) + s)
+        if d_scan is not None:
+            at_t = g.fresh(f"{outputs[1 + len(carried) + s]}_grad_at_t")
+            prelude.append(helper.make_node("Gather", [d_scan, t], [at_t], axis=0))
+            seed(outputs[1 + len(carried) + s], at_t)
+    targets = [inputs[2 + k] for k in differentiable] + wanted_outer
+    outputs_info = [helper.make_tensor_value_info(outputs[0], TensorProto.BOOL, [])]
+    outputs_info += [helper.make_tensor_value_info(o, g.elem_type(like), None)
+                     for o, like in zip(outputs[1:], list(carried) + node.outputs[len(carried):])]
+    sub, nodes, found = differentiate(g, f"{copy.name or 'body'}_grad", prelude + list(copy.node), outputs_info,
+                                      seeds, targets)
+    results = [sub.op("Identity", true)]
+    for k in differentiable:
+        value = inputs[2 + k]
+        results.append(found[value] if value in found else sub.op("Identity", zeros_like(sub, value)))
+    for outer in wanted_outer:
+        results.append(sub.op("Add", sums_in[outer], found[outer]) if outer in found else
+                       sub.op("Identity", sums_in[outer]))
+    _hoist_constants(g, sub)
+    graph_inputs = ([helper.make_tensor_value_info(step_in, TensorProto.INT64, []),
+                     helper.make_tensor_value_info(cond_in, TensorProto.BOOL, [])]
+                    + [_value_info(g, d_in[k], carried[k]) for k in differentiable]
+                    + [_value_info(g, sums_in[o], o) for o in wanted_outer])
+    likes = [cond_in] + [carried[k] for k in differentiable] + wanted_outer
+    backward_body = helper.make_graph(nodes + sub.nodes, g.fresh(f"{body.name or 'body'}_grad"), graph_inputs,
+                                      [_value_info(sub, r, like) for r, like in zip(results, likes)],
+                                      value_info=sub.value_infos)
+    initial = [node.grad(k) or zeros_like(g, carried[k]) for k in differentiable]
+    initial += [zeros_like(g, outer) for outer in wanted_outer]
+    loop_inputs: List[Optional[str]] = [steps, None]
+    ends = g.node("Loop", loop_inputs + list(initial), len(initial), body=backward_body)
+    grads: Grads = [None] * (count + len(node.outer_inputs))
+    for position, k in enumerate(differentiable):
+        grads[2 + k] = g.same_type(ends[position], carried[k])
+    for position, outer in enumerate(wanted_outer):
+        grads[count + node.outer_inputs.index(outer)] = g.same_type(ends[len(differentiable) + position], outer)
+    return grads
+
+
+def _stack_states(g: GradientContext, node: NodeView, body: onnx.GraphProto) -> Tuple[List[str], str]:
+    """Make the forward Loop (the training graph's node) also output, stacked over its iterations, the
+    values carried into each iteration and the iteration numbers: new scan outputs of its body."""
+    carried = node.inputs[2:]
+    proto = node.proto
+    declared = len(carried) + len(body.output) - 1 - len(carried)
+    while len(proto.output) < declared:  # trailing outputs left out: named, so that new ones line up
+        proto.output.append(g.fresh(f"{proto.name or 'loop'}_unused_output"))
+    stacked = []
+    body_inputs = [i.name for i in body.input]
+    for k, name in enumerate(carried):
+        inner = g.fresh(f"{body_inputs[2 + k]}_stacked")
+        body.node.append(helper.make_node("Identity", [body_inputs[2 + k]], [inner]))
+        body.output.append(helper.make_tensor_value_info(inner, g.elem_type(name), None))
+        outer = g.fresh(f"{name}_per_iteration")
+        proto.output.append(outer)
+        dims = g.dims(name)
+        g.types[outer] = (g.elem_type(name), None if dims is None else (None,) + tuple(dims))
+        stacked.append(outer)
+    inner = g.fresh(f"{body_inputs[0]}_stacked")
+    body.node.append(helper.make_node("Identity", [body_inputs[0]], [inner]))
+    body.output.append(helper.make_tensor_value_info(inner, TensorProto.INT64, None))
+    iterations = g.fresh(f"{proto.name or 'loop'}_iterations")
+    proto.output.append(iterations)
+    g.types[iterations] = (TensorProto.INT64, (None,))
+    node.outputs = list(proto.output)
+    return stacked, iterations
