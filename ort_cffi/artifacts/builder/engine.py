@@ -113,7 +113,7 @@ class Engine:
                  final_name: Optional[str] = "{}_grad") -> Tuple[Dict[str, str], List[str]]:
         """Emit the backward pass from ``seeds`` ({value: the name of its gradient}) to ``parameters``.
         Returns the gradients found ({parameter: name}, named ``final_name`` formatted with the parameter,
-        a fresh name when None) and the parameters no gradient reaches. A subgraph's rule (If) runs
+        a fresh name when None) and the parameters no gradient reaches. A subgraph's rule (If, Loop) runs
         this on the branch's own graph."""
         graph = self.g.model.graph
         nodes = list(graph.node)
