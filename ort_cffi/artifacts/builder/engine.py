@@ -114,7 +114,7 @@ class Engine:
         """Emit the backward pass from ``seeds`` ({value: the name of its gradient}) to ``parameters``.
         Returns the gradients found ({parameter: name}, named ``final_name`` formatted with the parameter,
         a fresh name when None) and the parameters no gradient reaches. A subgraph's rule (If, Loop) runs
-        this on the branch's own graph."""
+        this on the subgraph's own nodes."""
         graph = self.g.model.graph
         nodes = list(graph.node)
         on_path = path_nodes(nodes, parameters, list(seeds))

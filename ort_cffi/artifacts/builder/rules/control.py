@@ -258,7 +258,7 @@ def _stack_states(g: GradientContext, node: NodeView, body: onnx.GraphProto) -> 
     values carried into each iteration and the iteration numbers: new scan outputs of its body."""
     carried = node.inputs[2:]
     proto = node.proto
-    declared = len(carried) + len(body.output) - 1 - len(carried)
+    declared = len(body.output) - 1  # the final carried values, then the scan outputs
     while len(proto.output) < declared:  # trailing outputs left out: named, so that new ones line up
         proto.output.append(g.fresh(f"{proto.name or 'loop'}_unused_output"))
     stacked = []
