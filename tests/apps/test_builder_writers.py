@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from conftest import DIGITS, ROOT
 from ort_cffi import OrtCheckpointState, OrtEnvironment
 from ort_cffi.artifacts import generate_artifacts
+from ort_cffi.artifacts.builder import checkpoint as checkpoint_writer
 from ort_cffi.artifacts.builder.checkpoint import (
     ELEMENT_TYPES,
     CheckpointInputError,
@@ -248,6 +249,32 @@ def test_external_data_is_read_from_its_file(tmp_path: Path) -> None:
         checkpoint_bytes(deferred)
     with pytest.raises(CheckpointInputError, match="the external data of the parameter 'w0' is missing: .*nowhere"):
         checkpoint_bytes(deferred, external_data_dir=tmp_path / "nowhere")
+
+
+def test_past_the_threshold_the_data_goes_beside_the_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 digits_parameters: Dict[str, np.ndarray]) -> None:
+    """Past 1.8 GiB of tensors ONNX Runtime writes their data to ``<checkpoint>.data`` (measured: the same bytes
+    as its generator's at 1.9 GB, and inline at 1.88 GB); a lower threshold shows it here. Tensors under 64 bytes
+    stay inline, the others start at offsets aligned to 4 or, for 64-bit types, 8 bytes."""
+    tensors = [numpy_helper.from_array(value, name) for name, value in digits_parameters.items()]
+    frozen = [numpy_helper.from_array(np.arange(17, dtype=np.float32), "after.4"),
+              numpy_helper.from_array(np.arange(9, dtype=np.float64), "after.8")]
+    write_checkpoint(tmp_path / "checkpoint", tensors, frozen, external_data_threshold=0)
+    data = (tmp_path / "checkpoint.data").read_bytes()
+    # fc2.bias (40 bytes) stays inline; 68 bytes of after.4 end at 19268, after.8 starts at 19272
+    external = b"".join(digits_parameters[name].tobytes() for name in ["fc1.weight", "fc1.bias", "fc2.weight"])
+    assert data == external + np.arange(17, dtype=np.float32).tobytes() + bytes(4) + np.arange(9.0).tobytes()
+    assert (tmp_path / "checkpoint").stat().st_size < 1000
+    env = OrtEnvironment.getEnvironment()
+    with OrtCheckpointState.loadCheckpoint(tmp_path / "checkpoint") as state:
+        with env.createTrainingSession(state, DIGITS / "training_model.onnx") as session:
+            for name, value in digits_parameters.items():
+                assert np.array_equal(state.getParameter(name), value)
+            assert session.getParametersSize(True) == sum(v.size for v in digits_parameters.values())
+    monkeypatch.setattr(checkpoint_writer, "EXTERNAL_DATA_THRESHOLD", 0)  # bytes have no file beside them
+    with pytest.raises(CheckpointInputError, match="passes 1.8 GiB, so it goes to an external data file beside the "
+                                                   "checkpoint: use write_checkpoint"):
+        checkpoint_bytes(tensors)
 
 
 def test_writing_holds_one_tensor_at_a_time(tmp_path: Path) -> None:
