@@ -13,6 +13,9 @@ tensors sorted by name, it is then the file the runtime writes after ``AddProper
 Memory: the tensors' data is never gathered. The layout is planned first (see ``flatbuffer``); each tensor's
 bytes are then fetched and written one tensor at a time, from ``raw_data`` or from its external-data file,
 so that writing a checkpoint costs about the largest tensor on top of what the caller already holds.
+
+Size: a flatbuffer cannot pass 2 GiB. Past 1.8 GiB of tensors, ONNX Runtime moves their data to
+``<checkpoint>.data`` beside the checkpoint; so does this writer, with the same bytes in both files.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from typing import BinaryIO, Dict, Iterator, List, Mapping, NamedTuple, Optional
 import numpy as np
 from onnx import TensorProto
 
-from ort_cffi.artifacts.builder.flatbuffer import BackToFrontLayout, BulkSource
+from ort_cffi.artifacts.builder.flatbuffer import BackToFrontLayout, BulkSource, FlatbufferTooLargeError
 
 FILE_IDENTIFIER = b"ODTC"
 CHECKPOINT_VERSION = 2  # kCheckpointVersion of ONNX Runtime 1.19
@@ -172,6 +175,15 @@ def _plan(trainable: Sequence[TensorProto], frozen: Sequence[TensorProto], nomin
     external = _ExternalData() if not nominal and max(-(-serialized // _MIB), 1) * _MIB > external_data_threshold \
         else None
 
+    try:
+        return _Plan(_layout(groups, data, nominal, external, bag), external)
+    except FlatbufferTooLargeError as exc:
+        raise CheckpointInputError(f"{exc}: the tensors' data must go to an external file (a lower "
+                                   "external_data_threshold)") from None
+
+
+def _layout(groups: Dict[str, List[TensorProto]], data: List[List[Tuple[int, BulkSource]]], nominal: bool,
+            external: Optional[_ExternalData], bag: Optional[List[Tuple[str, PropertyValue]]]) -> BackToFrontLayout:
     layout = BackToFrontLayout()
     # The order of creation is ONNX Runtime's: each tensor's name, dims and data, then its table; the two
     # tensor vectors; the module state; with properties, the property bag and an empty optimizer-group
@@ -181,7 +193,7 @@ def _plan(trainable: Sequence[TensorProto], frozen: Sequence[TensorProto], nomin
               for tensors, lengths in zip(groups.values(), data)]
     vectors = [layout.offset_vector(offsets) for offsets in tables]
     module_state = 0
-    if bag is None or seen:  # SaveCheckpoint leaves the module state out when there are no parameters
+    if bag is None or any(groups.values()):  # SaveCheckpoint leaves the module state out when there are no parameters
         layout.start_table()
         layout.add_offset(MODULE_REQUIRES_GRAD, vectors[0])
         layout.add_offset(MODULE_FROZEN, vectors[1])
@@ -199,7 +211,7 @@ def _plan(trainable: Sequence[TensorProto], frozen: Sequence[TensorProto], nomin
     layout.add_offset(CHECKPOINT_OPTIMIZER_GROUPS, optimizer_groups)
     layout.add_offset(CHECKPOINT_PROPERTY_BAG, property_bag)
     layout.finish(layout.end_table(), FILE_IDENTIFIER)
-    return _Plan(layout, external)
+    return layout
 
 
 def _as_list(tensors: Sequence[TensorProto], group: str) -> List[TensorProto]:
@@ -246,9 +258,9 @@ def _no_data() -> Iterator[bytes]:
 # --- tensor data ---------------------------------------------------------------------------------------------
 
 def _data_of(tensor: TensorProto, base: Optional[Path], nominal: bool) -> Tuple[int, BulkSource]:
-    """The length of the tensor's data and a source that yields it when the file is written. The data is
-    checked here (its size against the dims, an external file's presence), so that writing cannot fail half-way
-    on a bad tensor. A nominal tensor has none."""
+    """The length of the tensor's data and a source that yields it when the file is written. What costs no copy
+    of the data is checked here (element type, dims, typed values, an external file); the length of raw_data
+    when it is written. A nominal tensor has no data."""
     element = ELEMENT_TYPES.get(tensor.data_type)
     if element is None:
         kind = TensorProto.DataType.Name(tensor.data_type) if tensor.data_type in TensorProto.DataType.values() \
@@ -319,11 +331,15 @@ def _external_data(tensor: TensorProto, expected: int, base: Optional[Path]) -> 
     if not location:
         raise CheckpointInputError(f"the parameter {tensor.name!r} is external but names no location")
     file = base / location
-    offset = int(entries.get("offset", "0"))
-    length = int(entries["length"]) if "length" in entries else (file.stat().st_size - offset if file.is_file() else -1)
     if not file.is_file():
         raise CheckpointInputError(f"the external data of the parameter {tensor.name!r} is missing: {file}")
-    if length != expected or offset + length > file.stat().st_size:
+    try:
+        offset = int(entries.get("offset", "0"))
+        length = int(entries["length"]) if "length" in entries else file.stat().st_size - offset
+    except ValueError:
+        raise CheckpointInputError(f"the parameter {tensor.name!r} has an external offset or length that is no "
+                                   f"integer: {entries}") from None
+    if length != expected or offset < 0 or offset + length > file.stat().st_size:
         raise CheckpointInputError(
             f"the external data of the parameter {tensor.name!r} ({file}, offset {offset}, length {length}) does "
             f"not hold the {expected} bytes its dims {list(tensor.dims)} take")
