@@ -3,7 +3,8 @@
 An optimizer model is one ``com.microsoft`` node over the training session's tensor sequences. Its inputs are
 fixed by the runtime, which feeds them by name ("Invalid graph inputs" otherwise): ``learning_rate``
 (float[1]), ``step`` (int64[1]), then ``params``, ``gradients``, ``first_order_moments`` and, for AdamW,
-``second_order_moments``, each a sequence of float tensors. Its one output is a bool[1] "updated" flag; the
+``second_order_moments``, each a sequence of float tensors (the generator writes the first trainable
+parameter's element type there: float for every model ort_cffi trains). Its one output is a bool[1] "updated" flag; the
 runtime advances ``step`` when it is true. The model does not depend on the parameters: the runtime feeds
 every trainable parameter of the checkpoint through the sequences.
 
@@ -86,9 +87,9 @@ def optimizer_model(kind: str, *, opset: int = DEFAULT_OPSET, name_counter: int 
     return model
 
 
-def write_optimizer_model(path: PathLike, kind: str, **settings: object) -> onnx.ModelProto:
+def write_optimizer_model(path: PathLike, kind: str, **settings: Any) -> onnx.ModelProto:
     """Write ``optimizer_model(kind, **settings)`` to ``path`` and return it."""
-    model = optimizer_model(kind, **settings)  # type: ignore[arg-type]
+    model = optimizer_model(kind, **settings)
     with open(path, "wb") as stream:
         stream.write(model.SerializeToString())
     return model
