@@ -193,7 +193,7 @@ def _layout(groups: Dict[str, List[TensorProto]], data: List[List[Tuple[int, Bul
               for tensors, lengths in zip(groups.values(), data)]
     vectors = [layout.offset_vector(offsets) for offsets in tables]
     module_state = 0
-    if bag is None or any(groups.values()):  # SaveCheckpoint leaves the module state out when there are no parameters
+    if bag is None or any(groups.values()):  # SaveCheckpoint leaves out the module state of no parameters
         layout.start_table()
         layout.add_offset(MODULE_REQUIRES_GRAD, vectors[0])
         layout.add_offset(MODULE_FROZEN, vectors[1])
