@@ -41,8 +41,8 @@ from ort_cffi.artifacts.definitions import (
     TensorSpec,
 )
 from ort_cffi.artifacts.manifest import MANIFEST, read_manifest
-from ort_cffi.artifacts.options import model_bytes_or_path, request_options, writable_folder
-from ort_cffi.artifacts.runner import find_generator, run_child
+from ort_cffi.artifacts.options import ONNX_RUNTIME, model_bytes_or_path, request_options, writable_folder
+from ort_cffi.artifacts.runner import find_generator, run_child, run_here
 
 _FILE_NAMES = {
     "checkpoint": "checkpoint",
@@ -131,6 +131,8 @@ def generate_artifacts(
     check: bool = True,
     overwrite: bool = False,
     prepare: bool = True,
+    generator: Optional[str] = None,
+    class_axis: Optional[int] = None,
 ) -> GeneratedArtifacts:
     """Write the training artifacts of ``model`` into ``artifact_directory`` (created if missing; default:
     the current folder) and return what was written and made trainable.
@@ -182,7 +184,7 @@ def generate_artifacts(
     ``overwrite``), TypeError for arguments of the wrong type.
     """
     options = request_options(requires_grad, frozen_params, loss, optimizer, prefix, additional_output_names,
-                              nominal_checkpoint, loss_input_names, prepare)
+                              nominal_checkpoint, loss_input_names, prepare, generator, python, class_axis)
     path, data, label = model_bytes_or_path(model)
     folder = Path(os.fsdecode(os.fspath(artifact_directory))) if artifact_directory is not None else Path.cwd()
     if not overwrite:
@@ -200,7 +202,7 @@ def generate_artifacts(
 
 def _generate(folder: Path, path: Optional[Path], data: Optional[bytes], label: str, options: Dict[str, Any],
               prefix: str, python: Optional[Union[str, os.PathLike[str]]], check: bool) -> GeneratedArtifacts:
-    generator = find_generator(python)
+    generator = find_generator(python) if options["generator"] == ONNX_RUNTIME else None
     source = path
     work = Path(tempfile.mkdtemp(dir=folder, prefix=".ort_cffi-artifacts-"))
     try:
@@ -212,7 +214,7 @@ def _generate(folder: Path, path: Optional[Path], data: Optional[bytes], label: 
         request = dict(options, model=str(path), model_label=label, out=str(staging))
         request["loss"] = None if options["loss"] is None else LossType(options["loss"]).name
         request["optimizer"] = None if options["optimizer"] is None else OptimType(options["optimizer"]).name
-        result = run_child(request, generator, work)
+        result = run_child(request, generator, work) if generator is not None else run_here(request)
         staged = {key: staging / name for key, name in result["files"].items()}
         if check:
             _check_loads(staged)

@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 
 from ort_cffi import OrtException, __version__
 from ort_cffi.artifacts import ArtifactsError, LossType, OptimType
+from ort_cffi.artifacts.options import GENERATORS
 from ort_cffi.cli.args import non_negative_int, positive_float, positive_int
 from ort_cffi.trainer import DEFAULT_ARTIFACTS, GENERATION_FLAGS, SetupError, TrainingJob, settings_from
 
@@ -84,7 +85,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     model.add_argument("--frozen", nargs="+", metavar="PATTERN", help="parameters kept in the checkpoint, not trained")
     model.add_argument("--loss", choices=[t.value for t in LossType] + ["none"], help="default: cross-entropy")
     model.add_argument("--loss-input", nargs="+", metavar="NAME", help="the output the loss reads [and its input's name]")
+    model.add_argument("--class-axis", type=int, metavar="AXIS",
+                       help="the axis of the scores that holds the classes, for cross-entropy (default: found)")
     model.add_argument("--optimizer", choices=[t.value for t in OptimType], help="default: adamw")
+    model.add_argument("--generator", choices=GENERATORS,
+                       help="ort_cffi: its own gradient builder (the default); onnxruntime: ONNX Runtime's generator "
+                       "(the default when --python is given)")
     model.add_argument("--python", metavar="PYTHON",
                        help="interpreter that runs ONNX Runtime's generator (default: $ORT_CFFI_ARTIFACTS_PYTHON, else "
                        "this one)")

@@ -64,7 +64,8 @@ REPLACED_FILES = RUN_FILES + ("training.png",)
 
 # The settings that choose how --model's artifacts are made, and their flags (for messages).
 GENERATION_FLAGS = {"trainable": "--trainable", "frozen": "--frozen", "loss": "--loss", "loss_input": "--loss-input",
-                    "optimizer": "--optimizer", "python": "--python"}
+                    "optimizer": "--optimizer", "python": "--python",
+                    "generator": "--generator", "class_axis": "--class-axis"}
 
 
 @dataclass
@@ -80,7 +81,9 @@ class TrainSettings:
     loss: Optional[str] = None
     loss_input: Optional[List[str]] = None
     optimizer: Optional[str] = None
-    python: Optional[str] = None  # the interpreter that generates --model's artifacts (generate_artifacts' python=)
+    python: Optional[str] = None  # the interpreter of ONNX Runtime's generator (generate_artifacts' python=)
+    generator: Optional[str] = None  # who generates --model's artifacts (generate_artifacts' generator=)
+    class_axis: Optional[int] = None  # the scores' class axis for cross-entropy (generate_artifacts' class_axis=)
     data: Optional[Path] = None
     epochs: Optional[int] = None
     batch_size: Optional[int] = None
@@ -302,7 +305,8 @@ class TrainingJob:
         options = request_options(requires_grad=settings.trainable, frozen_params=settings.frozen,
                                   loss=LossType.CrossEntropyLoss if settings.loss is None else settings.loss,
                                   optimizer=OptimType.AdamW if settings.optimizer is None else settings.optimizer,
-                                  loss_input_names=settings.loss_input)
+                                  loss_input_names=settings.loss_input, generator=settings.generator,
+                                  python=settings.python, class_axis=settings.class_axis)
         identity = {"path": str(settings.model.resolve()), "sha256": model_sha256(settings.model), "options": options}
         if resumed is not None and resumed.config is not None:
             stored = resumed.config.model
@@ -332,7 +336,8 @@ class TrainingJob:
             shutil.rmtree(target, ignore_errors=True)  # left by a run that was killed
         made = generate_artifacts(settings.model, options["requires_grad"], options["frozen_params"], options["loss"],
                                   options["optimizer"], target, loss_input_names=options["loss_input_names"],
-                                  overwrite=settings.overwrite, python=settings.python)
+                                  overwrite=settings.overwrite, python=settings.python,
+                                  generator=options["generator"], class_axis=settings.class_axis)
         return target, identity, describe(made, str(settings.model)) + [f"artifacts: {folder} ({note})"]
 
     def _config(self, source: _Source, resumed: Optional[Resumed]) -> Tuple[RunConfig, List[str]]:

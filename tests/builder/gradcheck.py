@@ -3,12 +3,15 @@
 A case is a small model around one operator: some of its inputs are parameters (initializers, the
 values whose gradients are checked), the others data fed at run time. The checked function is
 ``L = sum(Y_i * R_i)`` over the model's outputs with fixed random weights ``R``, so that every element of
-every output's gradient matters. The gradient comes from ort_cffi's training model, run in a training
-session; the finite differences from the forward model, run in an inference session of the same runtime.
+every output's gradient matters. The gradient comes from one train step of ort_cffi's training model in a
+training session (with ort_cffi's checkpoint); the finite differences from the forward model, run in an
+inference session of the same runtime.
 """
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -112,29 +115,10 @@ class Comparison:
         return abs(self.analytic - self.numeric) <= atol + rtol * max(abs(self.analytic), abs(self.numeric))
 
 
-def _gradient_model(training: onnx.ModelProto) -> onnx.ModelProto:
-    """The training model without its gradient accumulators, runnable in an inference session: parameters
-    are inputs, the outputs the loss and the gradient probes."""
-    from ort_cffi.artifacts.builder.training_model import GRADIENT_PROBE_PREFIX, LAZY_RESET_GRAD
-
-    model = onnx.ModelProto()
-    model.CopyFrom(training)
-    graph = model.graph
-    kept = [n for n in graph.node if n.op_type != "InPlaceAccumulatorV2"]
-    del graph.node[:]
-    graph.node.extend(kept)
-    inputs = [i for i in graph.input if i.name != LAZY_RESET_GRAD and not i.name.endswith(".accumulation.buffer")]
-    del graph.input[:]
-    graph.input.extend(inputs)
-    outputs = [o for o in graph.output if o.name == "loss" or o.name.startswith(GRADIENT_PROBE_PREFIX)]
-    del graph.output[:]
-    graph.output.extend(outputs)
-    return model
-
-
 def check(c: Case, directions: int = 3, seed: int = 0) -> List[Comparison]:
     """The directional derivatives of the case's loss along random directions in each parameter: from
     ort_cffi's gradient graph (analytic) and from central differences of the forward model (numeric)."""
+    from ort_cffi.artifacts.builder.checkpoint import write_checkpoint
     from ort_cffi.artifacts.builder.training_model import GRADIENT_PROBE_PREFIX, build_models
 
     rng = np.random.default_rng(seed)
@@ -144,10 +128,14 @@ def check(c: Case, directions: int = 3, seed: int = 0) -> List[Comparison]:
     built = build_models(forward, list(c.params), [], None, None, None, expose_gradients=True)
     env = OrtEnvironment.getEnvironment()
     feeds = {**c.data, **c.params}
-    with env.createSession(_gradient_model(built.training).SerializeToString()) as session:
-        with session.run(feeds) as result:
-            grads = {name[len(GRADIENT_PROBE_PREFIX):]: np.asarray(value.getValue(), dtype=np.float64)
-                     for name, value in result if name.startswith(GRADIENT_PROBE_PREFIX)}
+    with tempfile.TemporaryDirectory() as folder:  # one train step of the training session gives the gradients
+        training, checkpoint = Path(folder) / "training_model.onnx", Path(folder) / "checkpoint"
+        onnx.save(built.training, training)
+        write_checkpoint(checkpoint, built.trainable, built.frozen)
+        with env.createTrainingSession(str(checkpoint), str(training)) as session:
+            with session.trainStep(dict(c.data)) as result:
+                grads = {name[len(GRADIENT_PROBE_PREFIX):]: np.asarray(value.getValue(), dtype=np.float64)
+                         for name, value in result if name.startswith(GRADIENT_PROBE_PREFIX)}
     inference = forward_model(c, weights)
     for initializer in list(inference.graph.initializer):  # parameters fed, to perturb them
         if initializer.name in c.params:

@@ -8,7 +8,6 @@ process: ``onnx::<token>::<n>``.
 from __future__ import annotations
 
 import copy
-import itertools
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import onnx
@@ -21,10 +20,11 @@ class Namer:
     """``onnx::<token>::<n>`` with n counting from 1, as onnxblock names what it adds."""
 
     def __init__(self) -> None:
-        self._count = itertools.count(1)
+        self.drawn = 0
 
     def __call__(self, token: str) -> str:
-        return f"onnx::{token}::{next(self._count)}"
+        self.drawn += 1
+        return f"onnx::{token}::{self.drawn}"
 
 
 def _value(model: onnx.ModelProto, name: str) -> Optional[onnx.ValueInfoProto]:

@@ -33,6 +33,7 @@ class TrainingModels:
     trainable: List[onnx.TensorProto]
     frozen: List[onnx.TensorProto]
     outputs: List[str]  # the loss, then the additional outputs
+    names_drawn: int  # how many onnx::<token>::<n> names the loss block drew (the optimizer model names on)
 
 
 def _disable_training_mode(model: onnx.ModelProto) -> None:
@@ -66,6 +67,16 @@ def _value_info(model: onnx.ModelProto, names: Sequence[str]) -> List[onnx.Value
     return found
 
 
+def _with_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with the value_info shape inference adds (the model itself where inference fails)."""
+    from onnx import shape_inference
+
+    try:
+        return shape_inference.infer_shapes(model)
+    except Exception:
+        return model
+
+
 def _opset(model: onnx.ModelProto, domain: str, version: int) -> None:
     if not any(o.domain == domain for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(domain, version))
@@ -79,9 +90,11 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     ``loss_blocks.LOSSES`` or None (the model's first output is the loss). ``expose_gradients``: the
     training model also outputs each parameter's gradient, as ``gradient_probe:<parameter>`` (for tests)."""
     base = copy.deepcopy(model)
+    inputs_to_loss = list(loss_input_names) if loss_input_names else [o.name for o in base.graph.output]
+    namer = Namer()
+    outputs = add_loss(base, loss, inputs_to_loss, namer) + list(additional_output_names or [])
+    base = _with_shapes(base)  # as onnxblock does: the models carry what shape inference tells
     graph = base.graph
-    inputs_to_loss = list(loss_input_names) if loss_input_names else [o.name for o in graph.output]
-    outputs = add_loss(base, loss, inputs_to_loss, Namer()) + list(additional_output_names or [])
     output_values = _value_info(base, outputs)
     del graph.output[:]
     graph.output.extend(output_values)
@@ -114,6 +127,7 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     graph.node.extend(context.nodes)
     graph.initializer.append(helper.make_tensor(seed, loss_type, [], [1.0]))
     graph.initializer.extend(context.initializers)
+    graph.value_info.extend(context.value_infos)
     _opset(training, MICROSOFT, 1)
 
     by_name: Dict[str, onnx.ValueInfoProto] = {v.name: v for v in graph.input}
@@ -138,4 +152,4 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     graph.input.append(helper.make_tensor_value_info(LAZY_RESET_GRAD, TensorProto.BOOL, [1]))
     del graph.output[:]
     graph.output.extend(new_outputs)
-    return TrainingModels(training, eval_model, trainable, frozen, outputs)
+    return TrainingModels(training, eval_model, trainable, frozen, outputs, namer.drawn)
