@@ -55,3 +55,22 @@ CASES["Einsum"] = [
     einsum("einsum_ellipsis_middle", "i...j,j->i...", (3, 2, 4), (4,)),
     einsum("einsum_ellipsis_implicit", "...ij,...jk", (2, 3, 4), (2, 4, 5)),
 ]
+
+
+def fused(name: str, a: Tuple[int, ...], b: Tuple[int, ...], **attributes: object) -> Case:
+    made = case(name, "FusedMatMul", [("a", f32(*a)), ("b", f32(*b))], ["a", "b"], domain="com.microsoft",
+                **attributes)
+    made.extra_opsets = {"com.microsoft": 1}
+    return made
+
+
+CASES["FusedMatMul"] = [
+    fused("fused_matmul", (3, 4), (4, 5)),
+    fused("fused_matmul_trans_a_alpha", (4, 3), (4, 5), transA=1, alpha=0.5),
+    fused("fused_matmul_trans_b_batched", (2, 3, 4), (5, 4), transB=1),
+    fused("fused_matmul_both_broadcast", (2, 1, 4, 3), (3, 5, 4), transA=1, transB=1, alpha=2.0),
+    fused("fused_matmul_symbolic", (4, 3, 4), (5, 4), transB=1),
+]
+symbolic = CASES["FusedMatMul"][-1]
+symbolic.data["a"] = symbolic.params.pop("a")
+symbolic.symbolic_batch = True

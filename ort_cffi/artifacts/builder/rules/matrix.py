@@ -8,7 +8,7 @@ import numpy as np
 from onnx import helper
 
 from ort_cffi.artifacts.builder.context import BuilderError, GradientContext, NodeView
-from ort_cffi.artifacts.builder.registry import gradient
+from ort_cffi.artifacts.builder.registry import MICROSOFT, gradient
 
 Grads = List[Optional[str]]
 
@@ -84,6 +84,46 @@ def matmul(g: GradientContext, node: NodeView) -> Grads:
             db = g.unbroadcast(g.ms("FusedMatMul", a, dy, transA=1)[0], b, _like(g, b, out))
     return [da, db]
 
+
+@gradient("FusedMatMul", domain=MICROSOFT)
+def fused_matmul(g: GradientContext, node: NodeView) -> Grads:
+    """Y = alpha op(A) op(B) (ONNX Runtime's MatMul with transposes and a scale, which its optimizer and
+    exporters write): each gradient is one FusedMatMul of dY and the other operand, transposed to fit, then
+    summed over the batch axes its operand was broadcast along."""
+    a, b = node.inputs[:2]
+    dy = node.dy()
+    if node.attr("transBatchA", 0) or node.attr("transBatchB", 0):
+        raise BuilderError(f"{node.describe()}: FusedMatMul with transBatchA or transBatchB is not supported")
+    if (g.rank(a) or 0) < 2 or (g.rank(b) or 0) < 2:
+        raise BuilderError(f"{node.describe()}: FusedMatMul's gradient needs both operands' ranks, of 2 or more")
+    alpha = float(node.attr("alpha", 1.0))
+    trans_a, trans_b = int(node.attr("transA", 0)), int(node.attr("transB", 0))
+    da = db = None
+    if node.wants(0):
+        if trans_a:  # dA = alpha op(B) dY^T
+            da = g.ms("FusedMatMul", b, dy, alpha=alpha, transA=trans_b, transB=1)[0]
+        else:  # dA = alpha dY op(B)^T
+            da = g.ms("FusedMatMul", dy, b, alpha=alpha, transB=1 - trans_b)[0]
+        da = _sum_batch(g, da, a, node)
+    if node.wants(1):
+        if trans_b:  # dB = alpha dY^T op(A)
+            db = g.ms("FusedMatMul", dy, a, alpha=alpha, transA=1, transB=trans_a)[0]
+        else:  # dB = alpha op(A)^T dY
+            db = g.ms("FusedMatMul", a, dy, alpha=alpha, transA=1 - trans_a)[0]
+        db = _sum_batch(g, db, b, node)
+    return [da, db]
+
+
+def _sum_batch(g: GradientContext, grad: str, operand: str, node: NodeView) -> str:
+    """``grad`` (an operand's gradient with the product's batch axes) summed over the batch axes the operand
+    was broadcast along. The batch axes are those of the inputs broadcast together (shape inference knows
+    no ``com.microsoft`` output): static where both inputs' batch sizes are, else read at run time."""
+    a, b = (g.static_shape(name) for name in node.inputs[:2])
+    own = g.dims(operand)
+    if a is not None and b is not None and own is not None:
+        batch = np.broadcast_shapes(a[:-2], b[:-2])
+        g.types[grad] = (g.elem_type(operand), tuple(batch) + tuple(own[-2:]))
+    return g.unbroadcast(grad, operand, grad)
 
 def _like(g: GradientContext, operand: str, out: str) -> str:
     """The value whose shape a matrix operand's gradient has before the batch axes are summed back:
