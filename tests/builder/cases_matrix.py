@@ -7,6 +7,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 from gradcheck import Case, case
+from onnx import helper
 
 rng = np.random.default_rng(5)
 
@@ -74,3 +75,11 @@ CASES["FusedMatMul"] = [
 symbolic = CASES["FusedMatMul"][-1]
 symbolic.data["a"] = symbolic.params.pop("a")
 symbolic.symbolic_batch = True
+
+# A diagonal over axes whose size is known at run time only: the identity matrix is made then (EyeLike).
+gram = Case("einsum_diagonal_symbolic_sizes",
+            [helper.make_node("Mul", ["x", "w"], ["xw"]), helper.make_node("Transpose", ["x"], ["xt"]),
+             helper.make_node("MatMul", ["xw", "xt"], ["gram"]),
+             helper.make_node("Einsum", ["gram"], ["y"], equation="ii->i")],
+            {"w": f32(4)}, {"x": f32(5, 4)}, outputs=["y"], symbolic_batch=True)
+CASES["Einsum"].append(gram)
