@@ -125,6 +125,7 @@ def _sum_batch(g: GradientContext, grad: str, operand: str, node: NodeView) -> s
         g.types[grad] = (g.elem_type(operand), tuple(batch) + tuple(own[-2:]))
     return g.unbroadcast(grad, operand, grad)
 
+
 def _like(g: GradientContext, operand: str, out: str) -> str:
     """The value whose shape a matrix operand's gradient has before the batch axes are summed back:
     ``out``'s batch axes with the operand's own last two. Only its type record is needed (unbroadcast
