@@ -62,6 +62,7 @@ def test_an_operator_the_builder_cannot_differentiate_is_refused_naming_it(tmp_p
     model = mlp("Relu")
     model.graph.node[1].CopyFrom(helper.make_node("Custom", ["h"], ["a"], name="act", domain="example.custom"))
     model.opset_import.append(helper.make_opsetid("example.custom", 1))
+    model.graph.value_info.append(helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N", 5]))
     with pytest.raises(ArtifactsInputError, match="Custom node 'act' .*has no rule for that operator"):
         generate_artifacts(model, artifact_directory=tmp_path / "out", check=False)
     assert not (tmp_path / "out").exists()
