@@ -22,6 +22,7 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Unio
 
 import numpy as np
 
+from ort_cffi._facade.external_data import confine_models
 from ort_cffi._facade.sessions.checkpoint import INT64_MAX, INT64_MIN, OrtCheckpointState, StateBinding
 from ort_cffi._facade.sessions.options import RunOptions, SessionOptions
 from ort_cffi._facade.sessions.results import NameSet, Result
@@ -62,6 +63,8 @@ class OrtTrainingSession(NativeHandle):
         evalModel: Optional[PathOrBytes] = None,
         optimizerModel: Optional[PathOrBytes] = None,
         options: Optional[SessionOptions] = None,
+        *,
+        externalDataAnywhere: bool = False,
     ) -> None:
         rt = self._rt = get_runtime()
         train = read_model(trainModel, "training model")
@@ -72,6 +75,8 @@ class OrtTrainingSession(NativeHandle):
         from_buffers = train[1] is not None or evaluation[1] is not None or optimizer[1] is not None
         if from_buffers and (train[1] is None or (evalModel is not None and evaluation[1] is None) or (optimizerModel is not None and optimizer[1] is None)):
             raise OrtException.invalid_argument("give all models as paths or all as bytes (the C API takes one or the other)")
+        confine_models([(*train, "training model"), (*evaluation, "eval model"), (*optimizer, "optimizer model")],
+                       externalDataAnywhere)
 
         if isinstance(checkpoint, _CheckpointState):
             state, self._owns_state = checkpoint, False
