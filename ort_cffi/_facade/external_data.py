@@ -287,7 +287,8 @@ def broken_rule(tensor: ExternalTensor, folder: Optional[str], anywhere: bool = 
 
 def _refusal(what: str, tensor: ExternalTensor, rule: str, escape: Optional[str]) -> OrtException:
     location = dict(tensor.entries).get(b"location", b"")
-    hint = f" (for a trusted model whose data lies elsewhere on purpose, pass {escape})" if escape else ""
+    hint = (f" (a trusted model whose data lies elsewhere on purpose: copy the data into its folder, or pass {escape})"
+            if escape else "")
     return OrtException.invalid_argument(
         f"{what}: tensor {tensor.name!r} ({tensor.where}) keeps its data at location {_text(location)!r}, and {rule}. "
         f"A model's external data must be a regular file inside the model's folder, symlinks resolved, with offset + "

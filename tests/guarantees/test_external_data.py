@@ -157,6 +157,32 @@ def test_the_reader_refuses_what_protobuf_refuses_and_skips_groups() -> None:
     assert [t.name for t in external_tensors(data)] == ["w"]
 
 
+def test_the_rules_beyond_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What no folder makes right: entries given twice, no location, NUL, ONNX Runtime's memory-address tag,
+    offsets that are no numbers, and a model given as bytes (no folder at all, unless trusted)."""
+    from ort_cffi._facade.external_data import ExternalTensor
+
+    (tmp_path / "w.bin").write_bytes(b"\0" * 8)
+    cases = {
+        ((b"location", b"w.bin"), (b"location", b"w.bin")): "gives 'location' twice",
+        ((b"offset", b"0"),): "has no location",
+        ((b"location", b"w\0.bin"),): "NUL",
+        ((b"location", b"*/_ORT_MEM_ADDR_/*"), (b"offset", b"4096")): "an address in its own memory",
+        ((b"location", b"w.bin"), (b"offset", b"-1")): "offset '-1' is not a whole number of bytes",
+        ((b"location", b"w.bin"), (b"length", b"8 ")): "length '8 ' is not a whole number of bytes",
+        ((b"location", b"w.bin"), (b"offset", b"4"), (b"length", b"8")): "offset 4 + length 8 = 12 bytes lies past the end",
+        ((b"location", b"missing.bin"),): "cannot be opened (No such file or directory)",
+    }
+    for entries, fragment in cases.items():
+        rule = broken_rule(ExternalTensor("w", "here", entries), str(tmp_path))
+        assert rule is not None and fragment in rule, (entries, rule)
+    fine = ExternalTensor("w", "here", ((b"location", b"w.bin"), (b"offset", b"0"), (b"length", b"8")))
+    assert broken_rule(fine, str(tmp_path)) is None
+    assert "given as bytes" in (broken_rule(fine, None) or "")
+    monkeypatch.chdir(tmp_path)
+    assert broken_rule(fine, None, anywhere=True) is None  # trusted bytes: the current folder, as the runtime does
+
+
 # --- a model with external data, and the ways out of its folder ------------------------------------------------
 
 
@@ -351,7 +377,7 @@ def test_generate_artifacts_refuses_before_reading_and_names_its_escape(tmp_path
     model, _ = hostile("symlink-to-a-file-outside", tmp_path)
     proc = child(code, str(model), str(tmp_path / "out"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "pass external_data_anywhere=True" in proc.stdout
+    assert "copy the data into its folder, or pass external_data_anywhere=True" in proc.stdout
     assert f"model '{model}': tensor 'fc.weight' (an initializer of the model's graph)" in proc.stdout
     assert not (tmp_path / "out").exists()
 
@@ -433,7 +459,8 @@ def test_external_data_inside_the_folder_trains_end_to_end(tmp_path: Path) -> No
 
 
 def test_a_training_session_over_artifacts_with_external_data_inside_their_folder(tmp_path: Path) -> None:
-    """The dropout artifacts' training and eval models saved with their initializers in one file of the folder."""
+    """The dropout artifacts' training and eval models saved with their initializers (the dropout ratio and
+    mode, the gradient graph's constants) in a file of the folder: a step trains."""
     folder = tmp_path / "artifacts"
     shutil.copytree(ARTIFACTS / "dropout", folder)
     for name in ("training_model.onnx", "eval_model.onnx"):
@@ -446,11 +473,17 @@ def test_a_training_session_over_artifacts_with_external_data_inside_their_folde
         from ort_cffi import OrtEnvironment
         folder = sys.argv[1]
         env = OrtEnvironment.getEnvironment()
+        rng = np.random.default_rng(0)
+        batch = {"input": rng.standard_normal((8, 20)).astype(np.float32), "labels": rng.integers(0, 3, 8).astype(np.int64)}
         with env.createTrainingSession(folder + "/checkpoint", folder + "/training_model.onnx",
                                        folder + "/eval_model.onnx", folder + "/optimizer_model.onnx") as session:
             before = session.copyParametersToBuffer()
-            names = list(session.getTrainInputNames())
-            print("inputs", names)
+            with session.trainStep(batch) as result:
+                assert np.isfinite(result[0].getValue())
+            session.optimizerStep()
+            assert not np.array_equal(before, session.copyParametersToBuffer())  # the step trained
+            with session.evalStep(batch) as result:
+                assert np.isfinite(result[0].getValue())
         print("ok")
     """
     proc = child(code, str(folder), cwd=tmp_path)
