@@ -30,7 +30,15 @@ import re
 import stat
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union
 
-from ort_cffi._facade.protobuf_wire import LENGTH_DELIMITED, VARINT, Malformed, fields
+from ort_cffi._facade.protobuf_wire import (
+    LENGTH_DELIMITED,
+    VARINT,
+    Malformed,
+    field_spans,
+    fields,
+    length_delimited,
+    payload,
+)
 from ort_cffi._native.errors import OrtErrorCode, OrtException
 
 EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
@@ -234,11 +242,25 @@ def _inside(path: str, folder: str) -> bool:
     return path != folder and os.path.commonpath([path, folder]) == folder
 
 
+class Placement(NamedTuple):
+    """Where a tensor's external data is: the file (symlinks resolved), the offset and the length."""
+
+    path: str
+    offset: int
+    length: int
+
+
 def broken_rule(tensor: ExternalTensor, folder: Optional[str], anywhere: bool = False) -> Optional[str]:
     """Why ``tensor``'s external data may not be read, or None when it may: a regular file inside
     ``folder`` (symlinks resolved) with ``offset + length`` within it. ``folder`` None: a model given as
     bytes, which has none (ONNX Runtime would look in the current folder). ``anywhere``: the file may lie
     outside the folder (still a regular file, read within its size)."""
+    found = placement(tensor, folder, anywhere)
+    return found if isinstance(found, str) else None
+
+
+def placement(tensor: ExternalTensor, folder: Optional[str], anywhere: bool = False) -> Union[str, Placement]:
+    """Where ``tensor``'s data may be read (``broken_rule``), or the rule it breaks."""
     values: Dict[bytes, bytes] = {}
     for key, value in tensor.entries:
         if key in values:
@@ -282,7 +304,7 @@ def broken_rule(tensor: ExternalTensor, folder: Optional[str], anywhere: bool = 
     if offset + length > info.st_size:
         return (f"offset {offset} + length {length} = {offset + length} bytes lies past the end of {resolved!r} "
                 f"({info.st_size} bytes)")
-    return None
+    return Placement(resolved, offset, length)
 
 
 def _refusal(what: str, tensor: ExternalTensor, rule: str, escape: Optional[str]) -> OrtException:
@@ -348,3 +370,91 @@ def confine_models(models: Iterable[Tuple[Optional[str], Optional[bytes], str]],
             check_external_data(path, f"{what} {path!r}", anywhere=anywhere)
         elif data is not None:
             check_external_data(data, f"the {what} (given as bytes)", anywhere=anywhere)
+
+
+# --- copies hold their data ------------------------------------------------------------------------------
+
+# The fields of each message that hold messages which may hold tensors: the places ``_model`` walks.
+_CHILDREN: Dict[str, Dict[int, str]] = {
+    "model": {7: "graph", 20: "training_info", 25: "function"},
+    "graph": {1: "node", 5: "tensor", 15: "sparse"},
+    "node": {5: "attribute"},
+    "attribute": {5: "tensor", 6: "graph", 10: "tensor", 11: "graph", 22: "sparse", 23: "sparse"},
+    "function": {7: "node", 11: "attribute"},
+    "training_info": {1: "graph", 2: "graph"},
+    "sparse": {1: "tensor", 2: "tensor"},
+}
+
+
+def _inlined(data: memoryview, kind: str, read: Callable[[memoryview], Optional[bytes]]) -> Optional[bytes]:
+    """The message ``data`` (of ``kind``) with its external tensors rewritten by ``read``, re-encoded
+    along the way down to them; None when nothing in it changes (then nothing is copied)."""
+    if kind == "tensor":
+        return read(data)
+    children = _CHILDREN[kind]
+    parts: List[Union[bytes, memoryview]] = []
+    changed = False
+    for number, wire, start, end in field_spans(data):
+        child = children.get(number) if wire == LENGTH_DELIMITED else None
+        new = _inlined(payload(data, start, end), child, read) if child is not None else None
+        if new is not None:
+            parts.append(length_delimited(number, new))
+            changed = True
+        else:
+            parts.append(data[start:end])
+    return b"".join(parts) if changed else None
+
+
+def _read_placed(found: Placement) -> bytes:
+    """The bytes at ``found``, from a file opened without following a last symlink and checked again once
+    open (regular, large enough), so that this read stays within what was checked."""
+    fd = os.open(found.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or found.offset + found.length > info.st_size:
+            raise OSError(f"{found.path!r} changed while it was read")
+        file.seek(found.offset)
+        data = file.read(found.length)
+    if len(data) != found.length:
+        raise OSError(f"{found.path!r} changed while it was read")
+    return data
+
+
+def inline_external_data(path: str, folder: str, what: str, *, anywhere: bool = False) -> None:
+    """Rewrite the model file ``path`` so that it holds its tensors' data: each external tensor's bytes,
+    read from ``folder`` under the rules of ``check_external_data``, become its ``raw_data``, its
+    ``external_data`` and ``data_location`` go. A file without external data is left as it is.
+
+    For what the process writes: ONNX Runtime's export copies the eval model's external tensors as they
+    are, locations relative to the eval model's folder, and the copy would then name files it does not own.
+
+    Raises:
+        OrtInvalidArgumentException: A tensor's external data breaks a rule (as in ``check_external_data``).
+        OrtException: The file is no protobuf message, or the data cannot be read.
+    """
+    with open(path, "rb") as file:
+        model = file.read()
+
+    def read(tensor: memoryview) -> Optional[bytes]:
+        found: List[ExternalTensor] = []
+        _tensor(tensor, "a tensor of the model", found)
+        if not found:
+            return None
+        where = placement(found[0], folder, anywhere)
+        if isinstance(where, str):
+            raise _refusal(what, found[0], where, None)
+        kept = [bytes(tensor[start:end]) for number, _, start, end in field_spans(tensor) if number not in (9, 13, 14)]
+        return b"".join(kept) + length_delimited(9, _read_placed(where))  # raw_data = 9
+
+    try:
+        with memoryview(model) as data:
+            rewritten = _inlined(data, "model", read)
+        if rewritten is not None and external_tensors(rewritten):
+            raise Malformed("a tensor split over several fields keeps external data")
+    except Malformed as exc:
+        raise OrtException(f"cannot read {what} back: {exc}", OrtErrorCode.ORT_INVALID_PROTOBUF) from None
+    except OSError as exc:
+        raise OrtException(f"cannot read the external data of {what}: {exc}", OrtErrorCode.ORT_FAIL) from None
+    if rewritten is not None:
+        with open(path, "wb") as out:
+            out.write(rewritten)

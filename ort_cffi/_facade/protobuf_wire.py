@@ -108,3 +108,54 @@ def fields(data: memoryview) -> Iterator[Tuple[int, int, Any]]:
             raise Malformed(f"wire type {wire}" if wire != END_GROUP else "end of a group that never started")
     if pos != end:
         raise Malformed("truncated fixed-width field")
+
+
+def field_spans(data: memoryview) -> Iterator[Tuple[int, int, int, int]]:
+    """(field number, wire type, start, end) of each field of a message, the key included, so that a
+    field can be copied as it is; for a length-delimited field the payload is ``payload(data, start, end)``."""
+    pos = 0
+    end = len(data)
+    while pos < end:
+        start = pos
+        key, pos = varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise Malformed("field number 0")
+        if wire == LENGTH_DELIMITED:
+            length, pos = varint(data, pos)
+            pos += length
+        elif wire == VARINT:
+            _, pos = varint(data, pos)
+        elif wire == FIXED64:
+            pos += 8
+        elif wire == FIXED32:
+            pos += 4
+        elif wire == START_GROUP:
+            pos = _skip_group(data, pos, number)
+        else:
+            raise Malformed(f"wire type {wire}" if wire != END_GROUP else "end of a group that never started")
+        if pos > end:
+            raise Malformed("truncated field")
+        yield number, wire, start, pos
+
+
+def payload(data: memoryview, start: int, end: int) -> memoryview:
+    """The payload of the length-delimited field that ``field_spans`` found at ``start:end``."""
+    _, pos = varint(data, start)
+    _, pos = varint(data, pos)
+    return data[pos:end]
+
+
+def encode_varint(value: int) -> bytes:
+    """``value`` (0 <= value < 2**64) as a varint."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def length_delimited(number: int, content: bytes) -> bytes:
+    """Field ``number`` holding ``content`` (a message, bytes or a string)."""
+    return encode_varint(number << 3 | LENGTH_DELIMITED) + encode_varint(len(content)) + content

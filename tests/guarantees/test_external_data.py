@@ -30,7 +30,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx import external_data_helper as onnx_external
 
 from conftest import ARTIFACTS, ROOT
-from ort_cffi._facade.external_data import broken_rule, external_tensors
+from ort_cffi._facade.external_data import broken_rule, external_tensors, inline_external_data
 from ort_cffi._facade.protobuf_wire import Malformed
 
 ZOO = ROOT / "tests" / "zoo"
@@ -56,6 +56,7 @@ def _ours(path: Path) -> List[Tuple[str, Tuple[Tuple[bytes, bytes], ...]]]:
 def test_the_reader_finds_what_onnx_finds_on_the_zoo(name: str, tmp_path: Path) -> None:
     model = onnx.load(str(ZOO / name))
     assert external_tensors((ZOO / name).read_bytes()) == []  # the zoo keeps its data inline
+    theirs = [numpy_helper.to_array(t) for t in onnx_external._get_all_tensors(model)]
     saved = tmp_path / name
     onnx.save(model, str(saved), save_as_external_data=True, all_tensors_to_one_file=False, size_threshold=0,
               convert_attribute=True)
@@ -63,6 +64,12 @@ def test_the_reader_finds_what_onnx_finds_on_the_zoo(name: str, tmp_path: Path) 
     assert _ours(saved) == expected
     for tensor in external_tensors(saved.read_bytes()):  # onnx's own layout passes the check
         assert broken_rule(tensor, str(tmp_path)) is None, tensor
+    # Read back in (what an export does with what the runtime copied): the same tensors as onnx's.
+    inline_external_data(str(saved), str(tmp_path), "the copy")
+    assert external_tensors(saved.read_bytes()) == []
+    inlined = onnx.load(str(saved), load_external_data=False)
+    ours = [numpy_helper.to_array(t) for t in onnx_external._get_all_tensors(inlined)]
+    assert len(ours) == len(theirs) and all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(ours, theirs))
 
 
 def _external(name: str, location: str) -> TensorProto:
@@ -460,7 +467,9 @@ def test_external_data_inside_the_folder_trains_end_to_end(tmp_path: Path) -> No
 
 def test_a_training_session_over_artifacts_with_external_data_inside_their_folder(tmp_path: Path) -> None:
     """The dropout artifacts' training and eval models saved with their initializers (the dropout ratio and
-    mode, the gradient graph's constants) in a file of the folder: a step trains."""
+    mode, the gradient graph's constants) in a file of the folder: a step trains, and the inference model
+    exported into another folder holds the eval model's external tensors (the runtime would copy their
+    locations)."""
     folder = tmp_path / "artifacts"
     shutil.copytree(ARTIFACTS / "dropout", folder)
     for name in ("training_model.onnx", "eval_model.onnx"):
@@ -483,8 +492,14 @@ def test_a_training_session_over_artifacts_with_external_data_inside_their_folde
             session.optimizerStep()
             assert not np.array_equal(before, session.copyParametersToBuffer())  # the step trained
             with session.evalStep(batch) as result:
-                assert np.isfinite(result[0].getValue())
+                expected = result[0].getValue()
+            session.exportModelForInference(sys.argv[2], ["onnx::loss::26"])
+        from ort_cffi._facade.external_data import external_tensors
+        assert external_tensors(open(sys.argv[2], "rb").read()) == []  # the export holds its data
+        with env.createSession(sys.argv[2]) as exported, exported.run(batch) as result:
+            assert np.isclose(result[0].getValue(), expected)
         print("ok")
     """
-    proc = child(code, str(folder), cwd=tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    proc = child(code, str(folder), str(tmp_path / "elsewhere" / "inference.onnx"), cwd=tmp_path)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
