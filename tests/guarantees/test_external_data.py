@@ -346,10 +346,10 @@ def test_the_commands_refuse(case: str, tmp_path: Path) -> None:
     assert files_holding_the_marker(tmp_path) == []
 
 
-@pytest.mark.parametrize("case", ["symlink-to-a-file-outside", "file-in-a-symlinked-folder", "dotdot", "fifo"])
-def test_an_artifacts_folder_with_escaping_external_data_is_refused(case: str, tmp_path: Path) -> None:
-    """--artifacts: the eval model of a copy of the tiny artifacts carries an extra initializer whose data escapes."""
-    model, fragment = hostile(case, tmp_path)
+def hostile_artifacts(case: str, root: Path) -> Tuple[Path, str]:
+    """A copy of the tiny artifacts whose eval model carries an extra initializer, fc.weight, whose data
+    escapes as in ``hostile``; the folder and the rule's fragment."""
+    model, fragment = hostile(case, root)
     folder = model.parent
     for name in ("checkpoint", "training_model.onnx", "optimizer_model.onnx"):
         shutil.copy(ARTIFACTS / "tiny" / name, folder / name)
@@ -357,6 +357,13 @@ def test_an_artifacts_folder_with_escaping_external_data_is_refused(case: str, t
     escaping = onnx.load(str(model), load_external_data=False).graph.initializer[0]
     evaluation.graph.initializer.append(escaping)
     onnx.save(evaluation, str(folder / "eval_model.onnx"))
+    return folder, fragment
+
+
+@pytest.mark.parametrize("case", ["symlink-to-a-file-outside", "file-in-a-symlinked-folder", "dotdot", "fifo"])
+def test_an_artifacts_folder_with_escaping_external_data_is_refused(case: str, tmp_path: Path) -> None:
+    """--artifacts: the eval model carries an extra initializer whose data escapes."""
+    folder, fragment = hostile_artifacts(case, tmp_path)
     data = tmp_path / "digits.npz"
     rng = np.random.default_rng(0)
     np.savez(data, train_input=rng.standard_normal((8, 784)).astype(np.float32), train_labels=np.zeros(8, np.int64),
@@ -368,6 +375,62 @@ def test_an_artifacts_folder_with_escaping_external_data_is_refused(case: str, t
     assert error and "eval model" in error[0] and "'fc.weight'" in error[0] and fragment in error[0], proc.stderr
     assert not (tmp_path / "out").exists()
     assert files_holding_the_marker(tmp_path) == []
+
+
+def test_the_federated_apps_refuse(tmp_path: Path) -> None:
+    """The server's global model and a client's shared session open their artifacts through the facade."""
+    code = """
+        import sys
+        from ort_cffi import OrtInvalidArgumentException
+        from ort_cffi.flower.client import shared_session
+        from ort_cffi.flower.model import GlobalModel
+        folder, fragment = sys.argv[1:3]
+        for name, open_it in (("server", lambda: GlobalModel(folder)), ("client", lambda: shared_session(folder))):
+            try:
+                open_it()
+            except OrtInvalidArgumentException as exc:
+                assert "eval model" in str(exc) and fragment in str(exc), str(exc)
+                print("refused:", name)
+            else:
+                raise AssertionError(name + " opened the artifacts")
+    """
+    folder, fragment = hostile_artifacts("file-in-a-symlinked-folder", tmp_path)
+    proc = child(code, str(folder), fragment, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.count("refused:") == 2, proc.stdout + proc.stderr
+    assert files_holding_the_marker(tmp_path) == []
+
+
+def test_a_sparse_initializer_is_confined_too(tmp_path: Path) -> None:
+    """ONNX Runtime reads a sparse initializer's external data (onnx's own helper does not look there)."""
+    code = """
+        import sys
+        import numpy as np
+        from ort_cffi import OrtEnvironment, OrtInvalidArgumentException
+        env = OrtEnvironment.getEnvironment()
+        try:
+            env.createSession(sys.argv[1])
+        except OrtInvalidArgumentException as exc:
+            assert "tensor 's' (the values of a sparse initializer of the model's graph)" in str(exc), str(exc)
+        else:
+            raise AssertionError("accepted")
+        with env.createSession(sys.argv[1], externalDataAnywhere=True) as session:  # trusted: the runtime reads it
+            with session.run({"x": np.zeros(4, np.float32)}) as result:
+                print(result[0].getValue().tolist())
+    """
+    folder = tmp_path / "model"
+    folder.mkdir()
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(np.array([7.5, 9.25], np.float32).tobytes())
+    os.symlink(outside, folder / "w.bin")
+    values = _external("s", "w.bin")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "s"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        sparse_initializer=[helper.make_sparse_tensor(values, numpy_helper.from_array(np.array([0, 3], np.int64), "i"), [4])])
+    (folder / "model.onnx").write_bytes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString())
+    proc = child(code, str(folder / "model.onnx"), cwd=tmp_path)
+    assert proc.returncode == 0 and "[7.5, 0.0, 0.0, 9.25]" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_generate_artifacts_refuses_before_reading_and_names_its_escape(tmp_path: Path) -> None:
