@@ -4,19 +4,22 @@ reaches ``onnx`` or ONNX Runtime.
 A tensor of an ONNX model may keep its bytes in another file (``data_location = EXTERNAL``, with
 ``external_data`` entries ``location``, ``offset``, ``length``). ONNX Runtime and ``onnx`` read the
 location relative to the model's folder and follow symlinks; ONNX Runtime 1.19 also takes ``..`` and
-absolute paths, and reads FIFOs and devices (docs/internals/runtime.md §9). A model from elsewhere could
+absolute paths (docs/internals/runtime.md §9). A model from elsewhere could
 thus make the process read any file it can read, and ort_cffi would write those bytes into checkpoints
 and exported models. So before a model is handed over, every tensor with external data must name a
 regular file that lies, symlinks resolved, inside the model's folder, with ``offset + length`` within the
 file; anything else is refused, naming the tensor, the location and the rule, before any of it is read.
 
-Where tensors are (ONNX's ``onnx.proto``; ONNX Runtime reads external data for all of them): the
+Where tensors are (ONNX's ``onnx.proto``: every place a tensor may be, whether or not a loader reads it): the
 initializers and sparse initializers of the graph and of every subgraph (attributes ``g`` and ``graphs``
 of any node, at any depth); tensors in node attributes (``t``, ``tensors``, ``sparse_tensor``,
 ``sparse_tensors``: a Constant's ``value`` and ``sparse_value``); the same inside the model's functions
 (their nodes, and their attributes' defaults) and its ``training_info`` graphs. The model is read with
 ``protobuf_wire``, not with ``onnx`` (no dependency of the facade). A singular message field given twice
 is merged as protobuf merges it (the parts concatenated), so that no split tensor slips through.
+
+``inline_external_data`` reads such tensors into a model file the process wrote (an export), so that
+the copy holds its data rather than locations of files it does not own.
 
 What cannot be confined here is documented in docs/guides/guarantees.md: a hard link is a regular file of
 the folder like any other, and a folder that an adversary changes between this check and the runtime's
@@ -235,11 +238,11 @@ def _kind_of(mode: int) -> str:
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
         if test(mode):
             return kind
-    return "not a regular file"
+    return "a special file"
 
 
 def _inside(path: str, folder: str) -> bool:
-    return path != folder and os.path.commonpath([path, folder]) == folder
+    return os.path.commonpath([path, folder]) == folder  # the folder itself is refused as a folder, below
 
 
 class Placement(NamedTuple):
@@ -451,6 +454,8 @@ def inline_external_data(path: str, folder: str, what: str, *, anywhere: bool = 
             rewritten = _inlined(data, "model", read)
         if rewritten is not None and external_tensors(rewritten):
             raise Malformed("a tensor split over several fields keeps external data")
+    except RecursionError:
+        raise OrtException(f"cannot read {what} back: subgraphs nested too deeply", OrtErrorCode.ORT_INVALID_PROTOBUF) from None
     except Malformed as exc:
         raise OrtException(f"cannot read {what} back: {exc}", OrtErrorCode.ORT_INVALID_PROTOBUF) from None
     except OSError as exc:
