@@ -48,6 +48,9 @@ EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
 # ONNX Runtime reads a tensor at this "location" from its own process's memory, at the address in
 # "offset" (onnxruntime/core/framework/tensorprotoutils.h, kTensorProtoMemoryAddressTag).
 ORT_MEMORY_ADDRESS_TAG = b"*/_ORT_MEM_ADDR_/*"
+# Bytes 4-7 of an ORT-format model (a flatbuffer, not a protobuf): its tensors hold their data or an offset
+# into a file the runtime names itself, never a location (docs/internals/runtime.md §9).
+ORT_FORMAT_IDENTIFIER = b"ORTM"
 _DECIMAL = re.compile(rb"[0-9]+\Z")
 
 
@@ -337,10 +340,12 @@ def check_external_data(model: Union[str, bytes], what: str, *, anywhere: bool =
     try:
         if isinstance(model, str):
             folder = os.path.dirname(os.path.abspath(model))
-            tensors = _file_tensors(model)
+            with open(model, "rb") as file:
+                head = file.read(8)
+            tensors = [] if head[4:8] == ORT_FORMAT_IDENTIFIER else _file_tensors(model)
         else:
             folder = None
-            tensors = external_tensors(model)
+            tensors = [] if model[4:8] == ORT_FORMAT_IDENTIFIER else external_tensors(model)
     except Malformed as exc:
         raise OrtException(f"{what} is not an ONNX model: protobuf cannot read it ({exc})",
                            OrtErrorCode.ORT_INVALID_PROTOBUF) from None

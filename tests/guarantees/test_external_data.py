@@ -151,6 +151,24 @@ def test_a_split_singular_field_is_merged_as_protobuf_merges_it() -> None:
     assert {t.name for t in external_tensors(data)} == {"w", "second_graph"}
 
 
+def test_an_ort_format_model_is_passed_on(tmp_path: Path) -> None:
+    """A flatbuffer, not a protobuf (ONNX Runtime's own format, which it loads too; tests/data/golden_mlp.ort
+    is golden_mlp.onnx saved by onnxruntime-training 1.19.2 with session.save_model_format ORT): not refused
+    as unreadable."""
+    model = ROOT / "tests" / "data" / "golden_mlp.ort"
+    assert model.read_bytes()[4:8] == b"ORTM"
+    code = """
+        import sys
+        from ort_cffi import OrtEnvironment
+        env = OrtEnvironment.getEnvironment()
+        with env.createSession(sys.argv[1]) as session, env.createSession(open(sys.argv[1], "rb").read()) as again:
+            assert list(session.getInputNames()) == list(again.getInputNames()) == ["input"], session.getInputNames()
+        print("ok")
+    """
+    proc = child(code, str(model), cwd=tmp_path)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_the_reader_refuses_what_protobuf_refuses_and_skips_groups() -> None:
     for bad in (b"\x3a\x05abc", b"\x07", b"\x00\x01", b"\x3c"):  # truncated, wire type 7, field 0, lone end-group
         with pytest.raises(Malformed):
