@@ -49,7 +49,8 @@ EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
 # "offset" (onnxruntime/core/framework/tensorprotoutils.h, kTensorProtoMemoryAddressTag).
 ORT_MEMORY_ADDRESS_TAG = b"*/_ORT_MEM_ADDR_/*"
 # Bytes 4-7 of an ORT-format model (a flatbuffer, not a protobuf): its tensors hold their data or an offset
-# into a file the runtime names itself, never a location (docs/internals/runtime.md §9).
+# into a file the runtime names itself, never a location (docs/internals/runtime.md §9). It counts only for
+# bytes protobuf cannot read (``check_external_data``).
 ORT_FORMAT_IDENTIFIER = b"ORTM"
 _DECIMAL = re.compile(rb"[0-9]+\Z")
 
@@ -342,11 +343,16 @@ def check_external_data(model: Union[str, bytes], what: str, *, anywhere: bool =
             folder = os.path.dirname(os.path.abspath(model))
             with open(model, "rb") as file:
                 head = file.read(8)
-            tensors = [] if head[4:8] == ORT_FORMAT_IDENTIFIER else _file_tensors(model)
+            tensors = _file_tensors(model)
         else:
-            folder = None
-            tensors = [] if model[4:8] == ORT_FORMAT_IDENTIFIER else external_tensors(model)
+            folder, head = None, bytes(model[:8])
+            tensors = external_tensors(model)
     except Malformed as exc:
+        # An ORT-format model is no protobuf: it names no locations. The identifier alone decides nothing
+        # (a protobuf may hold those bytes too, and the runtime then reads it as one): only bytes that
+        # protobuf cannot read, which the runtime therefore cannot read as ONNX either, pass on as one.
+        if head[4:8] == ORT_FORMAT_IDENTIFIER:
+            return
         raise OrtException(f"{what} is not an ONNX model: protobuf cannot read it ({exc})",
                            OrtErrorCode.ORT_INVALID_PROTOBUF) from None
     except OSError as exc:

@@ -30,7 +30,8 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx import external_data_helper as onnx_external
 
 from conftest import ARTIFACTS, ROOT
-from ort_cffi._facade.external_data import broken_rule, external_tensors, inline_external_data
+from ort_cffi import OrtInvalidArgumentException
+from ort_cffi._facade.external_data import broken_rule, check_external_data, external_tensors, inline_external_data
 from ort_cffi._facade.protobuf_wire import Malformed
 
 ZOO = ROOT / "tests" / "zoo"
@@ -167,6 +168,18 @@ def test_an_ort_format_model_is_passed_on(tmp_path: Path) -> None:
     """
     proc = child(code, str(model), cwd=tmp_path)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_an_onnx_model_with_the_ort_format_identifier_is_still_checked(tmp_path: Path) -> None:
+    """The runtime reads a .onnx file as protobuf whatever its bytes 4-7 hold: "ORTM" there lets nothing by."""
+    model = onnx.load(str(gemm_model(tmp_path / "model", "../outside/secret.bin")), load_external_data=False)
+    model.producer_name = "ORTM, a protobuf string where a flatbuffer keeps its identifier"
+    path = tmp_path / "model" / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    assert path.read_bytes()[4:8] == b"ORTM"
+    for given in (str(path), path.read_bytes()):
+        with pytest.raises(OrtInvalidArgumentException, match="tensor 'fc.weight'"):
+            check_external_data(given, "the model")
 
 
 def test_the_reader_refuses_what_protobuf_refuses_and_skips_groups() -> None:
