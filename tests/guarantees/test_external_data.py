@@ -216,6 +216,15 @@ def test_the_rules_beyond_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert broken_rule(fine, None, anywhere=True) is None  # trusted bytes: the current folder, as the runtime does
 
 
+def test_reading_data_into_a_copy_follows_the_same_rules(tmp_path: Path) -> None:
+    """What an export reads in is confined as what a session loads: the copy is left as it was."""
+    model, _ = hostile("dotdot", tmp_path)
+    before = model.read_bytes()
+    with pytest.raises(OrtInvalidArgumentException, match="'..' leads out of the model's folder"):
+        inline_external_data(str(model), str(model.parent), "the copy")
+    assert model.read_bytes() == before
+
+
 # --- a model with external data, and the ways out of its folder ------------------------------------------------
 
 
