@@ -4,7 +4,7 @@ reaches ``onnx`` or ONNX Runtime.
 A tensor of an ONNX model may keep its bytes in another file (``data_location = EXTERNAL``, with
 ``external_data`` entries ``location``, ``offset``, ``length``). ONNX Runtime and ``onnx`` read the
 location relative to the model's folder and follow symlinks; ONNX Runtime 1.19 also takes ``..`` and
-absolute paths (docs/internals/runtime.md §9). A model from elsewhere could
+absolute paths (docs/internals/runtime.md §10). A model from elsewhere could
 thus make the process read any file it can read, and ort_cffi would write those bytes into checkpoints
 and exported models. So before a model is handed over, every tensor with external data must name a
 regular file that lies, symlinks resolved, inside the model's folder, with ``offset + length`` within the
@@ -49,7 +49,7 @@ EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
 # "offset" (onnxruntime/core/framework/tensorprotoutils.h, kTensorProtoMemoryAddressTag).
 ORT_MEMORY_ADDRESS_TAG = b"*/_ORT_MEM_ADDR_/*"
 # Bytes 4-7 of an ORT-format model (a flatbuffer, not a protobuf): its tensors hold their data or an offset
-# into a file the runtime names itself, never a location (docs/internals/runtime.md §9). It counts only for
+# into a file the runtime names itself, never a location (docs/internals/runtime.md §10). It counts only for
 # bytes protobuf cannot read (``check_external_data``).
 ORT_FORMAT_IDENTIFIER = b"ORTM"
 _DECIMAL = re.compile(rb"[0-9]+\Z")
