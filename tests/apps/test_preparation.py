@@ -30,7 +30,7 @@ def mlp(op: str) -> onnx.ModelProto:
     return model
 
 
-@pytest.mark.needs_onnxruntime_python
+@pytest.mark.needs_onnxruntime_generator
 def test_an_operator_without_gradient_is_rewritten_and_recorded(tmp_path: Path) -> None:
     """For ONNX Runtime's generator, which has no HardSwish gradient."""
     made = generate_artifacts(mlp("HardSwish"), artifact_directory=tmp_path, generator="onnxruntime")
@@ -68,7 +68,7 @@ def test_an_operator_the_builder_cannot_differentiate_is_refused_naming_it(tmp_p
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.needs_onnxruntime_python
+@pytest.mark.needs_onnxruntime_generator
 def test_without_preparation_the_runtimes_assertion_is_explained(tmp_path: Path) -> None:
     with pytest.raises(ArtifactsError) as caught:
         generate_artifacts(mlp("HardSwish"), artifact_directory=tmp_path, prepare=False, generator="onnxruntime")
@@ -78,7 +78,7 @@ def test_without_preparation_the_runtimes_assertion_is_explained(tmp_path: Path)
     assert "gradient_builder_registry.cc" in message  # where it failed, briefly
 
 
-@pytest.mark.needs_onnxruntime_python
+@pytest.mark.needs_onnxruntime_generator
 def test_an_operator_without_gradient_or_rewrite_is_an_input_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ArtifactsInputError, match="CumSum node 'act' lies on the gradient path") as caught:
         model = mlp("Relu")

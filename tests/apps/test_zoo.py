@@ -215,7 +215,7 @@ def twenty_steps(made: Any, data: Any) -> List[float]:
     return losses
 
 
-@pytest.mark.needs_onnxruntime_python
+@pytest.mark.needs_onnxruntime_generator
 @pytest.mark.parametrize("name", TRAINABLE)
 def test_ort_cffis_artifacts_train_as_onnx_runtimes_do(name: str, tmp_path: Path) -> None:
     """20 AdamW steps with ort_cffi's artifacts and with ONNX Runtime's generator's: the same losses, bit for
