@@ -51,7 +51,8 @@ CORE_TESTS=(
   tests/native/test_loader.py tests/native/test_static_finder.py tests/apps/test_runtime_cli.py tests/native/test_raw_capi.py
   tests/facade/test_facade.py tests/facade/test_tensor_types.py tests/facade/test_input_signatures.py tests/java/test_java_additions.py
   tests/java/test_training_java.py tests/java/test_onnx_tensor_java.py tests/guarantees/test_cross_interpreter.py
-  tests/apps/test_artifacts.py tests/apps/test_train_model.py
+  tests/apps/test_artifacts.py tests/apps/test_train_model.py tests/apps/test_python_api.py
+  tests/apps/test_python_api_semantics.py tests/apps/test_python_map.py tests/builder tests/apps/test_zoo.py
 )
 SCOPE=${ORT_CFFI_TEST_SCOPE:-all}
 SCOPE_WHY="ORT_CFFI_TEST_SCOPE=core"
@@ -121,14 +122,6 @@ if ! "$VENV_PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spe
     LEFT_OUT+=(needs_onnxruntime_generator)
     REASONS+=("needs_onnxruntime_generator: $(echo "$generator_check" | grep -m1 "^error:" || echo "$generator_check" | tail -n1)")
   fi
-<<<<<<< HEAD
-  "$VENV_PY" -m pytest "${SELECT[@]}" \
-    tests/native/test_loader.py tests/native/test_static_finder.py tests/apps/test_runtime_cli.py tests/native/test_raw_capi.py \
-    tests/facade/test_facade.py tests/facade/test_tensor_types.py tests/facade/test_input_signatures.py tests/java/test_java_additions.py \
-    tests/java/test_training_java.py tests/java/test_onnx_tensor_java.py tests/guarantees/test_cross_interpreter.py \
-    tests/apps/test_artifacts.py tests/apps/test_train_model.py tests/apps/test_python_api.py \
-    tests/apps/test_python_api_semantics.py tests/apps/test_python_map.py "$@"
-=======
 fi
 if [ "$SCOPE" = all ] && ! "$VENV_PY" -c "import ray" 2>/dev/null; then
   LEFT_OUT+=(needs_ray)
@@ -144,5 +137,4 @@ if [ "$SCOPE" = all ]; then
 else
   REASONS+=("outside the core tests: the federated, trainer, docs, guarantees and remaining tests ($SCOPE_WHY)")
   "$VENV_PY" -m pytest "${SELECT[@]}" "${CORE_TESTS[@]}" "$@"
->>>>>>> issue-32
 fi
