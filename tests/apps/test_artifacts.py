@@ -160,7 +160,7 @@ def hashes(folder: Path) -> dict:
 # --- byte for byte ONNX Runtime's own -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", sorted(GOLDEN))
-@pytest.mark.needs_onnxruntime_python
+@pytest.mark.needs_onnxruntime_generator
 def test_golden_hashes_of_onnx_runtimes_own_generator(tmp_path: Path, name: str) -> None:
     assert sha256(golden_artifacts.MODEL) == GOLDEN_MODEL_SHA256
     ours, _ = golden_artifacts.CONFIGURATIONS[name]
@@ -536,6 +536,7 @@ def bare_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(folder / "bin" / "python")
 
 
+@pytest.mark.needs_onnxruntime_generator
 def test_this_interpreter_lacks_the_generator(tmp_path: Path, bare_python: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """ONNX Runtime's generator, asked for, in an interpreter that lacks what it needs."""
     monkeypatch.delenv(ENV_PYTHON, raising=False)
@@ -555,6 +556,7 @@ def test_this_interpreter_lacks_the_generator(tmp_path: Path, bare_python: str, 
         assert f"`{bare_python} -m pip install onnx flatbuffers protobuf sympy packaging coloredlogs`" in message
 
 
+@pytest.mark.needs_onnxruntime_generator
 def test_without_a_stored_layer_a_newer_interpreter_is_told_to_install_the_runtime(tmp_path: Path) -> None:
     """Where the training wheel does not install and the runtime store holds no Python layer, the message says
     what to run; with ort-cffi-artifacts --check-generator too (exit 1)."""
@@ -589,6 +591,7 @@ def test_without_a_stored_layer_a_newer_interpreter_is_told_to_install_the_runti
     assert checked.returncode == 0 and checked.stdout.startswith("generator: ort_cffi ") and "own gradient builder" in checked.stdout
 
 
+@pytest.mark.needs_onnxruntime_generator
 def test_a_named_interpreter_runs_the_generator(tmp_path: Path, bare_python: str, monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture) -> None:
     model = mlp(tmp_path / "m.onnx")

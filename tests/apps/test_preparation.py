@@ -30,7 +30,7 @@ def mlp(op: str) -> onnx.ModelProto:
     return model
 
 
-@pytest.mark.needs_onnxruntime_python
+@pytest.mark.needs_onnxruntime_generator
 def test_an_operator_without_gradient_is_rewritten_and_recorded(tmp_path: Path) -> None:
     """For ONNX Runtime's generator, which has no HardSwish gradient."""
     made = generate_artifacts(mlp("HardSwish"), artifact_directory=tmp_path, generator="onnxruntime")
@@ -68,7 +68,7 @@ def test_an_operator_the_builder_cannot_differentiate_is_refused_naming_it(tmp_p
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.needs_onnxruntime_python
+@pytest.mark.needs_onnxruntime_generator
 def test_without_preparation_the_runtimes_assertion_is_explained(tmp_path: Path) -> None:
     with pytest.raises(ArtifactsError) as caught:
         generate_artifacts(mlp("HardSwish"), artifact_directory=tmp_path, prepare=False, generator="onnxruntime")
@@ -78,7 +78,7 @@ def test_without_preparation_the_runtimes_assertion_is_explained(tmp_path: Path)
     assert "gradient_builder_registry.cc" in message  # where it failed, briefly
 
 
-@pytest.mark.needs_onnxruntime_python
+@pytest.mark.needs_onnxruntime_generator
 def test_an_operator_without_gradient_or_rewrite_is_an_input_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ArtifactsInputError, match="CumSum node 'act' lies on the gradient path") as caught:
         model = mlp("Relu")
@@ -247,3 +247,36 @@ def test_a_recurrent_layer_the_gradient_cannot_run_backwards_is_refused_before_g
     assert not (tmp_path / "bi").exists()
     forward = recurrent(op, "forward")
     assert prepare(forward)[0] is forward  # no rule applies: what ONNX Runtime does with it is its own
+
+
+def language_model_head(t: int = 6, vocabulary: int = 11) -> onnx.ModelProto:
+    """input [N, T, 4] -> Add(bias, MatMul(x, W)) -> logits [N, T, vocabulary] with T fixed: the head of a
+    causal language model as torch writes it (the bias first), where the shape alone cannot tell the axes."""
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("MatMul", ["input", "W"], ["projected"]),
+             helper.make_node("Add", ["head.bias", "projected"], ["logits"], name="head")]
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", t, 4])
+    y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", t, vocabulary])
+    weights = [numpy_helper.from_array(rng.standard_normal((4, vocabulary)).astype(np.float32), "W"),
+               numpy_helper.from_array(rng.standard_normal(vocabulary).astype(np.float32), "head.bias")]
+    model = helper.make_model(helper.make_graph(nodes, "m", [x], [y], weights),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_the_class_axis_is_found_through_either_input_of_an_elementwise_node(tmp_path: Path) -> None:
+    made = generate_artifacts(language_model_head(), artifact_directory=tmp_path)
+    assert labels_shape(made) == ["N", 6]
+    assert made.loss_reading["class_axis"] == 2
+
+
+def test_class_axis_says_it_and_is_recorded(tmp_path: Path) -> None:
+    made = generate_artifacts(language_model_head(t=6, vocabulary=6), artifact_directory=tmp_path / "a",
+                              class_axis=-1)
+    assert made.loss_reading["class_axis"] == 2 and labels_shape(made) == ["N", 6]
+    assert json.loads((tmp_path / "a" / "artifacts.json").read_text())["options"]["class_axis"] == -1
+    with pytest.raises(ArtifactsInputError, match="class_axis 0 does not fit 'logits'"):
+        generate_artifacts(language_model_head(), artifact_directory=tmp_path / "b", class_axis=0)
+    with pytest.raises(ArtifactsInputError, match="for the cross-entropy loss; the loss here is mse"):
+        generate_artifacts(language_model_head(), artifact_directory=tmp_path / "c", class_axis=2, loss="mse")

@@ -83,7 +83,7 @@ def test_parameters_move_after_a_step(tmp_path: Path) -> None:
     assert len(moved) == 4 and all(moved), moved
 
 
-@pytest.mark.needs_onnxruntime_python
+@pytest.mark.needs_onnxruntime_generator
 def test_losses_are_bit_identical_to_onnx_runtime_artifacts(tmp_path: Path) -> None:
     model = mlp(tmp_path / "mlp.onnx")
     ours = generate_artifacts(model, artifact_directory=tmp_path / "ours")

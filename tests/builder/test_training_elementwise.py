@@ -138,7 +138,7 @@ def test_einsum_attention_trains_on_its_own_nll_loss(tmp_path: Path) -> None:
     assert np.mean(losses[-4:]) < 0.7 * np.mean(losses[:4]), losses
 
 
-@pytest.mark.needs_onnxruntime_python
+@pytest.mark.needs_onnxruntime_generator
 def test_mlp_losses_equal_onnx_runtime_artifacts(tmp_path: Path) -> None:
     """DivGrad, TanhGrad, SigmoidGrad, LeakyReluGrad, ReduceMean's Scale and the standard-operator forms
     of Pow, Sqrt, Erf, Clip, Max, Exp and Log as ONNX Runtime's builder writes them: 20 AdamW steps give
