@@ -3,6 +3,8 @@ ort_cffi's artifacts (symbolic batch): the loss falls, every parameter moves, an
 generator accepts the model the losses equal those of its artifacts bit for bit."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -117,6 +119,51 @@ def test_layer_norm_dropout_and_log_softmax_train(tmp_path: Path) -> None:
     labels = np.argmax(x[:, :4], axis=1).astype(np.int64)  # cross-entropy over log-probabilities: the same
     losses = train(tmp_path / "out", [{"x": x, "labels": labels}], steps=30)
     assert np.mean(losses[-4:]) < 0.5 * np.mean(losses[:4]), losses
+
+
+def pools(path: Path) -> Path:
+    """Conv, then an AveragePool with pads and a MaxPool whose inputs have a symbolic batch: ONNX Runtime's
+    AveragePoolGrad dies of SIGFPE and its MaxPoolGrad segfaults there (docs/internals/runtime.md §8)."""
+    rng = np.random.default_rng(4)
+    weights = {"conv.weight": rng.normal(0, 0.4, (4, 3, 3, 3)), "fc.weight": rng.normal(0, 0.3, (4, 4)),
+               "fc.bias": rng.normal(0, 0.1, 4)}
+    nodes = [helper.make_node("Conv", ["input", "conv.weight"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("AveragePool", ["c"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["a"], ["m"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("GlobalMaxPool", ["m"], ["g"]),
+             helper.make_node("ReduceSum", ["g", "axes"], ["flat"], keepdims=0),
+             helper.make_node("Gemm", ["flat", "fc.weight", "fc.bias"], ["logits"], transB=1)]
+    path = _save(path, nodes, [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                 helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4]), weights)
+    model = onnx.load(path)
+    model.graph.initializer.append(numpy_helper.from_array(np.array([2, 3], dtype=np.int64), "axes"))
+    onnx.save(model, path)
+    return path
+
+
+def test_pools_under_a_symbolic_batch_train_in_a_child(tmp_path: Path) -> None:
+    """The rules keep the pools off the kernels that would crash: a child process trains at batch sizes 3
+    and 5 in one session (a crash would kill only the child), with the model as it is (no preparation)."""
+    generate_artifacts(pools(tmp_path / "pools.onnx"), artifact_directory=tmp_path / "out", prepare=False)
+    training = onnx.load(tmp_path / "out" / "training_model.onnx")
+    assert not {"AveragePoolGrad", "MaxPoolGrad"} & {n.op_type for n in training.graph.node}
+    code = f"""
+import numpy as np
+from ort_cffi import OrtEnvironment
+folder = {str(tmp_path / "out")!r}
+env = OrtEnvironment.getEnvironment()
+with env.createTrainingSession(folder + "/checkpoint", folder + "/training_model.onnx",
+                               folder + "/eval_model.onnx", folder + "/optimizer_model.onnx") as session:
+    for size in (3, 5, 3):
+        feeds = {{"input": np.ones((size, 3, 8, 8), np.float32), "labels": np.zeros(size, np.int64)}}
+        with session.trainStep(feeds) as result:
+            print(float(result.get(0).getValue()))
+        session.optimizerStep()
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    losses = [float(v) for v in done.stdout.split()]
+    assert len(losses) == 3 and all(np.isfinite(losses)), done.stdout
 
 
 @pytest.mark.needs_onnxruntime_python
