@@ -82,5 +82,6 @@ else
     tests/native/test_loader.py tests/native/test_static_finder.py tests/apps/test_runtime_cli.py tests/native/test_raw_capi.py \
     tests/facade/test_facade.py tests/facade/test_tensor_types.py tests/facade/test_input_signatures.py tests/java/test_java_additions.py \
     tests/java/test_training_java.py tests/java/test_onnx_tensor_java.py tests/guarantees/test_cross_interpreter.py \
-    tests/apps/test_artifacts.py tests/apps/test_train_model.py "$@"
+    tests/apps/test_artifacts.py tests/apps/test_train_model.py tests/apps/test_python_api.py \
+    tests/apps/test_python_api_semantics.py tests/apps/test_python_map.py "$@"
 fi

@@ -496,7 +496,8 @@ def generate(request, backend=None):
         prepared, preparation = model, []
         if rewrites is not None:
             try:
-                prepared, preparation = rewrites.prepare(model, requires_grad=requires_grad, outputs=[scores])
+                prepared, preparation = rewrites.prepare(model, requires_grad=requires_grad, outputs=[scores],
+                                                         native=getattr(backend, "native_ops", frozenset()))
             except rewrites.PreparationError as exc:
                 raise Refusal("prepare", str(exc))
         try:

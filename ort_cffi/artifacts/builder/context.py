@@ -40,16 +40,7 @@ class GradientContext:
         self.nodes: List[onnx.NodeProto] = []
         self.initializers: List[onnx.TensorProto] = []
         self.value_infos: List[onnx.ValueInfoProto] = []  # shapes declared for kernels that read them (declare)
-        self._taken: Set[str] = set()
-        for graph_value in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info):
-            self._taken.add(graph_value.name)
-        for initializer in model.graph.initializer:
-            self._taken.add(initializer.name)
-        for node in model.graph.node:
-            self._taken.update(node.output)
-            self._taken.update(node.input)
-            if node.name:
-                self._taken.add(node.name)
+        self._taken: Set[str] = self._taken_by_model(model)
         self._constants: Dict[Tuple[int, Tuple[int, ...], bytes], str] = {}
         # Values known before run time: initializers (graph inputs, parameters among them, are not) and
         # Constant nodes' outputs, read lazily.
@@ -62,7 +53,38 @@ class GradientContext:
         self._counter = 0
         self.source: Optional[onnx.NodeProto] = None  # the forward node whose rule is running (names, messages)
 
+    def subgraph(self, model: onnx.ModelProto, types: Dict[str, Tuple[int, Dims]]) -> "GradientContext":
+        """A context for a subgraph's own backward pass (an If branch wrapped as ``model``): it shares this
+        context's names (no name is given twice across the scopes) and knows its constants and types;
+        what it emits is its own (``nodes``, ``initializers``)."""
+        child = GradientContext(model, {**self.types, **types})
+        child._taken = self._taken
+        child._taken.update(child._taken_by_model(model))
+        local = {out for node in model.graph.node for out in node.output}
+        child._known.update({k: v for k, v in self._known.items() if k not in local})
+        return child
+
     # --- names ---------------------------------------------------------------------------------------------
+    @staticmethod
+    def _taken_by_model(model: onnx.ModelProto) -> Set[str]:
+        """Every name of the model's graph and of its subgraphs (If branches, loop bodies)."""
+        taken: Set[str] = set()
+        graphs = [model.graph]
+        while graphs:
+            graph = graphs.pop()
+            for graph_value in list(graph.input) + list(graph.output) + list(graph.value_info):
+                taken.add(graph_value.name)
+            for initializer in graph.initializer:
+                taken.add(initializer.name)
+            for node in graph.node:
+                taken.update(node.output)
+                taken.update(node.input)
+                if node.name:
+                    taken.add(node.name)
+                for attribute in node.attribute:
+                    graphs.extend(([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs))
+        return taken
+
     def fresh(self, hint: str) -> str:
         """A name no value or node of the graph has: ``hint``, or ``hint`` with a number."""
         name = hint
@@ -265,11 +287,14 @@ class GradientContext:
 class NodeView:
     """A forward node as its rule sees it: inputs, outputs, attributes, and the gradients flowing in."""
 
-    def __init__(self, node: onnx.NodeProto, output_grads: Sequence[Optional[str]], wanted: Sequence[bool]):
+    def __init__(self, node: onnx.NodeProto, output_grads: Sequence[Optional[str]], wanted: Sequence[bool],
+                 outer_inputs: Sequence[str] = ()):
         self.proto = node
         self.op_type = node.op_type
         self.name = node.name
         self.inputs = list(node.input)
+        # what the node's subgraphs read from the enclosing graph; wants(len(inputs) + k) for the k-th
+        self.outer_inputs = list(outer_inputs)
         self.outputs = list(node.output)
         self._output_grads = list(output_grads)
         self._wanted = list(wanted)

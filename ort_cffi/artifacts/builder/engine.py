@@ -8,7 +8,7 @@ accumulators look for.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Sequence, Set
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import onnx
 
@@ -17,18 +17,25 @@ from ort_cffi.artifacts.builder.context import GradientContext, NodeView, NoGrad
 from ort_cffi.artifacts.builder.registry import lookup
 
 
+def graph_reads(graph: onnx.GraphProto) -> List[str]:
+    """Names ``graph`` (a subgraph) reads from the graphs that enclose it, in order, with repeats."""
+    local = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    for inner in graph.node:
+        local.update(inner.output)
+    names: List[str] = []
+    for inner in graph.node:
+        names.extend(n for n in list(inner.input) + _subgraph_inputs(inner) if n and n not in local)
+    names.extend(o.name for o in graph.output if o.name not in local)
+    return names
+
+
 def _subgraph_inputs(node: onnx.NodeProto) -> List[str]:
     """Names a node's subgraphs (If branches, Loop and Scan bodies) read from the enclosing graph."""
     names: List[str] = []
     for attribute in node.attribute:
         graphs = ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs)
         for graph in graphs:
-            local = {i.name for i in graph.input} | {i.name for i in graph.initializer}
-            for inner in graph.node:
-                local.update(inner.output)
-            for inner in graph.node:
-                names.extend(n for n in list(inner.input) + _subgraph_inputs(inner) if n and n not in local)
-            names.extend(o.name for o in graph.output if o.name not in local)
+            names.extend(graph_reads(graph))
     return names
 
 
@@ -37,15 +44,28 @@ def node_inputs(node: onnx.NodeProto) -> List[str]:
     return [n for n in node.input] + _subgraph_inputs(node)
 
 
-def path_nodes(nodes: Sequence[onnx.NodeProto], sources: Iterable[str], target: str) -> List[int]:
-    """Indices of the nodes (in graph order) that lie on a path from one of ``sources`` to ``target``."""
+def outer_inputs(node: onnx.NodeProto) -> List[str]:
+    """What ``node``'s subgraphs read from the enclosing graph, once each, leaving out its own inputs. A
+    rule answers for these after the node's inputs: position ``len(node.input) + k`` is the k-th."""
+    own = set(node.input)
+    found: List[str] = []
+    for name in _subgraph_inputs(node):
+        if name and name not in own and name not in found:
+            found.append(name)
+    return found
+
+
+def path_nodes(nodes: Sequence[onnx.NodeProto], sources: Iterable[str],
+               target: Union[str, Sequence[str]]) -> List[int]:
+    """Indices of the nodes (in graph order) that lie on a path from one of ``sources`` to ``target`` (a
+    value, or several)."""
     reached: Set[str] = set(sources)
     forward: List[int] = []
     for index, node in enumerate(nodes):
         if any(name in reached for name in node_inputs(node) if name):
             forward.append(index)
             reached.update(n for n in node.output if n)
-    needed: Set[str] = {target}
+    needed: Set[str] = {target} if isinstance(target, str) else set(target)
     on_path: List[int] = []
     for index in reversed(forward):
         node = nodes[index]
@@ -84,19 +104,32 @@ class Engine:
         """Emit the backward pass from ``seed`` (the loss's gradient) and return {parameter: its gradient's
         name, ``<parameter>_grad``}. Raises NoGradientError naming the node that cannot pass a gradient, or
         the parameters no gradient reaches."""
+        found, unreached = self.backward({loss: seed}, parameters)
+        if unreached:
+            raise UnreachedError(unreached)
+        return found
+
+    def backward(self, seeds: Dict[str, str], parameters: Sequence[str],
+                 final_name: Optional[str] = "{}_grad") -> Tuple[Dict[str, str], List[str]]:
+        """Emit the backward pass from ``seeds`` ({value: the name of its gradient}) to ``parameters``.
+        Returns the gradients found ({parameter: name}, named ``final_name`` formatted with the parameter,
+        a fresh name when None) and the parameters no gradient reaches. A subgraph's rule (If) runs
+        this on the branch's own graph."""
         graph = self.g.model.graph
         nodes = list(graph.node)
-        on_path = path_nodes(nodes, parameters, loss)
+        on_path = path_nodes(nodes, parameters, list(seeds))
         reached = set(parameters)
         for index in on_path:
             reached.update(nodes[index].output)
-        self._contributions = {loss: [seed]}
+        self._contributions = {}
+        for value, seed in seeds.items():
+            self._contributions.setdefault(value, []).append(seed)
         for index in reversed(on_path):
             node = nodes[index]
             output_grads = [self._gradient_of(name) if name else None for name in node.output]
             if not any(output_grads):
                 continue
-            inputs = list(node.input)
+            inputs = list(node.input) + outer_inputs(node)
             wanted = [bool(name) and name in reached for name in inputs]
             registered = lookup(node.op_type, node.domain)
             where = f"{node.op_type} node {node.name!r}" if node.name else f"an unnamed {node.op_type} node"
@@ -108,9 +141,9 @@ class Engine:
                 continue  # nothing flows back through it (a comparison, a shape): the path ends here
             if registered.differentiable is not None:
                 wanted = [w and i in registered.differentiable for i, w in enumerate(wanted)]
-            if not any(wanted) and not _subgraph_inputs(node):
+            if not any(wanted):
                 continue
-            view = NodeView(node, output_grads, wanted)
+            view = NodeView(node, output_grads, wanted, inputs[len(node.input):])
             self.g.source = node
             try:
                 grads = list(registered.rule(self.g, view))
@@ -126,12 +159,11 @@ class Engine:
         unreached: List[str] = []
         for parameter in parameters:
             if self._contributions.get(parameter):
-                found[parameter] = self._gradient_of(parameter, final_name=f"{parameter}_grad") or ""
+                name = final_name.format(parameter) if final_name else self.g.fresh(f"{parameter}_grad")
+                found[parameter] = self._gradient_of(parameter, final_name=name) or ""
             else:
                 unreached.append(parameter)
-        if unreached:
-            raise UnreachedError(unreached)
-        return found
+        return found, unreached
 
 
 class UnreachedError(NoGradientError):

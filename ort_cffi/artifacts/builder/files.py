@@ -15,6 +15,7 @@ from ort_cffi.artifacts.builder.checkpoint import write_checkpoint
 from ort_cffi.artifacts.builder.context import BuilderError
 from ort_cffi.artifacts.builder.engine import UnreachedError
 from ort_cffi.artifacts.builder.optimizer import optimizer_model
+from ort_cffi.artifacts.builder.registry import registered
 from ort_cffi.artifacts.builder.training_model import build_models
 
 NAME = "ort_cffi"
@@ -61,6 +62,8 @@ class BuilderBackend:
 
         self.onnx = onnx
         self.versions = {"onnx": onnx.__version__, "ort_cffi": __version__}
+        # What the builder differentiates itself: graph preparation leaves those operators as they are.
+        self.native_ops = frozenset(r.op for r in registered() if r.domain in ("", "ai.onnx"))
 
     def generate(self, model: onnx.ModelProto, requires_grad: Sequence[str], frozen_params: Optional[Sequence[str]],
                  loss: Optional[str], optimizer: Optional[str], out: str, prefix: str,

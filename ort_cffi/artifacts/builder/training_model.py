@@ -67,6 +67,16 @@ def _value_info(model: onnx.ModelProto, names: Sequence[str]) -> List[onnx.Value
     return found
 
 
+def _with_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with the value_info shape inference adds (the model itself where inference fails)."""
+    from onnx import shape_inference
+
+    try:
+        return shape_inference.infer_shapes(model)
+    except Exception:
+        return model
+
+
 def _opset(model: onnx.ModelProto, domain: str, version: int) -> None:
     if not any(o.domain == domain for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(domain, version))
@@ -80,10 +90,11 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     ``loss_blocks.LOSSES`` or None (the model's first output is the loss). ``expose_gradients``: the
     training model also outputs each parameter's gradient, as ``gradient_probe:<parameter>`` (for tests)."""
     base = copy.deepcopy(model)
-    graph = base.graph
-    inputs_to_loss = list(loss_input_names) if loss_input_names else [o.name for o in graph.output]
+    inputs_to_loss = list(loss_input_names) if loss_input_names else [o.name for o in base.graph.output]
     namer = Namer()
     outputs = add_loss(base, loss, inputs_to_loss, namer) + list(additional_output_names or [])
+    base = _with_shapes(base)  # as onnxblock does: the models carry what shape inference tells
+    graph = base.graph
     output_values = _value_info(base, outputs)
     del graph.output[:]
     graph.output.extend(output_values)
