@@ -113,6 +113,18 @@ CASES: Dict[str, List[Case]] = {
         after_conv("average_pool_symbolic_batch", "AveragePool", (3, 2, 6, 6), 3, kernel_shape=[3, 3],
                    strides=[2, 2], pads=[1, 1, 1, 1]),
     ],
+    "LpPool": [
+        case("lp_pool_2", "LpPool", [("x", f32(2, 3, 4, 4))], ["x"], kernel_shape=[2, 2], strides=[2, 2]),
+        case("lp_pool_1_pads", "LpPool", [("x", f32(1, 2, 5, 5))], ["x"], kernel_shape=[3, 3], strides=[2, 2],
+             pads=[1, 1, 1, 1], p=1),
+        case("lp_pool_3_1d", "LpPool", [("x", f32(2, 2, 7))], ["x"], kernel_shape=[3], strides=[2], p=3),
+        after_conv("lp_pool_symbolic_batch", "LpPool", (3, 2, 6, 6), 3, kernel_shape=[2, 2], strides=[2, 2]),
+    ],
+    "LRN": [
+        case("lrn_odd", "LRN", [("x", f32(2, 5, 3, 3))], ["x"], size=3, alpha=0.5, beta=0.75, bias=1.5),
+        case("lrn_wide", "LRN", [("x", f32(1, 6, 2, 3))], ["x"], size=5, alpha=0.8, beta=0.6),
+        after_conv("lrn_symbolic_batch", "LRN", (3, 2, 4, 4), 4, size=3, alpha=0.3),
+    ],
     "GlobalAveragePool": [
         case("global_average_pool", "GlobalAveragePool", [("x", f32(2, 3, 4, 5))], ["x"]),
         after_conv("global_average_pool_symbolic_batch", "GlobalAveragePool", (3, 2, 5, 5), 3),

@@ -141,18 +141,15 @@ def average_pool(g: GradientContext, node: NodeView) -> Grads:
     return [_average_pool_by_conv(g, node)]
 
 
-def _average_pool_by_conv(g: GradientContext, node: NodeView) -> str:
-    """The gradient of an average pool written as a depthwise convolution with ones: dX =
-    ConvGrad(dY / counts, X, ones), where counts is the number of taps each window divides by (its full
-    size with count_include_pad=1, else the taps inside the input). ceil_mode's extra windows are the
-    convolution's extra end padding."""
-    x = node.inputs[0]
-    dims = g.dims(x)
+def _pool_window(g: GradientContext, node: NodeView) -> Tuple[int, List[int], Dict[str, Any], bool]:
+    """(channels, kernel, the attributes of the depthwise convolution with the pool's windows, whether
+    some windows reach into padding): pads explicit, ceil_mode's extra windows as extra end padding."""
+    dims = g.dims(node.inputs[0])
     kernel = [int(k) for k in node.attr("kernel_shape")]
     spatial = len(kernel)
     channels = dims[1] if dims is not None and len(dims) == spatial + 2 else None
     if not isinstance(channels, int):
-        raise BuilderError(f"{node.describe()}: AveragePool's gradient needs its input's channel count, which "
+        raise BuilderError(f"{node.describe()}: {node.op_type}'s gradient needs its input's channel count, which "
                            "shape inference could not tell")
     strides = [int(s) for s in node.attr("strides", [1] * spatial)]
     dilations = [int(d) for d in node.attr("dilations", [1] * spatial)]
@@ -160,22 +157,100 @@ def _average_pool_by_conv(g: GradientContext, node: NodeView) -> str:
     extra = _ceil_extra(g, node, kernel, strides, dilations, pads)
     conv_pads = pads[:spatial] + [p + e for p, e in zip(pads[spatial:], extra)]
     conv: Dict[str, Any] = {"kernel_shape": kernel, "strides": strides, "dilations": dilations, "pads": conv_pads}
-    ones = g.const(np.ones([channels, 1] + kernel), x)
+    return channels, kernel, conv, any(conv_pads)
+
+
+def _depthwise_back(g: GradientContext, node: NodeView, dy: str, channels: int, kernel: List[int],
+                    conv: Dict[str, Any]) -> str:
+    """The input gradient of the depthwise convolution of ``node``'s input with ones over the pool's
+    windows, for the output gradient ``dy``: each window's value spread over its taps."""
+    x = node.inputs[0]
+    dx = g.fresh(f"{x}_grad")
+    g.node("ConvGrad", [dy, x, g.const(np.ones([channels, 1] + kernel), x)], [dx, ""], "com.microsoft",
+           group=channels, **conv)
+    return dx
+
+
+def _average_pool_by_conv(g: GradientContext, node: NodeView) -> str:
+    """The gradient of an average pool written as a depthwise convolution with ones: dX =
+    ConvGrad(dY / counts, X, ones), where counts is the number of taps each window divides by (its full
+    size with count_include_pad=1, else the taps inside the input)."""
+    x = node.inputs[0]
+    channels, kernel, conv, padded = _pool_window(g, node)
     dy = node.dy()
-    if node.attr("count_include_pad", 0) or not (any(pads) or any(extra)):
+    if node.attr("count_include_pad", 0) or not padded:
         # Every window divides by its full size (ONNX Runtime's pool does so with count_include_pad=1 even
         # for the windows ceil_mode adds past the pads: measured).
         dy = g.op("Mul", dy, g.scalar(1.0 / int(np.prod(kernel)), x))
     else:
         # Each window divides by the number of its taps inside the input: the same windows over ones.
+        spatial = len(kernel)
         sizes = g.op("Slice", g.shape(x), g.ints([2]), g.ints([2 + spatial]), g.ints([0]))
         one = helper.make_tensor("one", g.elem_type(x), [1], [1.0])
         region = g.op("ConstantOfShape", g.op("Concat", g.ints([1, 1]), sizes, axis=0), value=one)
         counts = g.op("Conv", region, g.const(np.ones([1, 1] + kernel), x), **conv)
         dy = g.op("Div", dy, counts)
-    dx = g.fresh(f"{x}_grad")
-    g.node("ConvGrad", [dy, x, ones], [dx, ""], "com.microsoft", group=channels, **conv)
-    return dx
+    return _depthwise_back(g, node, dy, channels, kernel, conv)
+
+
+@gradient("LpPool", inputs=(0,))
+def lp_pool(g: GradientContext, node: NodeView) -> Grads:
+    """Y = (sum over each window of |X|^p)^(1/p), a depthwise convolution of |X|^p with ones, to the power
+    1/p: dX = ConvGrad(dY / Y^(p-1), X, ones) * |X|^(p-1) sign(X). A window of zeros (Y = 0) passes
+    nothing back: its inputs' factor |X|^(p-1) is 0."""
+    x, y = node.inputs[0], node.outputs[0]
+    p = int(node.attr("p", 2))
+    channels, kernel, conv, _ = _pool_window(g, node)
+    dy = node.dy()
+    if p != 1:
+        powered = y if p == 2 else g.op("Pow", y, g.scalar(float(p - 1), y))
+        is_zero = g.op("Equal", powered, g.scalar(0.0, y))
+        dy = g.op("Div", dy, g.op("Where", is_zero, g.scalar(1.0, y), powered))
+    back = _depthwise_back(g, node, dy, channels, kernel, conv)
+    if p == 1:
+        factor = g.op("Sign", x)
+    elif p == 2:
+        factor = x
+    else:
+        factor = g.op("Mul", g.op("Pow", g.op("Abs", x), g.scalar(float(p - 1), x)), g.op("Sign", x))
+    return [g.same_type(g.op("Mul", back, factor), x)]
+
+
+@gradient("LRN", inputs=(0,))
+def lrn(g: GradientContext, node: NodeView) -> Grads:
+    """Y = X D^-beta with D = bias + alpha / size * (sum of X^2 over a window of channels, from
+    c - floor((size-1)/2) to c + ceil((size-1)/2)). dX = dY D^-beta - 2 alpha beta / size * X * (the sum of
+    dY X D^(-beta-1) over the mirrored window): each channel collects from the channels whose window holds
+    it."""
+    x = node.inputs[0]
+    rank = g.rank(x)
+    if rank is None:
+        raise BuilderError(f"{node.describe()}: LRN's gradient needs the rank of its input, which shape inference "
+                           "could not tell")
+    size = int(node.attr("size"))
+    alpha, beta, bias = float(node.attr("alpha", 1e-4)), float(node.attr("beta", 0.75)), float(node.attr("bias", 1.0))
+    below, above = (size - 1) // 2, size - 1 - (size - 1) // 2
+    squares = _channel_window_sum(g, g.op("Mul", x, x), below, above, size, rank)
+    d = g.op("Add", g.op("Mul", squares, g.scalar(alpha / size, x)), g.scalar(bias, x))
+    d_beta = g.op("Pow", d, g.scalar(-beta, x))
+    dy = node.dy()
+    direct = g.op("Mul", dy, d_beta)
+    collected = g.op("Div", g.op("Mul", g.op("Mul", dy, x), d_beta), d)  # dY X D^(-beta-1)
+    mirrored = _channel_window_sum(g, collected, above, below, size, rank)
+    cross = g.op("Mul", g.op("Mul", mirrored, x), g.scalar(-2.0 * alpha * beta / size, x))
+    return [g.same_type(g.op("Add", direct, cross), x)]
+
+
+def _channel_window_sum(g: GradientContext, value: str, below: int, above: int, size: int, rank: int) -> str:
+    """For each channel c, the sum of ``value`` over channels c - below .. c + above (zeros past the ends):
+    ``size`` slices of the channel-padded value, which needs no static channel count."""
+    padded = g.op("Pad", value, g.ints([0, below] + [0] * (rank - 2) + [0, above] + [0] * (rank - 2)))
+    parts = []
+    for k in range(size):
+        end = k - (size - 1)
+        parts.append(g.op("Slice", padded, g.ints([k]), g.ints([end if end < 0 else np.iinfo(np.int64).max]),
+                          g.ints([1])))
+    return parts[0] if len(parts) == 1 else g.op("Sum", *parts)
 
 
 def _pool_pads(g: GradientContext, node: NodeView, kernel: List[int], strides: List[int],
