@@ -118,6 +118,8 @@ CASES: Dict[str, List[Case]] = {
         case("lp_pool_1_pads", "LpPool", [("x", f32(1, 2, 5, 5))], ["x"], kernel_shape=[3, 3], strides=[2, 2],
              pads=[1, 1, 1, 1], p=1),
         case("lp_pool_3_1d", "LpPool", [("x", f32(2, 2, 7))], ["x"], kernel_shape=[3], strides=[2], p=3),
+        one("lp_pool_18_dilations_ceil", "LpPool", [("x", f32(1, 2, 7, 7))], ["x"], opset=18, kernel_shape=[2, 2],
+            strides=[2, 2], dilations=[2, 1], ceil_mode=1),
         after_conv("lp_pool_symbolic_batch", "LpPool", (3, 2, 6, 6), 3, kernel_shape=[2, 2], strides=[2, 2]),
     ],
     "LRN": [

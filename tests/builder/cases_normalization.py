@@ -51,6 +51,8 @@ CASES: Dict[str, List[Case]] = {
         case("batch_norm_inference", "BatchNormalization", [("x", f32(2, 3, 4, 4))] + bn_inputs(3),
              ["x", "scale", "bias", "mean", "var"], epsilon=1e-3),
         case("batch_norm_inference_1d", "BatchNormalization", [("x", f32(4, 3))] + bn_inputs(3), ["x", "scale"]),
+        at(case("batch_norm_inference_symbolic", "BatchNormalization", [("x", f32(3, 2, 3))] + bn_inputs(2),
+                ["scale", "bias", "mean", "var"]), 15, True),
         with_constants("batch_norm_training", "BatchNormalization", [("x", f32(3, 2, 3, 3))] + bn_inputs(2),
                        ["x", "scale", "bias"], {"mean": f32(2), "var": f32(2, low=0.5, high=1.5)}, outputs=3,
                        checked=["y0"], training_mode=1, momentum=0.8),
@@ -75,6 +77,8 @@ CASES: Dict[str, List[Case]] = {
     "InstanceNormalization": [
         case("instance_norm", "InstanceNormalization", [("x", f32(2, 3, 4, 5)), ("scale", f32(3)), ("bias", f32(3))],
              ["x", "scale", "bias"]),
+        at(case("instance_norm_opset13", "InstanceNormalization", [("x", f32(2, 2, 3, 3)), ("scale", f32(2)),
+                                                                   ("bias", f32(2))], ["x", "scale"]), 13),
         at(case("instance_norm_1d_symbolic", "InstanceNormalization",
                 [("x", f32(3, 2, 6)), ("scale", f32(2)), ("bias", f32(2))], ["scale", "bias"], epsilon=1e-2), 17, True),
     ],
