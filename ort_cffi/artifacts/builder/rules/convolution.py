@@ -49,20 +49,39 @@ def conv(g: GradientContext, node: NodeView) -> Grads:
     return [name or None for name in outputs]
 
 
-def _spatial_attributes(g: GradientContext, node: NodeView, what: str) -> Tuple[List[int], List[int], List[int]]:
-    """(strides, dilations, pads) of a convolution or pool with explicit padding (auto_pad NOTSET or
-    VALID)."""
-    kernel = node.attr("kernel_shape")
-    rank = g.rank(node.inputs[0])
-    spatial = len(kernel) if kernel else (rank - 2 if rank is not None else None)
-    if spatial is None:
-        raise BuilderError(f"{node.describe()}: {what} needs the rank of its input, which shape inference could "
-                           "not tell")
+def _transpose_pads(g: GradientContext, node: NodeView) -> Tuple[List[int], List[int], List[int]]:
+    """(strides, dilations, pads) of a ConvTranspose, its pads explicit: with output_shape or auto_pad
+    SAME_*, the total padding s (in - 1) + output_padding + (k - 1) d + 1 - out worked out from the static
+    sizes and split as ONNX Runtime's forward splits it (measured): the odd one at the tail for SAME_UPPER,
+    at the head for SAME_LOWER and for output_shape."""
+    w_dims = g.static_shape(node.inputs[1])
+    kernel = node.attr("kernel_shape") or (list(w_dims[2:]) if w_dims is not None else None)
+    if kernel is None:
+        raise BuilderError(f"{node.describe()}: ConvTranspose's gradient needs the kernel's sizes, which shape "
+                           "inference could not tell")
+    spatial = len(kernel)
+    strides = [int(v) for v in node.attr("strides", [1] * spatial)]
+    dilations = [int(v) for v in node.attr("dilations", [1] * spatial)]
     auto_pad = node.attr("auto_pad", "NOTSET")
-    if auto_pad not in ("NOTSET", "VALID"):
-        raise BuilderError(f"{node.describe()}: {what} needs explicit pads, and the node sets auto_pad={auto_pad}")
-    pads = [0] * (2 * spatial) if auto_pad == "VALID" else list(node.attr("pads", [0] * (2 * spatial)))
-    return (list(node.attr("strides", [1] * spatial)), list(node.attr("dilations", [1] * spatial)), pads)
+    output_shape = node.attr("output_shape")
+    if output_shape is None and auto_pad == "NOTSET":
+        return strides, dilations, [int(p) for p in node.attr("pads", [0] * (2 * spatial))]
+    if output_shape is None and auto_pad == "VALID":
+        return strides, dilations, [0] * (2 * spatial)
+    sizes = _spatial_sizes(g, node.inputs[0])
+    if sizes is None:
+        raise BuilderError(f"{node.describe()}: ConvTranspose's gradient needs explicit pads, and "
+                           f"{'output_shape' if output_shape is not None else f'auto_pad={auto_pad}'} leaves them to "
+                           "the input's sizes, which shape inference could not tell")
+    adjust = [int(v) for v in node.attr("output_padding", [0] * spatial)]
+    outs = [int(v) for v in output_shape][-spatial:] if output_shape is not None else [n * s for n, s in zip(sizes, strides)]
+    heads, tails = [], []
+    for n, k, s, d, a, out in zip(sizes, kernel, strides, dilations, adjust, outs):
+        total = max(0, s * (n - 1) + a + (int(k) - 1) * d + 1 - out)
+        head = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+        heads.append(head)
+        tails.append(total - head)
+    return strides, dilations, heads + tails
 
 
 @gradient("ConvTranspose")
@@ -71,10 +90,7 @@ def conv_transpose(g: GradientContext, node: NodeView) -> Grads:
     groups. So dX = Conv(dY, W), and <Y, dY> = <X, Conv(dY, W)> makes dW the weight gradient of that Conv
     with input dY and output gradient X: ConvGrad(X, dY, W)'s second output. output_padding only adds
     trailing rows that no window of the Conv starts in."""
-    if node.attr("output_shape") is not None:
-        raise BuilderError(f"{node.describe()}: ConvTranspose's gradient needs explicit pads, and the node gives "
-                           "output_shape instead")
-    strides, dilations, pads = _spatial_attributes(g, node, "ConvTranspose's gradient")
+    strides, dilations, pads = _transpose_pads(g, node)
     x, w = node.inputs[0], node.inputs[1]
     dy = node.dy()
     shared: Dict[str, Any] = {"strides": strides, "dilations": dilations, "pads": pads,
