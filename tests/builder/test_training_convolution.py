@@ -178,6 +178,27 @@ def test_cnn_losses_equal_onnx_runtime_artifacts(tmp_path: Path) -> None:
     assert train(tmp_path / "ours", batches, 20) == train(tmp_path / "theirs", batches, 20)
 
 
+@pytest.mark.needs_onnxruntime_python
+def test_layer_norm_and_softmax_losses_equal_onnx_runtime_artifacts(tmp_path: Path) -> None:
+    """LayerNormalizationGrad (its mean and inverse std-dev declared on the node) and SoftmaxGrad_13 as
+    ONNX Runtime's builder emits them: the same 20 losses."""
+    rng = np.random.default_rng(5)
+    weights = {"fc1.weight": rng.normal(0, 0.4, (16, 8)), "fc1.bias": rng.normal(0, 0.1, 16),
+               "ln.weight": rng.uniform(0.8, 1.2, 16), "ln.bias": rng.normal(0, 0.1, 16),
+               "fc2.weight": rng.normal(0, 0.3, (4, 16)), "fc2.bias": rng.normal(0, 0.1, 4)}
+    nodes = [helper.make_node("Gemm", ["x", "fc1.weight", "fc1.bias"], ["h"], transB=1),
+             helper.make_node("LayerNormalization", ["h", "ln.weight", "ln.bias"], ["n"]),
+             helper.make_node("Softmax", ["n"], ["s"], axis=-1),
+             helper.make_node("Gemm", ["s", "fc2.weight", "fc2.bias"], ["logits"], transB=1)]
+    model = _save(tmp_path / "ln.onnx", nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                  helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4]), weights)
+    generate_artifacts(model, artifact_directory=tmp_path / "ours")
+    generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime")
+    x = rng.normal(size=(12, 8)).astype(np.float32)
+    batches = [{"x": x, "labels": np.argmax(x[:, :4], axis=1).astype(np.int64)}]
+    assert train(tmp_path / "ours", batches, 20) == train(tmp_path / "theirs", batches, 20)
+
+
 @pytest.mark.parametrize("op,attributes,why", [
     ("MaxPool", {"kernel_shape": [2, 2], "storage_order": 1}, "storage_order=1"),
     ("ConvTranspose", {"output_shape": [9, 9], "strides": [2, 2]}, "output_shape"),
