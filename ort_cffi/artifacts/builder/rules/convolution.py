@@ -8,6 +8,8 @@ gradient is a Conv and a ConvGrad (a ConvTranspose is the adjoint of a Conv with
 scatters the incoming gradient through the pool's indices (bit-identical to MaxPoolGrad, which does the
 same additions in the same order); AveragePool's is AveragePoolGrad where its kernel is given a static
 shape and computes what the forward did, else the gradient of the equal depthwise convolution (ConvGrad).
+LpPool's gradient goes through the same depthwise window sum; GlobalMaxPool's and LRN's are written out.
+ConvGrad mishandles auto_pad SAME_*: Conv's gradient gets explicit pads there.
 """
 from __future__ import annotations
 
