@@ -60,7 +60,7 @@ def matmul(g: GradientContext, node: NodeView) -> Grads:
             if rank_b > 2:
                 da = g.reduce_sum(da, list(range(rank_b - 2)), keepdims=0)
         else:
-            da = g.unbroadcast(g.ms("FusedMatMul", dy, b, transB=1)[0], a, _like(g, a, out))
+            da = _summed_back(g, g.ms("FusedMatMul", dy, b, transB=1)[0], a, out)
     if node.wants(1):
         if rank_b == 2:  # the usual weight: flatten the batch into rows, one Gemm
             k, n = g.dims(b) or (None, None)
@@ -77,16 +77,14 @@ def matmul(g: GradientContext, node: NodeView) -> Grads:
         elif rank_b == 1:  # db[k] = sum over the batch of a[..., k] dy[...]
             db = g.reduce_sum(g.op("Mul", g.unsqueeze(dy, [-1]), a), list(range(rank_a - 1)), keepdims=0)
         else:
-            db = g.unbroadcast(g.ms("FusedMatMul", a, dy, transA=1)[0], b, _like(g, b, out))
+            db = _summed_back(g, g.ms("FusedMatMul", a, dy, transA=1)[0], b, out)
     return [da, db]
 
 
-def _like(g: GradientContext, operand: str, out: str) -> str:
-    """The value whose shape a matrix operand's gradient has before the batch axes are summed back:
-    ``out``'s batch axes with the operand's own last two. Only its type record is needed (unbroadcast
-    reads dims): it is recorded under a fresh name."""
-    name = g.fresh(f"{operand}_batched_like")
+def _summed_back(g: GradientContext, batched: str, operand: str, out: str) -> str:
+    """``batched``, a matrix operand's gradient before the batch axes are summed back (``out``'s batch axes
+    with the operand's own last two, recorded as its type), summed back to ``operand``'s shape."""
     out_dims, own = g.dims(out), g.dims(operand)
     if out_dims is not None and own is not None:
-        g.types[name] = (g.elem_type(operand), tuple(out_dims[:-2]) + tuple(own[-2:]))
-    return name
+        g.types[batched] = (g.elem_type(operand), tuple(out_dims[:-2]) + tuple(own[-2:]))
+    return g.unbroadcast(batched, operand, batched)
