@@ -200,7 +200,7 @@ def test_layer_norm_and_softmax_losses_equal_onnx_runtime_artifacts(tmp_path: Pa
 
 
 @pytest.mark.parametrize("op,attributes,why", [
-    ("MaxPool", {"kernel_shape": [2, 2], "storage_order": 1}, "storage_order=1"),
+    ("MaxPool", {"kernel_shape": [2, 2, 2], "storage_order": 1}, "storage_order=1"),
     ("ConvTranspose", {"output_shape": [9, 9], "strides": [2, 2]}, "output_shape"),
     ("ConvTranspose", {"auto_pad": "SAME_UPPER", "strides": [2, 2]}, "auto_pad=SAME_UPPER"),
 ])
@@ -217,7 +217,7 @@ def test_what_a_rule_cannot_differentiate_is_refused_by_name(op: str, attributes
         inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, "H", "W"])]
         weights, trained = {"w": np.ones((2, 2, 3, 3), np.float32)}, ["w"]
     else:  # the pool's input is the parameter
-        inputs, weights, trained = [], {"x": np.ones((1, 2, 4, 4), np.float32)}, ["x"]
+        inputs, weights, trained = [], {"x": np.ones((1, 2, 4, 4, 4), np.float32)}, ["x"]
     graph = helper.make_graph([node], "refused", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(v, k) for k, v in weights.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

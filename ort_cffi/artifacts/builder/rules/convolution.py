@@ -118,12 +118,12 @@ def conv_transpose(g: GradientContext, node: NodeView) -> Grads:
 def max_pool(g: GradientContext, node: NodeView) -> Grads:
     """dY added into zeros at the pool's indices (output 1, declared where the node leaves it out): each
     index counts over the whole input tensor, so the scatter runs on flattened tensors. ScatterElements
-    with reduction 'add' from opset 16, else ONNX Runtime's GatherElementsGrad (the same scatter-add)."""
-    if node.attr("storage_order", 0) != 0:
-        raise BuilderError(f"{node.describe()}: MaxPool's gradient reads its indices in row-major order, and "
-                           "the node sets storage_order=1")
+    with reduction 'add' from opset 16, else ONNX Runtime's GatherElementsGrad (the same scatter-add).
+    Column-major indices (storage_order=1) are made row-major first."""
     x = node.inputs[0]
     indices = g.forward_output(node, 1, "indices")
+    if node.attr("storage_order", 0) != 0:
+        indices = _row_major_indices(g, node, indices)
     flat = g.ints([-1])
     updates = g.op("Reshape", node.dy(), flat)
     where = g.op("Reshape", indices, flat)
@@ -135,6 +135,25 @@ def max_pool(g: GradientContext, node: NodeView) -> Grads:
         size = g.op("Reshape", g.op("Size", x), g.ints([1]))
         scattered = g.ms("GatherElementsGrad", updates, size, where, axis=0)[0]
     return [g.reshape_like(scattered, x)]
+
+
+def _row_major_indices(g: GradientContext, node: NodeView, indices: str) -> str:
+    """With storage_order=1 a 2-D MaxPool counts its indices column-major within each image, base + w H + h
+    (measured); the same elements' row-major indices, base + h W + w, from the input's static sizes."""
+    sizes = _spatial_sizes(g, node.inputs[0])
+    if sizes is None or len(sizes) > 2:
+        raise BuilderError(f"{node.describe()}: with storage_order=1 MaxPool's gradient needs a 1-D or 2-D pool "
+                           "whose input's spatial sizes shape inference can tell")
+    if len(sizes) == 1:
+        return indices  # one spatial axis: both orders agree
+    height, width = sizes
+
+    def scalar(value: int) -> str:
+        return g.const(np.array(value, dtype=np.int64), hint="ints")
+
+    within = g.op("Mod", indices, scalar(height * width))
+    row, column = g.op("Mod", within, scalar(height)), g.op("Div", within, scalar(height))
+    return g.op("Add", g.op("Sub", indices, within), g.op("Add", g.op("Mul", row, scalar(width)), column))
 
 
 def _kernel_serves_average_pool(g: GradientContext, node: NodeView) -> bool:
