@@ -140,6 +140,9 @@ CASES: Dict[str, List[Case]] = {
     "GlobalAveragePool": [
         case("global_average_pool", "GlobalAveragePool", [("x", f32(2, 3, 4, 5))], ["x"]),
         after_conv("global_average_pool_symbolic_batch", "GlobalAveragePool", (3, 2, 5, 5), 3),
+        Case("global_average_pool_sizes_unknown", [helper.make_node("Reshape", ["x_flat", "x_shape"], ["x"]),
+                                                   helper.make_node("GlobalAveragePool", ["x"], ["y0"])],
+             {"x_flat": f32(60)}, {"x_shape": np.array([2, 3, 2, 5], np.int64)}),
     ],
     "GlobalMaxPool": [
         case("global_max_pool", "GlobalMaxPool", [("x", distinct(2, 3, 4, 5))], ["x"]),
