@@ -76,7 +76,10 @@ def _transpose_pads(g: GradientContext, node: NodeView) -> Tuple[List[int], List
                            f"{'output_shape' if output_shape is not None else f'auto_pad={auto_pad}'} leaves them to "
                            "the input's sizes, which shape inference could not tell")
     adjust = [int(v) for v in node.attr("output_padding", [0] * spatial)]
-    outs = [int(v) for v in output_shape][-spatial:] if output_shape is not None else [n * s for n, s in zip(sizes, strides)]
+    if output_shape is not None:
+        outs = [int(v) for v in output_shape][-spatial:]
+    else:
+        outs = [n * s for n, s in zip(sizes, strides)]
     heads, tails = [], []
     for n, k, s, d, a, out in zip(sizes, kernel, strides, dilations, adjust, outs):
         total = max(0, s * (n - 1) + a + (int(k) - 1) * d + 1 - out)
