@@ -161,11 +161,12 @@ def _row_major_indices(g: GradientContext, node: NodeView, indices: str) -> str:
 
 def _kernel_serves_average_pool(g: GradientContext, node: NodeView) -> bool:
     """Whether AveragePoolGrad computes this pool's gradient: its kernel reads the input's declared shape
-    (all sizes static), the begin pads only, no dilations and no ceil_mode, and runs 1-D and 2-D pools."""
+    (all sizes static) and the begin pads (auto_pad SAME's are not in the attributes), takes its windows from
+    dY's shape (ceil_mode's too), knows no dilations, and runs 1-D and 2-D pools."""
     shape = g.static_shape(node.inputs[0])
     if shape is None or len(shape) not in (3, 4):
         return False
-    if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or node.attr("ceil_mode", 0):
+    if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
         return False
     return all(d == 1 for d in node.attr("dilations", [1] * (len(shape) - 2)))
 
