@@ -121,6 +121,9 @@ class Engine:
         reached = set(parameters)
         for index in on_path:
             reached.update(nodes[index].output)
+        if final_name:  # kept free, so that no rule's fresh name for an intermediate value takes one
+            for parameter in parameters:
+                self.g.reserve(final_name.format(parameter))
         self._contributions = {}
         for value, seed in seeds.items():
             self._contributions.setdefault(value, []).append(seed)
