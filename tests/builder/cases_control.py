@@ -158,9 +158,45 @@ def scan_only_loop() -> Case:
     return Case("loop_scan_only", nodes, {"p": f32(3)}, {"xs": f32(4, 3)})
 
 
+def scan_rnn() -> Case:
+    """h_{t+1} = tanh(h_t W + x_t) over xs's first axis: the states, the weight and the scanned input."""
+    body = helper.make_graph([helper.make_node("MatMul", ["h", "w"], ["hw"]),
+                              helper.make_node("Add", ["hw", "x_t"], ["pre"]),
+                              helper.make_node("Tanh", ["pre"], ["h_next"]),
+                              helper.make_node("Identity", ["h_next"], ["h_out"])], "scan_rnn_body",
+                             [helper.make_tensor_value_info("h", TensorProto.FLOAT, [2, 4]),
+                              helper.make_tensor_value_info("x_t", TensorProto.FLOAT, [2, 4])],
+                             [helper.make_tensor_value_info("h_next", TensorProto.FLOAT, [2, 4]),
+                              helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [2, 4])])
+    nodes = [helper.make_node("Scan", ["h0", "xs"], ["h_final", "hs"], body=body, num_scan_inputs=1)]
+    c = Case("scan_rnn", nodes, {"h0": f32(2, 4), "w": (f32(4, 4) * 0.5).astype(np.float32), "xs": f32(3, 2, 4)})
+    c.outputs = ["h_final", "hs"]
+    return c
+
+
+def scan_axes_and_directions() -> Case:
+    """A running sum s += x_t * p over xs's axis 1 backwards, its outputs stacked along axis 1 backwards too,
+    and a second input scanned forwards along axis 0."""
+    body = helper.make_graph([helper.make_node("Mul", ["x_t", "p"], ["xp"]),
+                              helper.make_node("Add", ["s", "xp"], ["s_next"]),
+                              helper.make_node("Mul", ["s_next", "z_t"], ["y_t"])], "scan_sum_body",
+                             [helper.make_tensor_value_info("s", TensorProto.FLOAT, [2]),
+                              helper.make_tensor_value_info("x_t", TensorProto.FLOAT, [2]),
+                              helper.make_tensor_value_info("z_t", TensorProto.FLOAT, [2])],
+                             [helper.make_tensor_value_info("s_next", TensorProto.FLOAT, [2]),
+                              helper.make_tensor_value_info("y_t", TensorProto.FLOAT, [2])])
+    nodes = [helper.make_node("Scan", ["s0", "xs", "zs"], ["s_final", "ys"], body=body, num_scan_inputs=2,
+                              scan_input_axes=[1, 0], scan_input_directions=[1, 0], scan_output_axes=[-1],
+                              scan_output_directions=[1])]
+    c = Case("scan_axes_directions", nodes, {"s0": f32(2), "p": f32(2), "xs": f32(2, 3), "zs": f32(3, 2)})
+    c.outputs = ["s_final", "ys"]
+    return c
+
+
 CASES: Dict[str, List[Case]] = {
     "If": [if_case("if_then", True), if_case("if_else", False), if_case("if_batch", True, symbolic_batch=True),
            nested_if("if_nested_then", True), nested_if("if_nested_else", False), if_on_batch_value(True),
            if_on_batch_value(False), if_with_two_outputs(), if_with_layer_norm()],
+    "Scan": [scan_rnn(), scan_axes_and_directions()],
     "Loop": [rnn_loop("loop_rnn"), rnn_loop("loop_rnn_batch", symbolic=True), while_loop(), scan_only_loop()],
 }
