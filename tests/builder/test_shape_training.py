@@ -1,4 +1,4 @@
-"""Small models built of the shape, indexing and control-flow rules (If, Loop), at a symbolic batch size, trained
+"""Small models built of the shape, indexing and control-flow rules (If, Loop, Scan), at a symbolic batch size, trained
 through a real training session on ort_cffi's own artifacts: the loss falls and every parameter moves."""
 from __future__ import annotations
 
@@ -105,6 +105,26 @@ def looping() -> Tuple[onnx.ModelProto, Dict[str, np.ndarray]]:
     return model, {"x": rng.normal(size=(BATCH, 3, 4)).astype(np.float32)}
 
 
+def scanning() -> Tuple[onnx.ModelProto, Dict[str, np.ndarray]]:
+    """The same RNN as a Scan over the sequence axis (1) of x [N, 3, 4]."""
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["h", "w_h"], ["hw"]),
+         helper.make_node("MatMul", ["x_t", "w_x"], ["xw"]),
+         helper.make_node("Add", ["hw", "xw"], ["pre"]),
+         helper.make_node("Tanh", ["pre"], ["h_next"])], "rnn",
+        [helper.make_tensor_value_info("h", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("x_t", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("h_next", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("Gather", ["x", "zero"], ["x0"], axis=1),
+             helper.make_node("MatMul", ["x0", "zeros"], ["h0"]),
+             helper.make_node("Scan", ["h0", "x"], ["h_last"], body=body, num_scan_inputs=1, scan_input_axes=[1]),
+             helper.make_node("Gemm", ["h_last", "w_out"], ["logits"])]
+    weights = {"w_h": rng.normal(0, 0.3, (6, 6)), "w_x": rng.normal(0, 0.5, (4, 6)), "w_out": rng.normal(0, 0.5, (6, 3))}
+    constants = {"zero": np.array(0, np.int64), "zeros": np.zeros((4, 6), np.float32)}
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4])], weights, constants)
+    return model, {"x": rng.normal(size=(BATCH, 3, 4)).astype(np.float32)}
+
+
 def _train(folder: Path, batches: List[Dict[str, np.ndarray]], steps: int) -> Tuple[List[float], np.ndarray, np.ndarray]:
     env = OrtEnvironment.getEnvironment()
     losses = []
@@ -120,7 +140,8 @@ def _train(folder: Path, batches: List[Dict[str, np.ndarray]], steps: int) -> Tu
         return losses, start, session.copyParametersToBuffer()
 
 
-@pytest.mark.parametrize("build", [reshape_transpose_concat_slice, embedding_pad_split, branching, looping],
+@pytest.mark.parametrize("build", [reshape_transpose_concat_slice, embedding_pad_split, branching, looping,
+                                   scanning],
                          ids=lambda f: f.__name__)
 def test_a_small_model_trains_at_two_batch_sizes(tmp_path: Path, build) -> None:  # type: ignore[no-untyped-def]
     model, feeds = build()
