@@ -313,11 +313,10 @@ class _Backwards:
         inputs)."""
         g = self.g
         sums_in = {name: g.same_type(g.fresh(f"{name}_grad_sum"), name) for name in wanted_outer}
-        outputs_info = [helper.make_tensor_value_info(o, g.elem_type(like), None)
-                        for o, like in zip(self.outputs, likes) if o]
-        if len(self.outputs) > len(likes):  # Loop: the condition first
-            outputs_info = [helper.make_tensor_value_info(self.outputs[0], TensorProto.BOOL, [])] + \
-                [helper.make_tensor_value_info(o, g.elem_type(like), None) for o, like in zip(self.outputs[1:], likes)]
+        condition = len(self.outputs) - len(likes)  # a Loop body's first output, a Scan body has none
+        outputs_info = [helper.make_tensor_value_info(o, TensorProto.BOOL, []) for o in self.outputs[:condition]]
+        outputs_info += [helper.make_tensor_value_info(o, g.elem_type(like), None)
+                         for o, like in zip(self.outputs[condition:], likes)]
         targets = [c[0] for c in self.carried] + list(wanted_outer) + list(sliced)
         sub, nodes, found = differentiate(g, f"{self.copy.name or 'body'}_grad", self.prelude + list(self.copy.node),
                                           outputs_info, self.seeds, targets)
