@@ -1,0 +1,98 @@
+"""Finite-difference cases of the recurrent rules: LSTM, GRU and RNN in each direction (forward, reverse,
+bidirectional), with and without biases and initial states, with sequence lengths (RNN: ONNX Runtime's LSTM
+and GRU training kernels refuse them), and at a symbolic batch size. Layout 1 has no case: ONNX Runtime
+1.19.2 runs none of the three in it (test_recurrent.py checks the refusals)."""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import numpy as np
+from gradcheck import Case
+from onnx import helper
+
+rng = np.random.default_rng(31)
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+STEPS, BATCH, INPUT, HIDDEN = 4, 3, 2, 3
+
+
+def f32(*shape: int, scale: float = 0.6) -> np.ndarray:
+    return rng.uniform(-scale, scale, shape).astype(np.float32)
+
+
+def recurrent(name: str, op: str, direction: str = "forward", *, bias: bool = True, initial: bool = False,
+              lens: bool = False, peephole: bool = False, outputs: str = "all", batch_first_data: bool = False,
+              **attributes: Any) -> Case:
+    """One recurrent node. ``outputs``: "all" (Y and the final states), "final" (the final states only, Y
+    left out) or "sequence" (Y only). The parameters: X, the weights and the initial states; the sequence
+    lengths are data. ``batch_first_data``: X is data [batch, time, input] of a symbolic batch size,
+    transposed to time first before the node (as torch exports ``batch_first=True``)."""
+    directions = 2 if direction == "bidirectional" else 1
+    gates = GATES[op]
+    values: Dict[str, np.ndarray] = {"x": f32(STEPS, BATCH, INPUT), "w": f32(directions, gates * HIDDEN, INPUT),
+                                     "r": f32(directions, gates * HIDDEN, HIDDEN)}
+    nodes = []
+    inputs = ["x", "w", "r", "", "", "", "", ""]
+    if batch_first_data:
+        values["x_batch_first"] = values.pop("x").transpose(1, 0, 2).copy()
+        nodes.append(helper.make_node("Transpose", ["x_batch_first"], ["x"], perm=[1, 0, 2]))
+    if bias:
+        values["b"] = f32(directions, 2 * gates * HIDDEN)
+        inputs[3] = "b"
+    if lens:
+        values["lens"] = np.array([STEPS, 2, 3][:BATCH], np.int32)
+        inputs[4] = "lens"
+    if initial:
+        values["h0"] = f32(directions, BATCH, HIDDEN)
+        inputs[5] = "h0"
+        if op == "LSTM":
+            values["c0"] = f32(directions, BATCH, HIDDEN)
+            inputs[6] = "c0"
+    if peephole:
+        values["p"] = f32(directions, 3 * HIDDEN)
+        inputs[7] = "p"
+    while not inputs[-1]:
+        inputs.pop()
+    finals = ["y_h", "y_c"] if op == "LSTM" else ["y_h"]
+    names = {"all": ["y"] + finals, "final": [""] + finals, "sequence": ["y"]}[outputs]
+    nodes.append(helper.make_node(op, inputs, names, hidden_size=HIDDEN, direction=direction, **attributes))
+    data = {n: v for n, v in values.items() if n in ("lens", "x_batch_first")}
+    params = {n: v for n, v in values.items() if n not in data}
+    return Case(name, nodes, params, data, outputs=[n for n in names if n], symbolic_batch=batch_first_data)
+
+
+def family(op: str, lens: bool) -> List[Case]:
+    """Each direction: plain; with initial states (and sequence lengths where the operator's gradient takes
+    them); without bias, Y left out; at a symbolic batch size; and the layout-0 case of a symbolic number of
+    steps (X data, time first)."""
+    low = op.lower()
+    cases = []
+    for direction in ("forward", "reverse", "bidirectional"):
+        cases += [
+            recurrent(f"{low}_{direction}", op, direction),
+            recurrent(f"{low}_{direction}_initial" + ("_lens" if lens else ""), op, direction, initial=True,
+                      lens=lens),
+            recurrent(f"{low}_{direction}_no_bias_final_only", op, direction, bias=False, outputs="final"),
+            recurrent(f"{low}_{direction}_symbolic_batch", op, direction, batch_first_data=True, initial=True),
+        ]
+    cases.append(recurrent(f"{low}_bidirectional_sequence_only", op, "bidirectional", outputs="sequence"))
+    if lens:
+        cases.append(recurrent(f"{low}_bidirectional_lens_symbolic_batch", op, "bidirectional", lens=True,
+                               batch_first_data=True))
+    return cases
+
+
+def rnn_activations() -> List[Case]:
+    return [recurrent("rnn_relu", "RNN", activations=["Relu"]),
+            recurrent("rnn_sigmoid_reverse_lens", "RNN", "reverse", lens=True, activations=["Sigmoid"]),
+            recurrent("rnn_bidirectional_tanh_relu", "RNN", "bidirectional", activations=["Tanh", "Relu"],
+                      initial=True),
+            recurrent("rnn_clip", "RNN", "bidirectional", clip=0.5, initial=True)]
+
+
+CASES: Dict[str, List[Case]] = {
+    "LSTM": family("LSTM", lens=False),
+    "GRU": family("GRU", lens=False) + [
+        recurrent("gru_linear_before_reset", "GRU", linear_before_reset=1, initial=True),
+        recurrent("gru_linear_before_reset_bidirectional", "GRU", "bidirectional", linear_before_reset=1)],
+    "RNN": family("RNN", lens=True) + rnn_activations(),
+}
