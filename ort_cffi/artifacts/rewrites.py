@@ -410,8 +410,9 @@ def _gather_leading_one(prep, node):
 # docs/internals/runtime.md §8.
 STATIC_SHAPE_POOLS = {"MaxPool": 1, "AveragePool": 0}
 # Recurrent operators whose gradient kernels run the forward direction only (GRUGrad, LSTMGrad in 1.19.2:
-# "only supports the forward direction for now"): a reverse or bidirectional one is refused before
-# generation, not by the runtime's assertion once the artifacts are loaded.
+# "only supports the forward direction for now"): for ONNX Runtime's generator, a reverse or bidirectional one
+# is refused before generation, not by the runtime's assertion once the artifacts are loaded. ort_cffi's
+# builder (``native``) trains every direction (builder/rules/recurrent.py).
 FORWARD_ONLY_RECURRENT = frozenset(["GRU", "LSTM"])
 
 
