@@ -1,6 +1,5 @@
 """Finite-difference cases of the recurrent rules: LSTM, GRU and RNN in each direction (forward, reverse,
-bidirectional), with and without biases and initial states, with sequence lengths (RNN: ONNX Runtime's LSTM
-and GRU training kernels refuse them), and at a symbolic batch size. Layout 1 has no case: ONNX Runtime
+bidirectional), with and without biases, initial states and sequence lengths, and at a symbolic batch size. Layout 1 has no case: ONNX Runtime
 1.19.2 runs none of the three in it (test_recurrent.py checks the refusals)."""
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ def recurrent(name: str, op: str, direction: str = "forward", *, bias: bool = Tr
               lens: bool = False, peephole: bool = False, outputs: str = "all", batch_first_data: bool = False,
               **attributes: Any) -> Case:
     """One recurrent node. ``outputs``: "all" (Y and the final states), "final" (the final states only, Y
-    left out) or "sequence" (Y only). The parameters: X, the weights and the initial states; the sequence
+    left out), "sequence" (Y only), "hidden" (Y and Y_h) or "final_hidden" (Y_h only). The parameters: X, the weights and the initial states; the sequence
     lengths are data. ``batch_first_data``: X is data [batch, time, input] of a symbolic batch size,
     transposed to time first before the node (as torch exports ``batch_first=True``)."""
     directions = 2 if direction == "bidirectional" else 1
@@ -53,31 +52,32 @@ def recurrent(name: str, op: str, direction: str = "forward", *, bias: bool = Tr
     while not inputs[-1]:
         inputs.pop()
     finals = ["y_h", "y_c"] if op == "LSTM" else ["y_h"]
-    names = {"all": ["y"] + finals, "final": [""] + finals, "sequence": ["y"]}[outputs]
+    names = {"all": ["y"] + finals, "final": [""] + finals, "sequence": ["y"], "hidden": ["y", "y_h"],
+             "final_hidden": ["", "y_h"]}[outputs]
     nodes.append(helper.make_node(op, inputs, names, hidden_size=HIDDEN, direction=direction, **attributes))
     data = {n: v for n, v in values.items() if n in ("lens", "x_batch_first")}
     params = {n: v for n, v in values.items() if n not in data}
     return Case(name, nodes, params, data, outputs=[n for n in names if n], symbolic_batch=batch_first_data)
 
 
-def family(op: str, lens: bool) -> List[Case]:
-    """Each direction: plain; with initial states (and sequence lengths where the operator's gradient takes
-    them); without bias, Y left out; at a symbolic batch size; and the layout-0 case of a symbolic number of
-    steps (X data, time first)."""
+def family(op: str) -> List[Case]:
+    """Each direction: plain; with initial states; with initial states and sequence lengths (Y and Y_h: an
+    LSTM's Y_c takes no gradient with sequence lengths); without bias, Y left out; at a symbolic batch
+    size. Then Y alone, and sequence lengths at a symbolic batch size."""
     low = op.lower()
     cases = []
     for direction in ("forward", "reverse", "bidirectional"):
         cases += [
             recurrent(f"{low}_{direction}", op, direction),
-            recurrent(f"{low}_{direction}_initial" + ("_lens" if lens else ""), op, direction, initial=True,
-                      lens=lens),
+            recurrent(f"{low}_{direction}_initial", op, direction, initial=True),
+            recurrent(f"{low}_{direction}_initial_lens", op, direction, initial=True, lens=True, outputs="hidden"),
             recurrent(f"{low}_{direction}_no_bias_final_only", op, direction, bias=False, outputs="final"),
             recurrent(f"{low}_{direction}_symbolic_batch", op, direction, batch_first_data=True, initial=True),
         ]
-    cases.append(recurrent(f"{low}_bidirectional_sequence_only", op, "bidirectional", outputs="sequence"))
-    if lens:
-        cases.append(recurrent(f"{low}_bidirectional_lens_symbolic_batch", op, "bidirectional", lens=True,
-                               batch_first_data=True))
+    cases += [recurrent(f"{low}_bidirectional_sequence_only", op, "bidirectional", outputs="sequence"),
+              recurrent(f"{low}_bidirectional_lens_symbolic_batch", op, "bidirectional", lens=True,
+                        batch_first_data=True, outputs="hidden"),
+              recurrent(f"{low}_reverse_lens_final_only", op, "reverse", lens=True, outputs="final_hidden")]
     return cases
 
 
@@ -90,9 +90,9 @@ def rnn_activations() -> List[Case]:
 
 
 CASES: Dict[str, List[Case]] = {
-    "LSTM": family("LSTM", lens=False),
-    "GRU": family("GRU", lens=False) + [
+    "LSTM": family("LSTM"),
+    "GRU": family("GRU") + [
         recurrent("gru_linear_before_reset", "GRU", linear_before_reset=1, initial=True),
-        recurrent("gru_linear_before_reset_bidirectional", "GRU", "bidirectional", linear_before_reset=1)],
-    "RNN": family("RNN", lens=True) + rnn_activations(),
+        recurrent("gru_linear_before_reset_bidirectional", "GRU", "bidirectional", linear_before_reset=1, lens=True)],
+    "RNN": family("RNN") + rnn_activations(),
 }

@@ -29,8 +29,7 @@ def _build(case: Any) -> None:
 
 
 @pytest.mark.parametrize("op,attributes,extra,match", [
-    ("LSTM", {}, {"lens": True}, "refuse sequence lengths"),
-    ("GRU", {}, {"lens": True}, "refuse sequence lengths"),
+    ("LSTM", {}, {"lens": True}, "final cell state"),
     ("LSTM", {}, {"peephole": True}, "peephole weights"),
     ("LSTM", {"clip": 1.0}, {}, "has no clip"),
     ("GRU", {"clip": 1.0}, {}, "has no clip"),

@@ -1,18 +1,19 @@
-"""Recurrent operators: LSTM, GRU and RNN, in every direction and layout.
+"""Recurrent operators: LSTM, GRU and RNN, in every direction, with or without sequence lengths.
 
-A forward-direction LSTM or GRU in layout 0 is trained as ONNX Runtime 1.19.2's builder trains it: the node
-of the training graph becomes ``com.microsoft`` LSTMTraining / GRUTraining (the same inputs and attributes
-less ``layout``, and the extra outputs its gradient kernel reads: all cell states and the gate values), and
-LSTMGrad / GRUGrad give every input's gradient. Its losses are then bit-identical to ONNX Runtime's
-artifacts.
+A forward-direction LSTM or GRU without ``sequence_lens`` is trained as ONNX Runtime 1.19.2's builder trains
+it: the node of the training graph becomes ``com.microsoft`` LSTMTraining / GRUTraining (the same inputs and
+attributes less ``layout``, and the extra outputs its gradient kernel reads: all cell states and the gate
+values), and LSTMGrad / GRUGrad give every input's gradient. Its losses are then bit-identical to ONNX
+Runtime's artifacts.
 
-Those kernels run the forward direction only ("only supports the forward direction for now"). Every other
-configuration goes through one mechanism, per direction: a direction is a forward-direction recurrence over
-its own slice of the weights and initial states, and the reverse direction one over the time-reversed
-sequence (``ReverseSequence`` with the node's ``sequence_lens``, the full length where it has none: the
-padding past each sequence's end stays in place, as the operator leaves it). Its gradient is then the
-forward kernel's, on the gradients of its slice of the outputs reversed the same way, and the input
-gradient is reversed back. Layout 1 (batch first) is transposed to layout 0 around it.
+Those kernels run the forward direction only ("only supports the forward direction for now") and refuse
+sequence lengths. Every other configuration goes through one mechanism, per direction: a direction is a
+forward-direction recurrence over its own slice of the weights and initial states, and the reverse direction
+one over the time-reversed sequence (``ReverseSequence`` with the node's ``sequence_lens``, the full length
+where it has none: the padding past each sequence's end stays in place, as the operator leaves it). Its
+gradient is then the forward kernel's, on the gradients of its slice of the outputs reversed the same way,
+and the input gradient is reversed back. Sequence lengths become masks on the gradients entering the
+recurrence (``_by_direction``).
 
 This is done by the rule, in the backward graph, and not by lowering the forward graph before
 differentiation: the forward node stays the node the model has (the eval model is a copy made before, but
@@ -26,6 +27,11 @@ carries the hidden state's gradient (``dH_{t-1} = (dH_t + dY_t) * f'(a_t) @ R``)
 ``a_t`` and the activations' derivatives are computed for all steps at once outside the loop from the saved
 hidden states (the node's own output Y, or the direction's recurrence computed again), and the weight
 gradients are batched matrix products over all steps. Activations Tanh, Sigmoid and Relu, and ``clip``.
+
+What ONNX Runtime's kernels cannot compute is refused, naming the node: layout 1 (its CPU kernels of all
+three operators refuse it, even for inference), and for LSTM and GRU other activations than the defaults,
+``clip``, ``input_forget``, peephole weights (LSTMGrad does not read them) and, with sequence lengths, a
+gradient of an LSTM's final cell state.
 """
 from __future__ import annotations
 
@@ -258,17 +264,26 @@ class _Directions:
 
 def _by_direction(g: GradientContext, node: NodeView, kind: Recurrence) -> Grads:
     """Each direction as a forward recurrence of ONNX Runtime's training kernel over its own (reversed)
-    sequence, computed again in the backward graph, and differentiated by the kernel's gradient."""
+    sequence, computed again in the backward graph, and differentiated by the kernel's gradient.
+
+    The kernels refuse sequence lengths, so with ``sequence_lens`` each direction runs over the whole padded
+    length: its steps within each sequence are those of the operator (the recurrence only looks back), the
+    steps past the end are not (the operator stops there and outputs zeros). So no gradient enters past
+    the end: the gradient of Y is masked there, and that of the final hidden state enters at each sequence's
+    last step, as a gradient of that step's hidden state. The final cell state of an LSTM has no such entry
+    (LSTMGrad takes the gradient of the last step's cell state only): a gradient of Y_c is refused."""
     view = _Directions(g, node, kind)
     count = len(node.inputs)
     per_input: Dict[int, List[Optional[str]]] = {i: [] for i in range(count)}
     base = node.proto.name or node.op_type
+    lens = node.has_input(SEQUENCE_LENS)
+    if lens and kind is LSTM and _output_grad(node, 2) is not None:
+        raise BuilderError(f"{node.describe()}: with sequence_lens, the gradient of its final cell state (Y_c) cannot "
+                           "be given to ONNX Runtime's LSTMGrad (it takes that of the last padded step only)")
+    elem_type = g.elem_type(node.inputs[0])
     for d in range(len(view.reversed)):
-        inputs: List[str] = [view.input(d)] + [view.weight(i, d) or "" for i in (1, 2, 3)]
-        inputs += [_input(node, SEQUENCE_LENS) or ""]
+        inputs: List[str] = [view.input(d)] + [view.weight(i, d) or "" for i in (1, 2, 3)] + [""]
         inputs += [view.state(i, d) or "" for i in kind.states]
-        if kind is LSTM:
-            inputs += [view.weight(7, d) or ""]
         while inputs and not inputs[-1]:
             inputs.pop()
         attributes = view.attributes(d)
@@ -278,11 +293,29 @@ def _by_direction(g: GradientContext, node: NodeView, kind: Recurrence) -> Grads
         g.node(f"{kind.op}Training", inputs, outputs, MICROSOFT, **attributes)
         saved = [outputs[0]] + outputs[1 + kind.finals:]
         grads_in = [view.hidden_grad(d)] + [view.final_grad(1 + k, d) for k in range(kind.finals)]
+        if lens:
+            grads_in = [_within_sequences(g, view, grads_in[0], grads_in[1], elem_type)] + [None] * kind.finals
         wanted = [node.wants(i) for i in range(len(inputs))]
         found = _kernel_gradient(g, node, kind, inputs, saved, grads_in, attributes, wanted, f"/direction{d}")
         for i in range(count):
             per_input[i].append(found[i] if i < len(found) else None)
     return _combine(view, node, kind, per_input)
+
+
+def _within_sequences(g: GradientContext, view: "_Directions", hidden: Optional[str], final: Optional[str],
+                      elem_type: int) -> Optional[str]:
+    """The gradient of all hidden states [time, 1, batch, hidden] of a recurrence run past each sequence's
+    end: ``hidden`` (that of Y) masked past the end, plus ``final`` (that of the final state, [1, batch,
+    hidden]) at each sequence's last step."""
+    if hidden is None and final is None:
+        return None
+    parts = []
+    if hidden is not None:
+        parts.append(g.op("Mul", g.squeeze(hidden, [1]), _step_mask(g, view, view.x, elem_type)))
+    if final is not None:
+        parts.append(g.op("Mul", final, _last_step(g, view, view.x, elem_type)))
+    total = parts[0] if len(parts) == 1 else g.op("Add", parts[0], parts[1])
+    return g.unsqueeze(total, [1])
 
 
 def _combine(view: _Directions, node: NodeView, kind: Recurrence, per_input: Dict[int, List[Optional[str]]]) -> Grads:
@@ -307,8 +340,8 @@ def _refuse_layout(node: NodeView) -> None:
 
 def _refuse_what_the_kernels_refuse(node: NodeView, kind: Recurrence) -> None:
     """ONNX Runtime 1.19.2's LSTMTraining/LSTMGrad and GRUTraining/GRUGrad compute the default activations
-    only, without clip, sequence lengths, and (LSTM) input_forget (lstm_io_utils.cc, gru_io_utils.cc); LSTMGrad
-    does not read the peephole weights."""
+    only, without clip and (LSTM) input_forget (lstm_io_utils.cc, gru_io_utils.cc); LSTMGrad does not read
+    the peephole weights. (Sequence lengths they refuse too: ``_by_direction`` does without them.)"""
     for activations in _activations(node, kind):
         if [a.lower() for a in activations] != [a.lower() for a in kind.default_activations]:
             raise BuilderError(f"{node.describe()}: ONNX Runtime 1.19.2's {kind.op}Grad computes the activations "
@@ -322,16 +355,12 @@ def _refuse_what_the_kernels_refuse(node: NodeView, kind: Recurrence) -> None:
         raise BuilderError(f"{node.describe()} has peephole weights, which ONNX Runtime 1.19.2's LSTMGrad does not "
                            "read: its gradients would be those of an LSTM without them (measured against finite "
                            "differences)")
-    if node.has_input(SEQUENCE_LENS):
-        raise BuilderError(f"{node.describe()} has sequence_lens, and ONNX Runtime 1.19.2's {kind.op}Training and "
-                           f"{kind.op}Grad kernels refuse sequence lengths (\"Fixed sequence length can be inferred "
-                           "from the input tensor shape\"): pad the sequences and leave sequence_lens out")
 
 
 def _kernel_form(g: GradientContext, node: NodeView, kind: Recurrence) -> Grads:
     _refuse_layout(node)
     _refuse_what_the_kernels_refuse(node, kind)
-    if _directions(node) == [False]:
+    if _directions(node) == [False] and not node.has_input(SEQUENCE_LENS):
         return _in_place(g, node, kind)
     return _by_direction(g, node, kind)
 
@@ -366,12 +395,24 @@ def _zeros(g: GradientContext, like: str, elem_type: int) -> str:
     return g.op("ConstantOfShape", g.op("Shape", like), value=zero)
 
 
-def _step_mask(g: GradientContext, view: _Directions, like: str, elem_type: int) -> str:
-    """1 for the steps within each sequence's length, 0 past it: [time, batch, 1]."""
+def _times(g: GradientContext, like: str) -> str:
+    """0, 1, ... along the first (time) axis of ``like``: int64 [time, 1]."""
     steps = g.squeeze(g.op("Slice", g.op("Shape", like), g.ints([0]), g.ints([1])), [0])
     times = g.op("Range", g.const(0, TensorProto.INT64, hint="zero"), steps, g.const(1, TensorProto.INT64, hint="one"))
-    within = g.op("Less", g.unsqueeze(times, [1]), g.unsqueeze(view.lens(), [0]))
+    return g.unsqueeze(times, [1])
+
+
+def _step_mask(g: GradientContext, view: "_Directions", like: str, elem_type: int) -> str:
+    """1 for the steps within each sequence's length, 0 past it: [time, batch, 1]."""
+    within = g.op("Less", _times(g, like), g.unsqueeze(view.lens(), [0]))
     return g.unsqueeze(g.op("Cast", within, to=elem_type), [2])
+
+
+def _last_step(g: GradientContext, view: "_Directions", like: str, elem_type: int) -> str:
+    """1 at each sequence's last step, 0 elsewhere: [time, batch, 1]."""
+    last = g.op("Sub", view.lens(), g.const(1, TensorProto.INT64, hint="one"))
+    at = g.op("Equal", _times(g, like), g.unsqueeze(last, [0]))
+    return g.unsqueeze(g.op("Cast", at, to=elem_type), [2])
 
 
 def _backward_scan(g: GradientContext, recurrent_weight: str, elem_type: int, masked: bool,
