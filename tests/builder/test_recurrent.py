@@ -1,6 +1,6 @@
 """Recurrent models through ort_cffi's builder: what ONNX Runtime's kernels cannot do is refused by name, a
-forward LSTM trains bit for bit as ONNX Runtime's artifacts do, and a bidirectional-LSTM tagger and a
-bidirectional-GRU classifier, written as torch's TorchScript exporter writes them, train."""
+forward LSTM trains bit for bit as ONNX Runtime's artifacts do, and a bidirectional-LSTM tagger and
+bidirectional-GRU and -RNN classifiers, written as torch's TorchScript exporter writes them, train."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -73,7 +73,7 @@ def _zero_states(prefix: str, directions: int, hidden: int, source: str) -> List
 
 
 def _recurrent_weights(op: str, directions: int, hidden: int, inputs: int, name: str) -> List[onnx.TensorProto]:
-    gates = {"LSTM": 4, "GRU": 3}[op]
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
     scale = 1 / np.sqrt(hidden)
     shapes = [(directions, gates * hidden, inputs), (directions, gates * hidden, hidden),
               (directions, 2 * gates * hidden)]
@@ -114,15 +114,16 @@ def bilstm_tagger(vocab: int = 20, dim: int = 8, hidden: int = 8, tags: int = 5,
 
 
 def bigru_classifier(vocab: int = 20, dim: int = 8, hidden: int = 8, classes: int = 3,
-                     steps: int = 6) -> onnx.ModelProto:
-    """Embedding -> bidirectional GRU (torch writes linear_before_reset=1) -> both final states -> a class."""
-    weights = _recurrent_weights("GRU", 2, hidden, dim, "gru")
+                     steps: int = 6, op: str = "GRU") -> onnx.ModelProto:
+    """Embedding -> bidirectional GRU (torch writes linear_before_reset=1) or RNN -> both final states -> a
+    class."""
+    weights = _recurrent_weights(op, 2, hidden, dim, "gru")
     nodes = [helper.make_node("Gather", ["embedding.weight", "tokens"], ["embedded"]),
              helper.make_node("Transpose", ["embedded"], ["time_first"], perm=[1, 0, 2])]
     nodes += _zero_states("/gru", 2, hidden, "embedded")
-    nodes += [helper.make_node("GRU", ["time_first"] + [w.name for w in weights] + ["", "/gru/zeros"],
+    nodes += [helper.make_node(op, ["time_first"] + [w.name for w in weights] + ["", "/gru/zeros"],
                                ["gru_y", "gru_h"], hidden_size=hidden, direction="bidirectional",
-                               linear_before_reset=1),
+                               **({"linear_before_reset": 1} if op == "GRU" else {})),
               helper.make_node("Transpose", ["gru_h"], ["finals"], perm=[1, 0, 2]),
               _const("/flatten", np.array([0, -1], np.int64)),
               helper.make_node("Reshape", ["finals", "/flatten"], ["features"]),
@@ -165,8 +166,13 @@ def _op_types(path: Path) -> List[Tuple[str, str]]:
     return [(n.op_type, n.domain) for n in onnx.load(path).graph.node]
 
 
-@pytest.mark.parametrize("make,labels_shape", [(bilstm_tagger, (6,)), (bigru_classifier, ())])
-def test_bidirectional_models_train(tmp_path: Path, make: Any, labels_shape: Tuple[int, ...]) -> None:
+def birnn_classifier() -> onnx.ModelProto:
+    return bigru_classifier(op="RNN")
+
+
+@pytest.mark.parametrize("make,op,labels_shape", [(bilstm_tagger, "LSTM", (6,)), (bigru_classifier, "GRU", ()),
+                                                  (birnn_classifier, "RNN", ())])
+def test_bidirectional_models_train(tmp_path: Path, make: Any, op: str, labels_shape: Tuple[int, ...]) -> None:
     """Batches of two sizes in one session (the batch is symbolic); the loss falls, every parameter moves, and
     the eval model keeps the original bidirectional node."""
     model = make()
@@ -184,11 +190,11 @@ def test_bidirectional_models_train(tmp_path: Path, make: Any, labels_shape: Tup
     sizes = [int(np.prod(p.shape)) for p in made.trainable]
     cut = np.cumsum(sizes)[:-1]
     assert all(not np.array_equal(a, b) for a, b in zip(np.split(start, cut), np.split(after, cut)))
-    op = "LSTM" if make is bilstm_tagger else "GRU"
     eval_nodes = [n for n in onnx.load(made.eval_model).graph.node if n.op_type == op]
     assert len(eval_nodes) == 1 and helper.get_attribute_value(
         next(a for a in eval_nodes[0].attribute if a.name == "direction")) == b"bidirectional"
-    assert (f"{op}Grad", "com.microsoft") in _op_types(made.training_model)
+    backward = ("Scan", "") if op == "RNN" else (f"{op}Grad", "com.microsoft")
+    assert backward in _op_types(made.training_model)
 
 
 @pytest.mark.needs_onnxruntime_python
