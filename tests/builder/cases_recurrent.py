@@ -20,7 +20,7 @@ def f32(*shape: int, scale: float = 0.6) -> np.ndarray:
 
 def recurrent(name: str, op: str, direction: str = "forward", *, bias: bool = True, initial: bool = False,
               lens: bool = False, peephole: bool = False, outputs: str = "all", batch_first_data: bool = False,
-              **attributes: Any) -> Case:
+              opset: int = 17, **attributes: Any) -> Case:
     """One recurrent node. ``outputs``: "all" (Y and the final states), "final" (the final states only, Y
     left out), "sequence" (Y only), "hidden" (Y and Y_h) or "final_hidden" (Y_h only). The parameters: X, the weights and the initial states; the sequence
     lengths are data. ``batch_first_data``: X is data [batch, time, input] of a symbolic batch size,
@@ -57,13 +57,14 @@ def recurrent(name: str, op: str, direction: str = "forward", *, bias: bool = Tr
     nodes.append(helper.make_node(op, inputs, names, hidden_size=HIDDEN, direction=direction, **attributes))
     data = {n: v for n, v in values.items() if n in ("lens", "x_batch_first")}
     params = {n: v for n, v in values.items() if n not in data}
-    return Case(name, nodes, params, data, outputs=[n for n in names if n], symbolic_batch=batch_first_data)
+    return Case(name, nodes, params, data, outputs=[n for n in names if n], symbolic_batch=batch_first_data,
+                opset=opset)
 
 
 def family(op: str) -> List[Case]:
     """Each direction: plain; with initial states; with initial states and sequence lengths (Y and Y_h: an
     LSTM's Y_c takes no gradient with sequence lengths); without bias, Y left out; at a symbolic batch
-    size. Then Y alone, and sequence lengths at a symbolic batch size."""
+    size. Then Y alone, sequence lengths at a symbolic batch size, and the operator's version 7 (opset 13)."""
     low = op.lower()
     cases = []
     for direction in ("forward", "reverse", "bidirectional"):
@@ -77,7 +78,9 @@ def family(op: str) -> List[Case]:
     cases += [recurrent(f"{low}_bidirectional_sequence_only", op, "bidirectional", outputs="sequence"),
               recurrent(f"{low}_bidirectional_lens_symbolic_batch", op, "bidirectional", lens=True,
                         batch_first_data=True, outputs="hidden"),
-              recurrent(f"{low}_reverse_lens_final_only", op, "reverse", lens=True, outputs="final_hidden")]
+              recurrent(f"{low}_reverse_lens_final_only", op, "reverse", lens=True, outputs="final_hidden"),
+              recurrent(f"{low}_bidirectional_opset13", op, "bidirectional", initial=True, opset=13),
+              recurrent(f"{low}_forward_opset13", op, "forward", opset=13)]  # version 7 of the operator
     return cases
 
 
