@@ -24,9 +24,9 @@ outputs cannot serve: the kernels need the gate values it does not give).
 
 RNN has no gradient kernel in ONNX Runtime: its backward pass is a reverse ``Scan`` over time, whose body
 carries the hidden state's gradient (``dH_{t-1} = (dH_t + dY_t) * f'(a_t) @ R``); the pre-activations
-``a_t`` and the activations' derivatives are computed for all steps at once outside the loop from the saved
-hidden states (the node's own output Y, or the direction's recurrence computed again), and the weight
-gradients are batched matrix products over all steps. Activations Tanh, Sigmoid and Relu, and ``clip``.
+``a_t`` and the activations' derivatives are computed for all steps at once outside the loop from the hidden
+states the node computed (its output Y, declared where the model leaves it out: nothing is computed again),
+and the weight gradients are batched matrix products over all steps. Activations Tanh, Sigmoid and Relu, and ``clip``.
 
 What ONNX Runtime's kernels cannot compute is refused, naming the node: layout 1 (its CPU kernels of all
 three operators refuse it, even for inference), and for LSTM and GRU other activations than the defaults,
@@ -48,20 +48,19 @@ Grads = List[Optional[str]]
 
 @dataclass(frozen=True)
 class Recurrence:
-    """What differs between the three operators: the inputs a direction has a slice of, the initial states,
-    the outputs beside Y (final states), and how many activations a direction takes."""
+    """What differs between the three operators: the initial states, the outputs beside Y (final states),
+    and the activations a direction takes."""
 
     op: str
-    weights: Tuple[int, ...]  # inputs of shape [num_directions, ...]: W, R, B (and P)
     states: Tuple[int, ...]  # initial states, [num_directions, batch, hidden] in layout 0
     finals: int  # outputs after Y: the final states, in the order of ``states``
     activations: int  # activation functions per direction
     default_activations: Tuple[str, ...]
 
 
-LSTM = Recurrence("LSTM", (1, 2, 3, 7), (5, 6), 2, 3, ("Sigmoid", "Tanh", "Tanh"))
-GRU = Recurrence("GRU", (1, 2, 3), (5,), 1, 2, ("Sigmoid", "Tanh"))
-RNN = Recurrence("RNN", (1, 2, 3), (5,), 1, 1, ("Tanh",))
+LSTM = Recurrence("LSTM", (5, 6), 2, 3, ("Sigmoid", "Tanh", "Tanh"))
+GRU = Recurrence("GRU", (5,), 1, 2, ("Sigmoid", "Tanh"))
+RNN = Recurrence("RNN", (5,), 1, 1, ("Tanh",))
 SEQUENCE_LENS = 4
 
 
@@ -98,7 +97,7 @@ def _output_grad(node: NodeView, index: int) -> Optional[str]:
 
 
 # --- ONNX Runtime's form -------------------------------------------------------------------------------------
-def _kernel_attributes(node: NodeView, kind: Recurrence) -> Dict[str, Any]:
+def _kernel_attributes(node: NodeView) -> Dict[str, Any]:
     """The node's attributes for its training kernel, less ``layout`` (the kernels have none)."""
     return {a.name: helper.get_attribute_value(a) for a in node.proto.attribute if a.name != "layout"}
 
@@ -115,7 +114,7 @@ def _in_place(g: GradientContext, node: NodeView, kind: Recurrence) -> Grads:
     saved_names = [g.fresh(f"{proto.name or proto.op_type}/{hint}") for hint in saved]
     proto.output.extend(saved_names)
     node.outputs = list(proto.output)
-    attributes = _kernel_attributes(node, kind)
+    attributes = _kernel_attributes(node)
     del proto.attribute[:]
     proto.attribute.extend(helper.make_attribute(k, v) for k, v in attributes.items())
     proto.op_type = f"{kind.op}Training"
@@ -378,13 +377,13 @@ def gru(g: GradientContext, node: NodeView) -> Grads:
 # --- RNN: a reverse Scan -------------------------------------------------------------------------------------
 def _activation_slope(g: GradientContext, node: NodeView, name: str, clipped: str) -> str:
     """f'(a) of activation ``name`` at ``clipped`` (the clipped pre-activations)."""
-    if name == "Tanh":
+    if name.lower() == "tanh":
         t = g.op("Tanh", clipped)
         return g.op("Sub", g.scalar(1.0, node.inputs[0]), g.op("Mul", t, t))
-    if name == "Sigmoid":
+    if name.lower() == "sigmoid":
         s = g.op("Sigmoid", clipped)
         return g.op("Mul", s, g.op("Sub", g.scalar(1.0, node.inputs[0]), s))
-    if name == "Relu":
+    if name.lower() == "relu":
         return g.op("Cast", g.op("Greater", clipped, g.scalar(0.0, node.inputs[0])), to=g.elem_type(node.inputs[0]))
     raise BuilderError(f"{node.describe()}: ort_cffi's gradient of RNN knows the activations Tanh, Sigmoid and "
                        f"Relu, not {name}")
@@ -453,19 +452,19 @@ def rnn(g: GradientContext, node: NodeView) -> Grads:
     masked = node.has_input(SEQUENCE_LENS)
     count = len(node.inputs)
     per_input: Dict[int, List[Optional[str]]] = {i: [] for i in range(count)}
-    base = node.proto.name or node.op_type
     for d in range(len(view.reversed)):
         x = view.input(d)  # [time, batch, input]
         w, r, b = view.weight(1, d), view.weight(2, d), view.weight(3, d)
         assert w is not None and r is not None
         h0 = view.state(5, d)
-        if view.reversed == [False]:
-            hidden_all = g.forward_output(node, 0, "all_hidden_states")
-        else:  # this direction's forward recurrence, computed again
-            attributes = view.attributes(d)
-            inputs = [x, w, r, b or "", _input(node, SEQUENCE_LENS) or "", h0 or ""]
-            hidden_all = g.node("RNN", inputs, [g.fresh(f"{base}/direction{d}/all_hidden_states")], **attributes)[0]
+        # the hidden states this direction computed, in its own time order: its slice of Y, reversed with
+        # the sequence for a reverse direction (Y is 0 past each sequence's end, before and after)
+        hidden_all = g.forward_output(node, 0, "all_hidden_states")
+        if len(view.reversed) > 1:
+            hidden_all = g.op("Slice", hidden_all, g.ints([d]), g.ints([d + 1]), g.ints([1]))
         hidden = g.squeeze(hidden_all, [1])  # [time, batch, hidden]
+        if view.reversed[d]:
+            hidden = view.reverse(hidden)
         first_state = g.op("Gather", hidden, g.const(0, TensorProto.INT64, hint="zero"), axis=0)
         start = g.squeeze(h0, [0]) if h0 is not None else _zeros(g, first_state, elem_type)
         earlier = g.op("Slice", hidden, g.ints([0]), g.ints([-1]), g.ints([0]))
