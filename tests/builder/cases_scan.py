@@ -69,3 +69,4 @@ CASES: Dict[str, List[Case]] = {
              scan_case("scan_with_counter", counter=True), scan_case("scan_passthrough_state", passthrough=True),
              scan_case("scan_symbolic_steps", x_data=True, symbolic_batch=True)],
 }
+

@@ -57,6 +57,9 @@ def scan(g: GradientContext, node: NodeView) -> Grads:
     count = len(node.inputs)
     states = count - scans
     outputs = len(body.output) - states
+    if g.opset < 9:
+        raise BuilderError(f"{node.describe()}: ort_cffi's gradient of Scan needs opset 9 or newer (Scan-8 scans "
+                           "a batch axis; onnx.version_converter can convert the model)")
     if any(node.attr("scan_input_axes") or []) or any(node.attr("scan_output_axes") or []):
         raise BuilderError(f"{node.describe()}: ort_cffi's gradient of Scan scans along axis 0 only")
     input_directions = list(node.attr("scan_input_directions") or [0] * scans)
