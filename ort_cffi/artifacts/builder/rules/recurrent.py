@@ -185,23 +185,16 @@ class _Directions:
         """``value`` [time, batch, ...] with each sequence's steps in reverse order."""
         return self.g.op("ReverseSequence", value, self.lens(), batch_axis=1, time_axis=0)
 
-    def weight(self, index: int, d: int) -> Optional[str]:
-        """Direction ``d``'s slice [1, ...] of weight input ``index``."""
-        value = _input(self.node, index)
-        if value is None:
-            return None
-        if len(self.reversed) == 1:
+    def of_direction(self, value: Optional[str], d: int, axis: int = 0) -> Optional[str]:
+        """Direction ``d``'s slice of ``value`` along its ``axis`` of num_directions (kept, of size 1)."""
+        if value is None or len(self.reversed) == 1:
             return value
-        return self.g.op("Slice", value, self.g.ints([d]), self.g.ints([d + 1]), self.g.ints([0]))
+        return self.g.op("Slice", value, self.g.ints([d]), self.g.ints([d + 1]), self.g.ints([axis]))
 
-    def state(self, index: int, d: int) -> Optional[str]:
-        """Direction ``d``'s initial state [1, batch, hidden]."""
-        value = _input(self.node, index)
-        if value is None:
-            return None
-        if len(self.reversed) == 1:
-            return value
-        return self.g.op("Slice", value, self.g.ints([d]), self.g.ints([d + 1]), self.g.ints([0]))
+    def sliced(self, index: int, d: int) -> Optional[str]:
+        """Direction ``d``'s slice [1, ...] of input ``index``: a weight, or an initial state [1, batch,
+        hidden]."""
+        return self.of_direction(_input(self.node, index), d)
 
     def input(self, d: int) -> str:
         return self.reverse(self.x) if self.reversed[d] else self.x
@@ -212,20 +205,14 @@ class _Directions:
         if dy is None:
             return None
         g = self.g
-        if len(self.reversed) > 1:
-            dy = g.op("Slice", dy, g.ints([d]), g.ints([d + 1]), g.ints([1]))
+        dy = self.of_direction(dy, d, axis=1) or dy
         if self.reversed[d]:
             dy = g.unsqueeze(self.reverse(g.squeeze(dy, [1])), [1])
         return dy
 
     def final_grad(self, output: int, d: int) -> Optional[str]:
         """The gradient of direction ``d``'s final state (output ``output``), [1, batch, hidden]."""
-        grad = _output_grad(self.node, output)
-        if grad is None:
-            return None
-        if len(self.reversed) == 1:
-            return grad
-        return self.g.op("Slice", grad, self.g.ints([d]), self.g.ints([d + 1]), self.g.ints([0]))
+        return self.of_direction(_output_grad(self.node, output), d)
 
     def attributes(self, d: int) -> Dict[str, Any]:
         """The attributes of direction ``d``'s forward recurrence."""
@@ -281,8 +268,8 @@ def _by_direction(g: GradientContext, node: NodeView, kind: Recurrence) -> Grads
                            "be given to ONNX Runtime's LSTMGrad (it takes that of the last padded step only)")
     elem_type = g.elem_type(node.inputs[0])
     for d in range(len(view.reversed)):
-        inputs: List[str] = [view.input(d)] + [view.weight(i, d) or "" for i in (1, 2, 3)] + [""]
-        inputs += [view.state(i, d) or "" for i in kind.states]
+        inputs: List[str] = [view.input(d)] + [view.sliced(i, d) or "" for i in (1, 2, 3)] + [""]
+        inputs += [view.sliced(i, d) or "" for i in kind.states]
         while inputs and not inputs[-1]:
             inputs.pop()
         attributes = view.attributes(d)
@@ -454,14 +441,13 @@ def rnn(g: GradientContext, node: NodeView) -> Grads:
     per_input: Dict[int, List[Optional[str]]] = {i: [] for i in range(count)}
     for d in range(len(view.reversed)):
         x = view.input(d)  # [time, batch, input]
-        w, r, b = view.weight(1, d), view.weight(2, d), view.weight(3, d)
+        w, r, b = view.sliced(1, d), view.sliced(2, d), view.sliced(3, d)
         assert w is not None and r is not None
-        h0 = view.state(5, d)
+        h0 = view.sliced(5, d)
         # the hidden states this direction computed, in its own time order: its slice of Y, reversed with
         # the sequence for a reverse direction (Y is 0 past each sequence's end, before and after)
-        hidden_all = g.forward_output(node, 0, "all_hidden_states")
-        if len(view.reversed) > 1:
-            hidden_all = g.op("Slice", hidden_all, g.ints([d]), g.ints([d + 1]), g.ints([1]))
+        hidden_all = view.of_direction(g.forward_output(node, 0, "all_hidden_states"), d, axis=1)
+        assert hidden_all is not None
         hidden = g.squeeze(hidden_all, [1])  # [time, batch, hidden]
         if view.reversed[d]:
             hidden = view.reverse(hidden)
