@@ -227,3 +227,16 @@ def test_a_recurrent_layer_the_gradient_cannot_run_backwards_is_refused_before_g
     generate_artifacts(recurrent(op, "bidirectional"), artifact_directory=tmp_path / "native")
     forward = recurrent(op, "forward")
     assert prepare(forward)[0] is forward  # no rule applies: what ONNX Runtime does with it is its own
+
+
+@pytest.mark.needs_onnxruntime_python
+def test_an_lstm_with_peepholes_is_refused_as_its_gradient_ignores_them(tmp_path: Path) -> None:
+    """1.19.2's LSTMGrad has no input for the peephole weights: artifacts would train without them (measured
+    against finite differences in tests/builder/test_recurrent.py). Both generators refuse it, naming it."""
+    model = recurrent("LSTM", "forward")
+    model.graph.node[0].input.extend(["", "", "", "", "P"])
+    model.graph.initializer.append(numpy_helper.from_array(np.full((1, 12), 0.1, np.float32), "P"))
+    with pytest.raises(ArtifactsInputError, match="LSTM node 'rnn' lies on the gradient path .* peephole weights"):
+        generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime")
+    with pytest.raises(ArtifactsError, match="'rnn' has peephole weights"):
+        generate_artifacts(model, artifact_directory=tmp_path / "ours")
