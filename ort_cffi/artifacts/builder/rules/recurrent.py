@@ -166,6 +166,16 @@ class _Directions:
         self.reversed = _directions(node)
         self.x = node.inputs[0]
         self._lens: Optional[str] = None
+        self._masks: Dict[str, str] = {}
+
+    def mask(self, last: bool = False) -> str:
+        """[time, batch, 1] in X's type: 1 for the steps within each sequence (``last``: at its last step
+        only), 0 elsewhere; made once for all directions."""
+        key = "last" if last else "within"
+        if key not in self._masks:
+            make = _last_step if last else _step_mask
+            self._masks[key] = make(self.g, self, self.x, self.g.elem_type(self.x))
+        return self._masks[key]
 
     def lens(self) -> str:
         """Each sequence's length, int64 [batch]: ``sequence_lens``, or the full length."""
@@ -266,7 +276,6 @@ def _by_direction(g: GradientContext, node: NodeView, kind: Recurrence) -> Grads
     if lens and kind is LSTM and _output_grad(node, 2) is not None:
         raise BuilderError(f"{node.describe()}: with sequence_lens, the gradient of its final cell state (Y_c) cannot "
                            "be given to ONNX Runtime's LSTMGrad (it takes that of the last padded step only)")
-    elem_type = g.elem_type(node.inputs[0])
     for d in range(len(view.reversed)):
         inputs: List[str] = [view.input(d)] + [view.sliced(i, d) or "" for i in (1, 2, 3)] + [""]
         inputs += [view.sliced(i, d) or "" for i in kind.states]
@@ -280,7 +289,7 @@ def _by_direction(g: GradientContext, node: NodeView, kind: Recurrence) -> Grads
         saved = [outputs[0]] + outputs[1 + kind.finals:]
         grads_in = [view.hidden_grad(d)] + [view.final_grad(1 + k, d) for k in range(kind.finals)]
         if lens:
-            grads_in = [_within_sequences(g, view, grads_in[0], grads_in[1], elem_type)] + [None] * kind.finals
+            grads_in = [_within_sequences(g, view, grads_in[0], grads_in[1])] + [None] * kind.finals
         wanted = [node.wants(i) for i in range(len(inputs))]
         found = _kernel_gradient(g, node, kind, inputs, saved, grads_in, attributes, wanted, f"/direction{d}")
         for i in range(count):
@@ -288,8 +297,8 @@ def _by_direction(g: GradientContext, node: NodeView, kind: Recurrence) -> Grads
     return _combine(view, node, kind, per_input)
 
 
-def _within_sequences(g: GradientContext, view: "_Directions", hidden: Optional[str], final: Optional[str],
-                      elem_type: int) -> Optional[str]:
+def _within_sequences(g: GradientContext, view: "_Directions", hidden: Optional[str],
+                      final: Optional[str]) -> Optional[str]:
     """The gradient of all hidden states [time, 1, batch, hidden] of a recurrence run past each sequence's
     end: ``hidden`` (that of Y) masked past the end, plus ``final`` (that of the final state, [1, batch,
     hidden]) at each sequence's last step."""
@@ -297,9 +306,9 @@ def _within_sequences(g: GradientContext, view: "_Directions", hidden: Optional[
         return None
     parts = []
     if hidden is not None:
-        parts.append(g.op("Mul", g.squeeze(hidden, [1]), _step_mask(g, view, view.x, elem_type)))
+        parts.append(g.op("Mul", g.squeeze(hidden, [1]), view.mask()))
     if final is not None:
-        parts.append(g.op("Mul", final, _last_step(g, view, view.x, elem_type)))
+        parts.append(g.op("Mul", final, view.mask(last=True)))
     total = parts[0] if len(parts) == 1 else g.op("Add", parts[0], parts[1])
     return g.unsqueeze(total, [1])
 
@@ -473,7 +482,7 @@ def rnn(g: GradientContext, node: NodeView) -> Grads:
         dy = g.squeeze(dy, [1]) if dy is not None else _zeros(g, hidden, elem_type)
         scanned = [dy, slope]
         if masked:
-            mask = _step_mask(g, view, hidden, elem_type)
+            mask = view.mask()
             scanned = [g.op("Mul", dy, mask), g.op("Mul", slope, mask),
                        g.op("Sub", g.scalar(1.0, node.inputs[0]), mask)]
         final = view.final_grad(1, d)
