@@ -200,3 +200,9 @@ CASES: Dict[str, List[Case]] = {
     "Scan": [scan_rnn(), scan_axes_and_directions()],
     "Loop": [rnn_loop("loop_rnn"), rnn_loop("loop_rnn_batch", symbolic=True), while_loop(), scan_only_loop()],
 }
+
+# The recurrent family's Scan cases (counter states, values read from outside, both scan directions) check
+# the same rule.
+import scan_cases  # noqa: E402
+
+CASES["Scan"] = CASES["Scan"] + scan_cases.CASES["Scan"]

@@ -159,7 +159,7 @@ def test_a_small_model_trains_at_two_batch_sizes(tmp_path: Path, build) -> None:
     assert moved and all(moved), dict(zip([p.name for p in made.trainable], moved))
 
 
-@pytest.mark.needs_onnxruntime_python
+@pytest.mark.needs_onnxruntime_generator
 @pytest.mark.parametrize("build", [reshape_transpose_concat_slice, lambda: embedding_pad_split("constant")],
                          ids=["reshape_transpose_concat_slice", "embedding_pad_split"])
 def test_losses_match_onnx_runtimes_own_artifacts(tmp_path: Path, build) -> None:  # type: ignore[no-untyped-def]
