@@ -15,7 +15,7 @@ import onnx
 import pytest
 from conftest import ROOT
 
-from ort_cffi import OrtEnvironment
+from ort_cffi import OrtEnvironment, SessionOptions
 from ort_cffi.artifacts import ArtifactsInputError, generate_artifacts
 from ort_cffi.trainer import SetupError, TrainingJob, TrainSettings
 from ort_cffi.trainer.loop import exploded
@@ -56,11 +56,12 @@ def test_every_model_makes_artifacts_and_its_loss_falls(name: str, tmp_path: Pat
     assert all(np.isfinite(losses)) and losses[-1] < losses[0], losses
 
 
+@pytest.mark.needs_onnxruntime_generator
 def test_groupnorm_cnn_declares_the_pools_input_shapes(tmp_path: Path) -> None:
     """torch's GroupNorm export (Reshape [0, 8, -1], InstanceNormalization, Reshape to Shape(x)) hides the
     sizes that MaxPool's gradient kernel reads: declared, the model trains (the test above); undeclared, its
     first step failed in a Mul's gradient after MaxPoolGrad wrote into a gradient of size 0."""
-    made = generate("groupnorm_cnn", tmp_path)
+    made = generate("groupnorm_cnn", tmp_path, generator="onnxruntime")
     assert [(r["rule"], r["op"], r["count"]) for r in made.preparation] == [
         ("rewrite", "InstanceNormalization", 3), ("static_shape", "MaxPool", 2)]
 
@@ -82,12 +83,13 @@ artifacts.generate_artifacts(onnx.load({model!r}), requires_grad={requires_grad!
 """
 
 
+@pytest.mark.needs_onnxruntime_generator
 @pytest.mark.parametrize("name", ACCEPTED_BY_ONNX_RUNTIME)
 def test_what_onnx_runtime_accepts_and_ort_cffi_leaves_alone_is_its_own_bytes(name: str, tmp_path: Path) -> None:
-    """ONNX Runtime's generate_artifacts, called directly in a child, against ort_cffi's: with prepare=False
-    always, and by default wherever ort_cffi prepared nothing."""
-    plain = generate(name, tmp_path / "plain", prepare=False)
-    made = generate(name, tmp_path / "made")
+    """ONNX Runtime's generate_artifacts, called directly in a child, against ort_cffi's way of running it
+    (generator="onnxruntime"): with prepare=False always, and by default wherever ort_cffi prepared nothing."""
+    plain = generate(name, tmp_path / "plain", prepare=False, generator="onnxruntime")
+    made = generate(name, tmp_path / "made", generator="onnxruntime")
     model = ZOO[name]
     script = ONNX_RUNTIMES_OWN.format(
         folder=str(ROOT / "ort_cffi" / "artifacts"), model=str(ZOO_DIR / model["file"]),
@@ -169,7 +171,7 @@ def test_an_exploding_validation_loss_while_training_falls_is_flagged() -> None:
 
 BERT_STEPS = """
 import numpy as np
-from ort_cffi import OrtEnvironment
+from ort_cffi import OrtEnvironment, SessionOptions
 from ort_cffi.artifacts import generate_artifacts
 made = generate_artifacts({model!r}, artifact_directory={out!r}, loss_input_names=["logits"], prepare={prepare})
 data = np.load({data!r})
@@ -203,8 +205,13 @@ def test_bert_position_embeddings_train_without_corrupting_memory(tmp_path: Path
 
 
 def twenty_steps(made: Any, data: Any) -> List[float]:
-    with env.createTrainingSession(str(made.checkpoint), str(made.training_model), str(made.eval_model),
-                                   str(made.optimizer_model)) as session:
+    """20 AdamW steps on one batch, one intra-op thread (with several, LSTM's kernels sum in an order that
+    varies from run to run: two runs of the same artifacts differ in the last bit)."""
+    with SessionOptions() as options:
+        options.setIntraOpNumThreads(1)
+        session = env.createTrainingSession(str(made.checkpoint), str(made.training_model), str(made.eval_model),
+                                            str(made.optimizer_model), options)
+    with session:
         feeds = {n: data[f"train_{n}"][:16] for n in session.getTrainInputNames()}
         losses = []
         for _ in range(20):
