@@ -110,7 +110,7 @@ def test_model_option_errors(tmp_path: Path, digits_model: Path, small_data: Pat
         assert info.value.code == 2 and message in capsys.readouterr().err
     for args, message in [
         (["--model", tmp_path / "none.onnx"], f"error: model '{tmp_path / 'none.onnx'}' does not exist"),
-        (["--model", digits_model, "--trainable", "head.*"], "error: requires_grad pattern 'head.*' matches no initializer"),
+        (["--model", digits_model, "--trainable", "head.*"], "error: --trainable pattern 'head.*' matches no initializer"),
         (["--model", digits_model, "--loss", "none"], "error: with no loss, the model's first output is the loss, but "
                                                       "'logits' has shape [batch, 10], not a scalar"),
     ]:
