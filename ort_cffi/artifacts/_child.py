@@ -510,7 +510,8 @@ def generate(request, backend=None):
     # training model outputs updated, for the trainer to write back after each step.
     statistics, statistics_records = [], []
     if preparing:
-        model, statistics, statistics_records = load_sibling("batchnorm").follow_batch_statistics(model)
+        model, statistics, statistics_records = load_sibling("batchnorm").follow_batch_statistics(
+            model, None if patterns is None and not frozen else set(wanted))
     statistics_outputs = [s[key] for s in statistics for key in ("mean_output", "var_output")]
     for name in [s[key] for s in statistics for key in ("mean", "var")]:
         wanted.pop(name, None)
