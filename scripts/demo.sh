@@ -9,8 +9,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[cpu,artifacts,demo]"
+# Said from the first second: a fresh .venv takes half a minute before anything else prints. pip's -q hides
+# its per-package lines but not its download bars, which show where a package is fetched.
+if [ -x .venv/bin/python ]; then
+  echo "demo: updating ort_cffi in .venv (a few seconds) ..."
+else
+  echo "demo: creating .venv and installing ort_cffi with its CPU runtime (about 30 s the first time, longer"
+  echo "      where pip downloads) ..."
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check --progress-bar on -e ".[cpu,artifacts,demo]"
+echo "demo: installed; training the embedded example (runs/demo), then fine-tuning its export (runs/finetune)"
 # Where pip cannot install the training wheel (CPython 3.13 and later), fetch the nearest build: its runtime,
 # and its Python layer, with which ort-cffi-artifacts generates in this interpreter (install keeps a runtime
 # that is complete, and completes one an older ort_cffi fetched).

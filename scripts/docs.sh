@@ -12,4 +12,7 @@ PYTHON=${PYTHON:-python3}
 # successor, Zensical (0.1 today), reads this mkdocs.yml. The banner says nothing about this site, so
 # it is silenced; moving to Zensical once mkdocstrings runs there is a one-file change.
 NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict --clean "$@"
-echo "site built: $(pwd)/site/index.html"
+# The site opens from the file system: no internal link needs a server. With $SITE_BROWSER (a Chromium,
+# as CI sets it), pages are also opened from file:// in it, with screenshots at 1280 px in .cache/.
+.venv/bin/python scripts/check_site.py site ${SITE_BROWSER:+--browser "$SITE_BROWSER"}
+echo "site built: $(pwd)/site/index.html (open it in a browser; no server needed)"

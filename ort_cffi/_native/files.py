@@ -81,6 +81,27 @@ def mode_for(target: str) -> int:
         return 0o666 & ~current_umask()
 
 
+def probe_writes(directory: str) -> None:
+    """Do in ``directory`` what a crash-safe save does (create a file, write it, fsync it, rename it), then
+    remove the probe; raises the OSError of the step that failed. ``os.access`` is no answer: it says yes to
+    root in an immutable folder and knows nothing of read-only mounts."""
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".ort_cffi-probe.", suffix=".tmp")
+    renamed = tmp[:-len(".tmp")]
+    try:
+        try:
+            os.write(fd, b"ort_cffi write probe\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, renamed)
+    finally:
+        for path in (tmp, renamed):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
 def atomic_write(target: str, write: Callable[[str], None], what: str) -> None:
     """Have ``write(tmp_path)`` produce the file beside ``target``, fsync it, then rename it over
     ``target`` and fsync the folder. On any failure the temporary file is removed and ``target``

@@ -409,16 +409,49 @@ class OnnxRuntimeBackend(object):
         return "ONNX Runtime's generator failed: {}".format(_runtime_message(error))
 
 
+def refuse_missing_external_data(onnx, model, path, what):
+    """Refuse a model whose initializers keep their data in files (``model.onnx.data``) that are not beside
+    it, naming them: an export of a large model writes two files, and copying one is easy."""
+    folder = os.path.dirname(os.path.abspath(path))
+    missing = []
+    for tensor in model.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = dict((entry.key, entry.value) for entry in tensor.external_data).get("location")
+        if location and location not in missing and not os.path.isfile(os.path.join(folder, location)):
+            missing.append(location)
+    if missing:
+        several = len(missing) > 1
+        raise Refusal("model", "{} keeps its weights in external data file{} {}, missing from {}: copy {} beside "
+                               "the model".format(what, "s" if several else "", ", ".join(repr(m) for m in missing),
+                                                  folder, "them" if several else "it"))
+
+
 def generate(request, backend=None):
     """Generate the artifacts ``request`` asks for with ``backend`` (default: ONNX Runtime's generator)."""
     if backend is None:
         backend = OnnxRuntimeBackend()
     onnx = backend.onnx
     what = request.get("model_label") or "the model"
+    def check_external_data(model):
+        refuse_missing_external_data(onnx, model, request["model"], what)
+
     try:
-        # A generator may load the model its own way (ort_cffi's builder sets the weights aside)
-        model = (getattr(backend, "load_model", None) or onnx.load)(request["model"])
+        # A generator may load the model its own way (ort_cffi's builder sets the weights aside, after the check)
+        if getattr(backend, "load_model", None) is not None:
+            model = backend.load_model(request["model"], check_external_data)
+        else:
+            model = onnx.load(request["model"])
+    except Refusal:
+        raise
     except Exception as exc:
+        try:  # a model whose weights file is missing is a model all the same: say what is missing
+            refuse_missing_external_data(onnx, onnx.load(request["model"], load_external_data=False),
+                                         request["model"], what)
+        except Refusal:
+            raise
+        except Exception:
+            pass
         raise Refusal("model", "{} is not an ONNX model that onnx {} can read: {}".format(
             what, onnx.__version__, str(exc).strip() or type(exc).__name__))
     original = {"ir_version": model.ir_version, "opset": graph_facts.default_opset(model),
@@ -477,7 +510,8 @@ def generate(request, backend=None):
     # training model outputs updated, for the trainer to write back after each step.
     statistics, statistics_records = [], []
     if preparing:
-        model, statistics, statistics_records = load_sibling("batchnorm").follow_batch_statistics(model)
+        model, statistics, statistics_records = load_sibling("batchnorm").follow_batch_statistics(
+            model, None if patterns is None and not frozen else set(wanted))
     statistics_outputs = [s[key] for s in statistics for key in ("mean_output", "var_output")]
     for name in [s[key] for s in statistics for key in ("mean", "var")]:
         wanted.pop(name, None)

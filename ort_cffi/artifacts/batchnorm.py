@@ -39,10 +39,14 @@ DEFAULT_MOMENTUM = 0.9  # ONNX's default for BatchNormalization
 VARIANCE = "unbiased"  # the convention of the running variance the training model outputs (torch's)
 
 
-def follow_batch_statistics(model):
+def follow_batch_statistics(model, trained=None):
     """(model, statistics, records): a changed copy of ``model`` whose BatchNormalization nodes output their
     updated running statistics, with ``statistics`` = [{"node", "mean", "var", "mean_output", "var_output",
-    "momentum"}] (parameter names, then output names); the same model, [] and [] when none qualifies."""
+    "momentum"}] (parameter names, then output names); the same model, [] and [] when none qualifies.
+
+    ``trained``: the names of the parameters to train (None: all). A layer whose scale and bias are both
+    frozen keeps its running statistics and normalises with them in training too, as a frozen backbone in
+    torch's eval() does: fine-tuning a head leaves the backbone as it was (a record says which layers)."""
     if (graph_facts.default_opset(model) or 1) < 14:
         return model, [], []  # training_mode is an attribute from opset 14 on
     graph = model.graph
@@ -53,18 +57,25 @@ def follow_batch_statistics(model):
             readers[name] = readers.get(name, 0) + 1
     outputs = set(o.name for o in graph.output)
     names = set(n for node in graph.node for n in list(node.input) + list(node.output) + [node.name])
-    chosen = []
+    chosen, kept = [], []
     for index, node in enumerate(graph.node):
         if node.op_type != "BatchNormalization" or node.domain not in ("", "ai.onnx") or len(node.input) < 5:
             continue
+        if trained is not None and node.input[1] not in trained and node.input[2] not in trained:
+            kept.append(node.name or "BatchNormalization_{}".format(index))
+            continue  # a frozen layer: its statistics stay too (the node keeps its inference form)
         mean, var = node.input[3], node.input[4]
         if mean not in floats or var not in floats or readers.get(mean) != 1 or readers.get(var) != 1:
             continue  # statistics computed, or shared: not the exporters' form
         if any(name in outputs for name in node.output[1:] if name):
             continue  # the model itself outputs them: leave it be
         chosen.append(index)
+    frozen_records = [{"rule": "batchnorm_statistics", "op": "BatchNormalization", "count": len(kept),
+                       "nodes": kept, "note": "scale and bias frozen: the running statistics stay as they are and "
+                                              "the layer normalises with them, as torch's eval() of a frozen "
+                                              "layer does"}] if kept else []
     if not chosen:
-        return model, [], []
+        return model, [], frozen_records
     result = ModelProto()
     result.CopyFrom(model)
     types = dict((t.name, t.data_type) for t in graph.initializer)
@@ -111,7 +122,7 @@ def follow_batch_statistics(model):
                         "from the training model's outputs with momentum {} (running = momentum * running + "
                         "(1 - momentum) * batch, torch's unbiased batch variance)".format(
                             ", ".join(str(m) for m in momenta))}]
-    return result, statistics, records
+    return result, statistics, records + frozen_records
 
 
 def _unbiased_variance(x, running, biased, output, momentum, data_type, label, fresh):

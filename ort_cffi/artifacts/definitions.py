@@ -174,8 +174,10 @@ def preparation_lines(records: Sequence[Dict[str, Any]]) -> List[str]:
     return lines
 
 
-def describe(made: GeneratedArtifacts, model: str) -> List[str]:
-    """The lines ``ort-cffi-artifacts`` prints about what it made from ``model`` (ort-cffi-train prints them too)."""
+def describe(made: GeneratedArtifacts, model: str, verbose: bool = False) -> List[str]:
+    """The lines ``ort-cffi-artifacts`` prints about what it made from ``model`` (ort-cffi-train prints them too).
+    ``verbose`` adds the internals a user need not act on: what was converted for the runtime (IR version,
+    opset) and the loss output's generated name."""
     def shape(p: Parameter) -> str:
         return "[" + ", ".join(str(d) for d in p.shape) + "]"
 
@@ -183,7 +185,8 @@ def describe(made: GeneratedArtifacts, model: str) -> List[str]:
         f"model:      {model} (IR {made.model_ir_version}, opset {made.model_opset}); inputs "
         f"{', '.join(str(s) for s in made.model_inputs) or 'none'}; outputs {', '.join(str(s) for s in made.model_outputs)}",
     ]
-    lines += [f"converted:  {note}" for note in made.notes]
+    if verbose:
+        lines += [f"converted:  {note}" for note in made.notes]
     lines += [f"prepared:   {line}" for line in preparation_lines(made.preparation)]
     total = made.total_parameters
     share = f" ({made.trainable_parameters / total:.1%} of the model's {_count(total)})" if total else ""
@@ -210,5 +213,8 @@ def describe(made: GeneratedArtifacts, model: str) -> List[str]:
     lines.append(f"optimizer:  {made.optimizer.name if made.optimizer else 'none (no optimizer model)'}")
     added = f" (added by the loss: {', '.join(made.added_inputs)})" if made.added_inputs else ""
     lines.append(f"training model inputs: {', '.join(str(s) for s in made.training_inputs)}{added}")
-    lines.append(f"eval model outputs:    {', '.join(made.eval_outputs)}")
+    # The first is the loss, under a name the generator made up (onnx::loss::2): named by its role.
+    if made.eval_outputs:
+        loss_output = f"{made.eval_outputs[0]} (the loss)" if verbose else "the loss"
+        lines.append(f"eval model outputs:    {', '.join([loss_output, *made.eval_outputs[1:]])}")
     return lines

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ort_cffi import OrtErrorCode, OrtException
 from ort_cffi._facade.external_data import check_external_data
-from ort_cffi._facade.files import file_sha256
+from ort_cffi._facade.files import file_sha256, probe_writes
 from ort_cffi.artifacts.definitions import ArtifactsInputError, LossType, ModelLike, OptimType
 
 
@@ -161,8 +160,6 @@ def writable_folder(folder: Path) -> None:
     except OSError as exc:
         raise ArtifactsInputError(f"cannot create the artifacts folder {str(folder)!r}: {exc.strerror}") from None
     try:  # os.access is no answer for root or read-only file systems: try
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".ort_cffi-probe-")
-        os.close(fd)
-        os.unlink(probe)
+        probe_writes(str(folder))
     except OSError as exc:
         raise ArtifactsInputError(f"cannot write into the artifacts folder {str(folder)!r}: {exc.strerror}") from None

@@ -1,8 +1,10 @@
-"""Argument types the commands share: argparse reports a bad value as a usage error (exit 2)."""
+"""Argument types the commands share (argparse reports a bad value as a usage error, exit 2), and messages
+put in the command line's words."""
 from __future__ import annotations
 
 import argparse
 import math
+import re
 
 
 def positive_int(text: str) -> int:
@@ -24,3 +26,13 @@ def positive_float(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
+
+
+# The API's parameter words and the command-line flags that set them (--trainable sets requires_grad).
+_FLAG_WORDS = {"requires_grad": "--trainable", "frozen_params": "--frozen"}
+
+
+def in_flag_words(message: str) -> str:
+    """A message of ``generate_artifacts`` in the words of the command line: the flags the user typed, not
+    the API parameters they set."""
+    return re.sub(r"\b(" + "|".join(_FLAG_WORDS) + r")\b", lambda m: _FLAG_WORDS[m.group(1)], message)

@@ -19,6 +19,7 @@ from ort_cffi.artifacts import (
     generate_artifacts,
 )
 from ort_cffi.artifacts.options import GENERATORS, ONNX_RUNTIME, ORT_CFFI, chosen_generator
+from ort_cffi.cli.args import in_flag_words
 
 DESCRIPTION = """\
 Make ONNX Runtime training artifacts from an ONNX model, without torch: checkpoint,
@@ -92,6 +93,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--no-prepare", action="store_true",
                         help="hand the model to ONNX Runtime's generator as it is: no rewrite of operators without a "
                         "gradient, no fitting of the loss's input (the default changes only models that need it)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also print internals: what the conversion for ONNX Runtime 1.19 changed (IR version, "
+                        "opset), the loss output's name")
     parser.add_argument("--version", action="version", version=f"%(prog)s (ort_cffi {__version__})")
     args = parser.parse_args(argv)
     if not args.check_generator:  # required unless only the generator is checked
@@ -149,14 +153,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             prepare=not args.no_prepare,
         )
     except ArtifactsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {in_flag_words(str(exc))}", file=sys.stderr)
         return 2 if isinstance(exc, ValueError) else 1
+    except KeyboardInterrupt:  # the generator works in a temporary folder, removed on the way out
+        print(f"\ninterrupted: no artifacts were written to {args.out}", file=sys.stderr)
+        return 130
     versions = made.versions
     who = (f"ONNX Runtime {versions['onnxruntime']}" if versions.get("generator") == ONNX_RUNTIME
            else "ort_cffi's gradient builder")
     print(f"ort-cffi-artifacts: ort_cffi {__version__}; generator: {who}, onnx {versions['onnx']}, "
           f"Python {versions['python']} ({versions['executable']})")
-    for line in describe(made, str(args.model)):
+    for line in describe(made, str(args.model), args.verbose):
         print(line)
     written = ", ".join(str(p) for p in made.files.values())
     checked = "" if args.no_check else "; they load in a training session"

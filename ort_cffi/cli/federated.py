@@ -218,6 +218,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             previous[signum] = signal.signal(signum, _interrupt)
     try:
         return _run(args)
+    except KeyboardInterrupt:  # before the run's own handling began (Flower's import)
+        print("\ninterrupted before the first round: nothing to continue", file=sys.stderr)
+        return 130
     finally:  # a caller in the same process (a test, a notebook) gets its own handlers back
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -162,6 +162,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except OSError as error:  # the store or a temporary folder: not writable, full
         print(f"ort-cffi-runtime: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # an install unpacks into a temporary folder and moves it in whole
+        print("\nort-cffi-runtime: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

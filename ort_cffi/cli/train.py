@@ -26,8 +26,8 @@ from typing import Optional, Sequence
 from ort_cffi import OrtException, __version__
 from ort_cffi.artifacts import ArtifactsError, LossType, OptimType
 from ort_cffi.artifacts.options import GENERATORS
-from ort_cffi.cli.args import non_negative_int, positive_float, positive_int
-from ort_cffi.trainer import DEFAULT_ARTIFACTS, GENERATION_FLAGS, SetupError, TrainingJob, settings_from
+from ort_cffi.cli.args import in_flag_words, non_negative_int, positive_float, positive_int
+from ort_cffi.trainer import DEFAULT_ARTIFACTS, GENERATION_FLAGS, OutputError, SetupError, TrainingJob, settings_from
 
 DESCRIPTION = """\
 Fine-tune an ONNX model, or train ONNX Runtime training artifacts, on a dataset, through
@@ -55,7 +55,9 @@ per epoch) and training.png (their plot); with --model, the artifacts in artifac
 
 A run is never overwritten unless asked: an --out that holds a run, finished or not, is refused
 unless --resume continues it or --overwrite replaces it. A run that fails before its first epoch
-leaves the file system as it found it.
+leaves the file system as it found it. An --out that cannot be written is refused before anything is
+trained; a write that fails later (a full disk) ends with an error that says what was kept. Ctrl-C
+stops a run with one line and exit status 130 (in training: how to resume it).
 
 A BatchNorm model's running statistics trail its weights after a short fine-tuning: before each
 validation, the trainer re-estimates them over the training set (--no-bn-reestimate: it does not).
@@ -132,6 +134,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help="show a progress bar (default: when stderr is a terminal)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     parser.add_argument("--no-plot", action="store_true", help="do not write training.png")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also print internals: what --model's conversion changed, the loss output's name")
     parser.add_argument("--version", action="version", version=f"%(prog)s (ort_cffi {__version__})")
     args = parser.parse_args(argv)
     if args.model is not None and args.artifacts is not None:
@@ -161,12 +165,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SetupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except ArtifactsError as exc:  # generating --model's artifacts failed: its message says why
+    except OutputError as exc:  # a full disk, a folder made read-only during the run: what was kept
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except ArtifactsError as exc:  # generating --model's artifacts failed: its message says why
+        print(f"error: {in_flag_words(str(exc))}", file=sys.stderr)
         return 2 if isinstance(exc, ValueError) else 1
     except OrtException as exc:  # the runtime refused something: its message says what, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the job says more where it can (in the epochs, before them, exporting)
+        print("\ninterrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from ort_cffi.flower import deploy
 from ort_cffi.flower.model import FederatedError, GlobalModel
 from ort_cffi.flower.server import LOG_MARK, ServerSettings
 from ort_cffi.flower.store import RunStore, run_files
-from ort_cffi.trainer.data import find_artifacts, find_dataset
+from ort_cffi.trainer.data import DYNAMIC_BATCH_HINT, find_artifacts, find_dataset
 from ort_cffi.trainer.errors import SetupError
 from ort_cffi.trainer.output import MadeFolders
 
@@ -81,7 +81,7 @@ def _check_out(settings: ServerSettings, artifacts: Path, data_path: Path, out: 
     with GlobalModel(artifacts, data_path, checkpoint=checkpoint, export_outputs=exports) as model:
         if model.fixed_batch is not None and settings.batch_size != model.fixed_batch:
             raise SetupError(f"the model's inputs fix the batch size at {model.fixed_batch}: "
-                                    f"pass --batch-size {model.fixed_batch}")
+                             f"pass --batch-size {model.fixed_batch}" + DYNAMIC_BATCH_HINT)
         model.check_export()
 
 

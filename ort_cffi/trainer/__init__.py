@@ -5,8 +5,8 @@ validation, checkpoints, the export check), ``batchnorm`` (BatchNorm statistics 
 weights, ``reestimate_batchnorm``), ``output`` (metrics and plot), ``job`` (a whole run)."""
 from ort_cffi.trainer.batchnorm import Reestimated, reestimate_batchnorm
 from ort_cffi.trainer.data import DEFAULT_ARTIFACTS
-from ort_cffi.trainer.errors import SetupError
+from ort_cffi.trainer.errors import OutputError, SetupError
 from ort_cffi.trainer.job import GENERATION_FLAGS, TrainingJob, TrainSettings, settings_from
 
-__all__ = ["DEFAULT_ARTIFACTS", "GENERATION_FLAGS", "Reestimated", "SetupError", "TrainSettings", "TrainingJob",
+__all__ = ["DEFAULT_ARTIFACTS", "GENERATION_FLAGS", "OutputError", "Reestimated", "SetupError", "TrainSettings", "TrainingJob",
            "reestimate_batchnorm", "settings_from"]

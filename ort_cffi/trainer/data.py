@@ -132,6 +132,12 @@ def load_dataset(path: Path, splits: Dict[str, List[str]], infos: Dict[str, Tens
     return dataset
 
 
+# Said with every "the model fixes the batch size" refusal: the other way out, a model that takes any batch.
+DYNAMIC_BATCH_HINT = ("; or export the model with a dynamic batch: torch.onnx.export(..., dynamic_shapes=...) with the "
+                      "default exporter, or dynamic_axes={'<input>': {0: 'batch'}} with the TorchScript one "
+                      "(dynamo=False)")
+
+
 def fixed_batch(infos: Dict[str, TensorInfo]) -> Optional[int]:
     """The batch size the model fixes, if its inputs' first dimension is not symbolic."""
     sizes = {info.shape[0] for info in infos.values() if info.shape and info.shape[0] > 0}

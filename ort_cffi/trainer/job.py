@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ort_cffi import OrtEnvironment, OrtTrainingSession, SessionOptions, __version__
+from ort_cffi._facade.files import probe_writes
 from ort_cffi.artifacts import (
     LossType,
     OptimType,
@@ -40,6 +41,7 @@ from ort_cffi.trainer.config import (
 )
 from ort_cffi.trainer.data import (
     DEFAULT_ARTIFACTS,
+    DYNAMIC_BATCH_HINT,
     check_batch_size,
     check_labels,
     eval_signature,
@@ -51,9 +53,9 @@ from ort_cffi.trainer.data import (
     running_statistics,
     shape_text,
 )
-from ort_cffi.trainer.errors import SetupError
+from ort_cffi.trainer.errors import OutputError, SetupError
 from ort_cffi.trainer.loop import Outputs, Plan, check_export, evaluate, inference_check, run_epochs
-from ort_cffi.trainer.output import MadeFolders, load_history, plot, write_json
+from ort_cffi.trainer.output import MadeFolders, load_history, plot, write_json, writing
 
 # The files that make a folder a run's: a new run refuses such an --out unless told --resume or --overwrite.
 # Where --overwrite generates --model's new artifacts (inside --out) until the pre-flight passed.
@@ -99,6 +101,7 @@ class TrainSettings:
     threads: int = 0
     progress: Optional[bool] = None  # None: a bar only when stderr is a terminal
     no_plot: bool = False
+    verbose: bool = False  # describe --model's artifacts with their internals (conversion notes, the loss's name)
 
     def __post_init__(self) -> None:
         for name in ("out", "model", "artifacts", "data"):  # paths may be given as strings
@@ -151,6 +154,7 @@ class TrainingJob:
 
         Raises:
             SetupError: A folder, file, dataset or option given is wrong (before anything is trained).
+            OutputError: A file of the run could not be written once training began; it says what was kept.
             ArtifactsError: ``--model``'s artifacts cannot be made.
             OrtException: The runtime refuses something.
         """
@@ -162,12 +166,25 @@ class TrainingJob:
             self._refuse_a_run_in_out()
         undo = _Undo(self.out)  # a failed pre-flight leaves the file system as it found it
         try:
+            return self._run(started, resumed, undo)
+        except KeyboardInterrupt:  # Ctrl-C outside the epochs (those say how to resume): one line, no traceback
+            print(f"\ninterrupted before training began: {self.out} is as it was", file=sys.stderr)
+            return 130
+
+    def _run(self, started: float, resumed: Optional[Resumed], undo: "_Undo") -> int:
+        try:
             source = self._source(resumed)
             config, notes = self._config(source, resumed)
             try:
                 self.out.mkdir(parents=True, exist_ok=True)
             except OSError as error:
                 raise SetupError(f"--out {str(self.out)!r} cannot be the run's folder: {error.strerror}") from None
+            try:  # every file of the run goes into --out, each by a temporary file renamed over it
+                probe_writes(str(self.out))
+            except OSError as error:
+                raise SetupError(f"--out {str(self.out)!r} cannot be written ({error.strerror}: a probe file could not "
+                                 "be created, written and renamed there): nothing was trained; choose another --out, "
+                                 "or make this one writable") from None
 
             OrtTrainingSession.setSeed(config.seed)
             with SessionOptions() as session_options:
@@ -207,11 +224,37 @@ class TrainingJob:
             except KeyboardInterrupt:
                 print(f"\ninterrupted: resume with --out {self.out} --resume", file=sys.stderr)
                 return 130
-        self._finish(source, prepared, history, config)
+            except OutputError as error:
+                error.kept = self._kept(history, config, trained=False)
+                raise
+        try:
+            self._finish(source, prepared, history, config)
+        except OutputError as error:
+            error.kept = self._kept(history, config, trained=True)
+            raise
+        except KeyboardInterrupt:
+            print(f"\ninterrupted while exporting: the trained checkpoints are kept in {self.out}; export them with: "
+                  f"ort-cffi-train --out {self.out} --resume", file=sys.stderr)
+            return 130
         print(f"wrote {', '.join(str(f) for f in history.files)} in {time.monotonic() - started:.1f} s")
         if history.inference_accuracy is not None:
             print(f"inference model accuracy on validation: {history.inference_accuracy:.4f}")
         return 0
+
+    def _kept(self, history: "_History", config: RunConfig, trained: bool) -> str:
+        """What a run that could not write a file kept, and how to go on from it (OutputError's ``kept``)."""
+        out = self.out
+        files = [name for name in RUN_FILES if (out / name).is_file()]
+        if not history.epochs or "last_checkpoint" not in files:
+            left = f" ({', '.join(files)} left from the attempt)" if files else ""
+            return (f"Nothing of this run's training was kept: no epoch could be saved{left}. Make room in {out}, "
+                    "or choose another --out, and run again")
+        epoch = history.epochs[-1]["epoch"]
+        if trained:
+            return (f"The training is kept: {', '.join(files)} in {out} (last_checkpoint at epoch {epoch} of "
+                    f"{config.epochs}); once {out} can be written, export it with: ort-cffi-train --out {out} --resume")
+        return (f"Kept: {', '.join(files)} in {out}, last_checkpoint at epoch {epoch} of {config.epochs}; once {out} "
+                f"can be written, continue with: ort-cffi-train --out {out} --resume")
 
     # --- before the session --------------------------------------------------------------------------------
 
@@ -339,7 +382,7 @@ class TrainingJob:
                                   options["optimizer"], target, loss_input_names=options["loss_input_names"],
                                   overwrite=settings.overwrite, python=settings.python,
                                   generator=options["generator"], class_axis=settings.class_axis)
-        return target, identity, describe(made, str(settings.model)) + [f"artifacts: {folder} ({note})"]
+        return target, identity, describe(made, str(settings.model), settings.verbose) + [f"artifacts: {folder} ({note})"]
 
     def _config(self, source: _Source, resumed: Optional[Resumed]) -> Tuple[RunConfig, List[str]]:
         """The run's configuration: the options given and the defaults, or the resumed run's; and the notes
@@ -385,16 +428,19 @@ class TrainingJob:
         exported_from = best if best.is_file() else source.checkpoint
         model_path = out / "inference_model.onnx"
         with self.env.createTrainingSession(exported_from, source.files["train"], source.files["eval"]) as exporter:
-            exporter.exportModelForInference(model_path, prepared.export)
+            with writing(model_path):
+                exporter.exportModelForInference(model_path, prepared.export)
         outputs, history.inference_accuracy = inference_check(self.env, model_path, prepared.data["val"], prepared.labels,
                                                               config.batch_size, prepared.drop_last, prepared.scores,
                                                               prepared.class_axis)
         print(f"inference model: {model_path} (from {exported_from.name}; outputs {', '.join(outputs)})")
         history.inference = {"model": model_path.name, "outputs": outputs, "val_accuracy": history.inference_accuracy}
-        history.record(out, config, settings)
+        with writing(out / "metrics.json"):
+            history.record(out, config, settings)
         if not settings.no_plot and history.steps:
             try:
-                plot(out / "training.png", history.steps, history.epochs, title)
+                with writing(out / "training.png"):
+                    plot(out / "training.png", history.steps, history.epochs, title)
                 history.files.append(out / "training.png")
             except ImportError:
                 print("no plot: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
@@ -481,7 +527,8 @@ class _Prepared:
         model_batch = fixed_batch(self.infos)
         if model_batch is not None:
             if model_batch != config.batch_size:
-                raise SetupError(f"the model's inputs fix the batch size at {model_batch}: pass --batch-size {model_batch}")
+                raise SetupError(f"the model's inputs fix the batch size at {model_batch}: pass --batch-size {model_batch}"
+                                 + DYNAMIC_BATCH_HINT)
             self.drop_last = True  # a smaller last batch would not fit the model
         self.n_train = len(self.data["train"][self.splits["train"][0]])
         self.n_val = len(self.data["val"][self.splits["val"][0]])

@@ -19,6 +19,7 @@ from ort_cffi.trainer.batchnorm import reestimate_batchnorm
 from ort_cffi.trainer.config import BEST_ACC, BEST_LOSS, CONFIG, EPOCH, STEP, RunConfig
 from ort_cffi.trainer.data import Arrays, batches
 from ort_cffi.trainer.errors import SetupError
+from ort_cffi.trainer.output import writing
 
 
 class _NoBar:
@@ -207,14 +208,17 @@ def run_epochs(session: OrtTrainingSession, data: Dict[str, Arrays], plan: Plan,
         session.addProperty(BEST_LOSS, -best[1])
         session.addProperty(CONFIG, config.to_json())
         if improved:  # saved first: a crash before last_checkpoint replays this epoch, same result
-            session.saveCheckpoint(out / "best_checkpoint", True)
-        session.saveCheckpoint(out / "last_checkpoint", True)  # with Adam's state, for --resume
+            with writing(out / "best_checkpoint"):
+                session.saveCheckpoint(out / "best_checkpoint", True)
+        with writing(out / "last_checkpoint"):
+            session.saveCheckpoint(out / "last_checkpoint", True)  # with Adam's state, for --resume
         epochs.append({"epoch": epoch, "step": step, "train_loss": train_loss, "val_loss": val_loss,
                        "val_accuracy": val_acc, "lr": lr, "seconds": round(time.monotonic() - epoch_started, 3),
                        "best": improved, "bn_reestimate": None if reestimated is None else {
                            "layers": reestimated.layers, "batches": reestimated.batches,
                            "seconds": round(reestimated.seconds, 3)}})
-        record()
+        with writing(out / "metrics.json"):
+            record()
         accuracy = f"  val acc {val_acc:.4f}" if val_acc is not None else ""
         statistics = f"  bn re-estimated ({reestimated.seconds:.1f} s)" if reestimated is not None else ""
         print(f"epoch {epoch:{width}d}/{config.epochs}  train loss {train_loss:.4f}  "

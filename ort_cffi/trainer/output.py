@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
+from ort_cffi import OrtException
 from ort_cffi._facade.files import atomic_write
+from ort_cffi.trainer.errors import OutputError
 
 
 class MadeFolders:
@@ -30,6 +33,18 @@ class MadeFolders:
                 folder.rmdir()
             except OSError:
                 break
+
+
+@contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Turn a failure to write ``path`` (OSError from Python, OrtException from the runtime's own writes)
+    into an OutputError naming it, so that the job can say what was kept instead of a traceback."""
+    try:
+        yield
+    except OSError as error:
+        raise OutputError(path, error.strerror or str(error)) from error
+    except OrtException as error:
+        raise OutputError(path, str(error)) from error
 
 
 def write_json(path: Path, data: Any, what: str = "JSON file") -> None:

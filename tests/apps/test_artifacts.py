@@ -19,6 +19,7 @@ from conftest import DIGITS, ROOT, run_child
 from ort_cffi import OrtEnvironment
 from ort_cffi.cli import artifacts as artifacts_cli
 from ort_cffi.artifacts import _child as child
+from ort_cffi.artifacts.options import GENERATORS
 from ort_cffi.artifacts import (
     ENV_PYTHON,
     ArtifactsInputError,
@@ -270,7 +271,8 @@ def test_only_the_last_layer(tmp_path: Path, digits_model: Path, capsys: pytest.
     assert "            fc2.weight  float32 [10, 64]  640\n            fc2.bias    float32 [10]       10\n" in out
     assert "constant:   2 tensors, 4,160 parameters (stay constants of the graphs)" in out
     assert "training model inputs: input float32 [batch, 64], labels int64 [batch] (added by the loss: labels)" in out
-    assert "eval model outputs:    onnx::loss::2, logits" in out
+    assert "eval model outputs:    the loss, logits" in out  # the loss by its role: its name is the generator's
+    assert "converted:" not in out  # internals (IR version, opset brought down) only with --verbose
     assert "; they load in a training session" in out
     assert read_manifest(tmp_path)["trainable"] == ["fc2.weight", "fc2.bias"]
     env = OrtEnvironment.getEnvironment()
@@ -510,6 +512,23 @@ def test_bad_models_and_options(tmp_path: Path) -> None:
         generate_artifacts(model, requires_grad=["fc1.weight", 3])  # type: ignore[list-item]
 
 
+@pytest.mark.parametrize("generator", GENERATORS)
+def test_a_missing_external_data_file_is_named_as_such(tmp_path: Path, generator: str) -> None:
+    """A model saved with its weights in model.onnx.data, copied without that file: the message opened with
+    "is not an ONNX model", which misleads; it names the missing file now."""
+    source = onnx.load(str(mlp(tmp_path / "m.onnx")))
+    copied = tmp_path / "copied"
+    copied.mkdir()
+    onnx.save(source, str(copied / "big.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="big.onnx.data", size_threshold=0)
+    (copied / "big.onnx.data").unlink()
+    with pytest.raises(ArtifactsInputError) as info:
+        generate_artifacts(copied / "big.onnx", artifact_directory=tmp_path / "out", generator=generator)
+    assert str(info.value) == (f"model '{copied / 'big.onnx'}' keeps its weights in external data file "
+                               f"'big.onnx.data', missing from {copied}: copy it beside the model")
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_opset_onnx_cannot_bring_down(tmp_path: Path) -> None:
     """onnx 1.16 knows opsets up to 21: a model stamped 28 (onnx 1.23's default) cannot be converted by it."""
     message = _refusal(tmp_path, mlp(tmp_path / "m.onnx", ir=14, opset=28))
@@ -614,11 +633,21 @@ def test_a_named_interpreter_runs_the_generator(tmp_path: Path, bare_python: str
                                "no output: is it a Python interpreter?)")
 
 
+def test_verbose_shows_the_internals(tmp_path: Path, digits_model: Path, capsys: pytest.CaptureFixture) -> None:
+    """Every --model run printed "converted: optimizer_model.onnx: IR version 14 brought down to 10" and the
+    loss's generated name: internals, now behind --verbose."""
+    assert artifacts_cli.main([str(digits_model), "--out", str(tmp_path), "--verbose"]) == 0
+    out = capsys.readouterr().out
+    notes = read_manifest(tmp_path)["notes"]
+    assert all(f"converted:  {note}\n" in out for note in notes)
+    assert re.search(r"^eval model outputs:    \S+ \(the loss\), logits$", out, re.M), out
+
+
 def test_cli_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     model = mlp(tmp_path / "m.onnx")
     assert artifacts_cli.main([str(model), "--out", str(tmp_path / "out"), "--trainable", "nope*"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: requires_grad pattern 'nope*' matches no initializer") and "Traceback" not in err
+    assert err.startswith("error: --trainable pattern 'nope*' matches no initializer") and "Traceback" not in err
     with pytest.raises(SystemExit):
         artifacts_cli.main([str(model)])  # --out is required
     assert "the following arguments are required: --out" in capsys.readouterr().err

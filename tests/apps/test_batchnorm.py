@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ort_cffi import OrtEnvironment, OrtTrainingSession
 from ort_cffi.artifacts import generate_artifacts, read_manifest
+from ort_cffi.artifacts.options import GENERATORS, ORT_CFFI
 from ort_cffi.trainer import SetupError, TrainingJob, TrainSettings
 from ort_cffi.trainer import loop as train_loop
 from ort_cffi.trainer.batchnorm import reestimate_batchnorm
@@ -255,3 +256,35 @@ def test_the_command_line_names_the_switch(capsys: pytest.CaptureFixture) -> Non
     with pytest.raises(SystemExit):
         cli.parse_args(["--help"])
     assert "--no-bn-reestimate" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("generator", GENERATORS)
+def test_a_frozen_layer_keeps_its_statistics(dataset: Path, tmp_path: Path, generator: str) -> None:
+    """Fine-tuning a head (--trainable) moved the frozen backbone's running statistics. A BatchNorm whose
+    scale and bias are both frozen now keeps them and normalises with them, as torch's eval() of a frozen
+    backbone does; the layers trained follow training as before."""
+    model, initial = two_batchnorms()
+    made = generate_artifacts(model, requires_grad=["K", "s2", "b2", "W"], artifact_directory=tmp_path / "artifacts",
+                              loss_input_names=["logits"], generator=generator)
+    manifest = read_manifest(made.folder)
+    assert [entry["node"] for entry in manifest["batchnorm_statistics"]] == ["bn2"]
+    kept = [r for r in manifest["preparation"] if r["rule"] == "batchnorm_statistics" and r["nodes"] == ["bn1"]]
+    assert len(kept) == 1 and "torch's eval()" in kept[0]["note"]
+    train(made, dataset, tmp_path / "run", epochs=2)
+    with env.createTrainingSession(str(tmp_path / "run" / "last_checkpoint"), str(made.training_model)) as session:
+        state = session.getCheckpointState()
+        found = {name: state.getParameter(name) for name in ("K", "s2", "b2", "m2", "v2", "W")}
+    assert not np.allclose(found["K"], initial["K"]) and not np.allclose(found["m2"], initial["m2"])
+    # the frozen layer, statistics included, is as it was: constants of the graphs, not trainer state
+    training = onnx.load(str(made.training_model))
+    constants = {t.name: numpy_helper.to_array(t) for t in training.graph.initializer}
+    for name in ("s1", "b1", "m1", "v1"):
+        np.testing.assert_array_equal(constants[name], initial[name])
+    # and with ort_cffi's builder, training normalises bn1 with those statistics: the inference form, not
+    # BatchNormInternal (ONNX Runtime's generator turns every BatchNormalization into one: the batch's)
+    first = [n for n in training.graph.node if n.input and n.input[0] == "X"]
+    if generator == ORT_CFFI:
+        assert [n.op_type for n in first] == ["BatchNormalization"]
+        assert all(a.i == 0 for a in first[0].attribute if a.name == "training_mode")
+    else:
+        assert [n.op_type for n in first] == ["BatchNormInternal"]

@@ -196,6 +196,17 @@ def test_a_split_smaller_than_a_fixed_batch_is_named(tmp_path: Path, small_data:
     assert "Traceback" not in stderr and not (tmp_path / "out" / "last_checkpoint").exists()
 
 
+def test_a_fixed_batch_says_how_to_export_a_dynamic_one(tmp_path: Path, small_data: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    """A plain torch.onnx.export fixes the batch: the hint named --batch-size only, not the export's fix."""
+    artifacts = fixed_batch_artifacts(tmp_path, 64)
+    code, _, stderr = run(capsys, "--artifacts", artifacts, "--data", small_data, "--out", tmp_path / "out")
+    assert code == 2 and stderr == (
+        "error: the model's inputs fix the batch size at 64: pass --batch-size 64; or export the model with a dynamic "
+        "batch: torch.onnx.export(..., dynamic_shapes=...) with the default exporter, or dynamic_axes={'<input>': "
+        "{0: 'batch'}} with the TorchScript one (dynamo=False)\n"), stderr
+
+
 def test_a_fixed_batch_drops_the_last_partial_batch(tmp_path: Path, small_data: Path, capsys: pytest.CaptureFixture) -> None:
     """Splits of at least one batch train on whole batches: 400 samples in batches of 64 are 6 steps an epoch."""
     artifacts = fixed_batch_artifacts(tmp_path, 64)

@@ -55,6 +55,8 @@ def test_fine_tune_only_the_last_layer_on_a_new_task(tmp_path: Path, digits_mode
     assert code == 0, stderr
     assert "trainable:  2 tensors, 650 parameters (13.5% of the model's 4,810 parameters)" in stdout
     assert f"artifacts: {out / 'artifacts'} (generated)" in stdout
+    # internals (conversion notes, the loss's generated name) only with --verbose
+    assert "eval model outputs:    the loss, logits\n" in stdout and "converted:" not in stdout
     before, after = float(BEFORE.findall(stdout)[0]), float(ACCURACY.findall(stdout)[0])
     # Bounds, not the measured 0.1417 -> 0.8944 (322 of 360; 0.85 leaves 16 samples): float32 last bits depend
     # on the CPU's kernels, so another CPU trains along a slightly different trajectory.
@@ -110,7 +112,7 @@ def test_model_option_errors(tmp_path: Path, digits_model: Path, small_data: Pat
         assert info.value.code == 2 and message in capsys.readouterr().err
     for args, message in [
         (["--model", tmp_path / "none.onnx"], f"error: model '{tmp_path / 'none.onnx'}' does not exist"),
-        (["--model", digits_model, "--trainable", "head.*"], "error: requires_grad pattern 'head.*' matches no initializer"),
+        (["--model", digits_model, "--trainable", "head.*"], "error: --trainable pattern 'head.*' matches no initializer"),
         (["--model", digits_model, "--loss", "none"], "error: with no loss, the model's first output is the loss, but "
                                                       "'logits' has shape [batch, 10], not a scalar"),
     ]:

@@ -2,16 +2,21 @@
 replaces it), and a run that fails before its first epoch leaves the file system as it found it."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Callable, Dict, Iterator
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from conftest import DIGITS
+from conftest import DIGITS, ROOT
 from ort_cffi import OrtEnvironment
 from ort_cffi.cli import train as cli
 from ort_cffi.trainer import loop as train_loop
@@ -217,3 +222,82 @@ def test_overwrite_keeps_the_old_run_and_artifacts_when_the_preflight_fails(
     assert manifest["options"]["requires_grad"] == ["fc2.*"]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["config"]["artifacts"]["path"] == str((out / "artifacts").resolve())
+
+
+@contextlib.contextmanager
+def read_only(folder: Path) -> Iterator[Path]:
+    """``folder``, made so that nothing can be created, written or renamed in it. chmod does not stop root
+    (these tests run as root in CI): there the folder is made immutable (chattr +i), or, on a file system
+    without that attribute (overlayfs), a read-only bind mount of itself."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        undo = ["chmod", "755", str(folder)]
+    elif subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode == 0:
+        undo = ["chattr", "-i", str(folder)]
+    else:
+        subprocess.run(["mount", "--bind", str(folder), str(folder)], check=True)
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(folder)], check=True)
+        undo = ["umount", str(folder)]
+    try:
+        with pytest.raises(OSError):  # the premise: the folder really cannot be written
+            (folder / "probe").write_text("")
+        yield folder
+    finally:
+        subprocess.run(undo, check=True)
+
+
+def child_train(*args: object, cwd: Path, before: str = "") -> "subprocess.CompletedProcess[str]":
+    """``ort-cffi-train`` in a child process (``before``: Python run first, in it), as a user would see it."""
+    code = before + "\nimport sys\nfrom ort_cffi.cli import train\nsys.exit(train.main(sys.argv[1:]))\n"
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300)
+
+
+def test_a_read_only_out_is_refused_before_training(tmp_path: Path, small_data: Path) -> None:
+    """An immutable --out trained the whole epoch, then failed with a traceback on the checkpoint's temporary
+    file: the epoch was lost. Now a probe file (created, written, renamed) finds it before anything runs."""
+    with read_only(tmp_path / "ro") as out:
+        for extra in ((), ("--data", small_data)):  # the default example (--out alone), and a dataset given
+            proc = child_train(*extra, "--epochs", 1, "--out", out, "--no-progress", cwd=tmp_path)
+            assert proc.returncode == 2, proc.stderr
+            assert re.fullmatch(f"error: --out {re.escape(repr(str(out)))} cannot be written "
+                                r"\((Operation not permitted|Permission denied|Read-only file system): a probe file "
+                                r"could not be created, written and renamed there\): nothing was trained; choose "
+                                r"another --out, or make this one writable\n", proc.stderr), proc.stderr
+            assert "epoch 1/" not in proc.stdout and "before training" not in proc.stdout
+        assert list(out.iterdir()) == []
+
+
+# The child: after epoch 1 is saved, the disk "fills": files may not grow past 1 KiB (RLIMIT_FSIZE, with
+# SIGXFSZ ignored, so that writes fail with EFBIG as on a full disk instead of killing the process).
+FILL_THE_DISK_AFTER_EPOCH_1 = """
+import resource, signal
+from ort_cffi.trainer import loop
+evaluate, calls = loop.evaluate, []
+def evaluate_then_fill(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 2:  # epoch 2's validation: its checkpoints come next
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    return evaluate(*args, **kwargs)
+loop.evaluate = evaluate_then_fill
+"""
+
+
+def test_a_full_disk_during_training_says_what_was_kept(tmp_path: Path, small_data: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "run"
+    proc = child_train("--data", small_data, "--epochs", 3, "--out", out, *QUIET, cwd=tmp_path,
+                       before=FILL_THE_DISK_AFTER_EPOCH_1)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "epoch 1/3" in proc.stdout and "epoch 2/3" not in proc.stdout
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: cannot write {out}{os.sep}"), proc.stderr
+    assert lines[0].endswith(f"Kept: last_checkpoint, best_checkpoint, metrics.json in {out}, last_checkpoint at "
+                             f"epoch 1 of 3; once {out} can be written, continue with: ort-cffi-train --out {out} "
+                             "--resume"), proc.stderr
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]  # no temporary file left behind
+    code, stdout, stderr = run(capsys, "--out", out, "--resume", *QUIET)  # what was kept is whole
+    assert code == 0, stderr
+    assert "resuming:" in stdout and "at epoch 1, step" in stdout and "epoch 3/3" in stdout

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import onnx
 
@@ -73,10 +73,13 @@ class BuilderBackend:
         self.native_ops = frozenset(r.op for r in registered() if r.domain in ("", "ai.onnx"))
         self.weights: Optional[WeightStore] = None
 
-    def load_model(self, path: str) -> onnx.ModelProto:
+    def load_model(self, path: str, check: Optional[Callable[[onnx.ModelProto], None]] = None) -> onnx.ModelProto:
         """The model at ``path`` with its large initializers set aside (external data left on disk): the
-        graph work copies no weights."""
+        graph work copies no weights. ``check`` sees the model as loaded, before that (its external data
+        references are still there)."""
         model = onnx.load(path, load_external_data=False)
+        if check is not None:
+            check(model)
         self.weights = WeightStore(Path(path).resolve().parent)
         self.weights.set_aside(model)
         return model
