@@ -36,7 +36,8 @@ FACES = {
     "ort_cffi.api": [
         "CheckpointState", "LinearLRScheduler", "Module", "Optimizer", "OrtValue", "Parameter", "Parameters", "Properties",
     ],
-    "ort_cffi.trainer": ["DEFAULT_ARTIFACTS", "GENERATION_FLAGS", "SetupError", "TrainSettings", "TrainingJob", "settings_from"],
+    "ort_cffi.trainer": ["DEFAULT_ARTIFACTS", "GENERATION_FLAGS", "OutputError", "Reestimated", "SetupError",
+                         "TrainSettings", "TrainingJob", "reestimate_batchnorm", "settings_from"],
 }
 FLOWER = [
     "ClientSettings", "FederatedError", "FederatedServer", "GlobalModel", "INSTALL_HINT", "LOG_MARK", "LocalLearner",
