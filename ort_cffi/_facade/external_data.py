@@ -296,6 +296,8 @@ def placement(tensor: ExternalTensor, folder: Optional[str], anywhere: bool = Fa
                 f"{os.path.realpath(base)!r}")
     try:
         info = os.stat(resolved)
+    except FileNotFoundError:
+        return f"the external data file {resolved!r} is missing: copy it beside the model"
     except OSError as exc:
         return f"{resolved!r} cannot be opened ({exc.strerror})"
     if not stat.S_ISREG(info.st_mode):

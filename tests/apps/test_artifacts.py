@@ -524,8 +524,8 @@ def test_a_missing_external_data_file_is_named_as_such(tmp_path: Path, generator
     (copied / "big.onnx.data").unlink()
     with pytest.raises(ArtifactsInputError) as info:
         generate_artifacts(copied / "big.onnx", artifact_directory=tmp_path / "out", generator=generator)
-    assert str(info.value) == (f"model '{copied / 'big.onnx'}' keeps its weights in external data file "
-                               f"'big.onnx.data', missing from {copied}: copy it beside the model")
+    message = str(info.value)  # said by the external-data check that runs before any generator
+    assert "is not an ONNX model" not in message and f"external data file '{copied / 'big.onnx.data'}' is missing" in message
     assert not (tmp_path / "out").exists()
 
 

@@ -204,7 +204,7 @@ def test_the_rules_beyond_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyP
         ((b"location", b"w.bin"), (b"offset", b"-1")): "offset '-1' is not a whole number of bytes",
         ((b"location", b"w.bin"), (b"length", b"8 ")): "length '8 ' is not a whole number of bytes",
         ((b"location", b"w.bin"), (b"offset", b"4"), (b"length", b"8")): "offset 4 + length 8 = 12 bytes lies past the end",
-        ((b"location", b"missing.bin"),): "cannot be opened (No such file or directory)",
+        ((b"location", b"missing.bin"),): "is missing: copy it beside the model",
     }
     for entries, fragment in cases.items():
         rule = broken_rule(ExternalTensor("w", "here", entries), str(tmp_path))
