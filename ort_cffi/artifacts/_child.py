@@ -308,7 +308,7 @@ def resolve(onnx, patterns, what, initializers):
 
 # --- the loss -----------------------------------------------------------------------------------------------
 
-def loss_plan(onnx, model, loss, loss_input_names, reading=None):
+def loss_plan(onnx, model, loss, loss_input_names, reading=None, class_axis=None):
     """Check that the loss has a usable output to read; returns (loss input, target input name, the
     loss_input_names to pass on, the model, how the loss reads it, preparation records). ``reading``: the
     loss_reading module, which fits a cross-entropy's input to ONNX Runtime's loss (None: no fitting)."""
@@ -347,7 +347,7 @@ def loss_plan(onnx, model, loss, loss_input_names, reading=None):
     fitted, records = None, []
     if reading is not None and loss == "CrossEntropyLoss":
         try:
-            model, fitted, records = reading.fit_cross_entropy(model, scores)
+            model, fitted, records = reading.fit_cross_entropy(model, scores, class_axis)
         except reading.LossReadingError as exc:
             raise Refusal("loss", str(exc))
         graph = model.graph
@@ -375,11 +375,49 @@ def loss_plan(onnx, model, loss, loss_input_names, reading=None):
 
 # --- generation ---------------------------------------------------------------------------------------------
 
-def generate(request):
-    onnx, onnxruntime, artifacts = import_generator()
+class OnnxRuntimeBackend(object):
+    """ONNX Runtime's own generator (``onnxruntime.training.artifacts``), as ``generate`` calls a generator:
+    ``generate(model, ...)`` writes the files, ``unreached(error)`` names the parameters a failure says no
+    gradient reaches, ``explain(error)`` says what went wrong. ort_cffi's own builder has the same face
+    (``ort_cffi.artifacts.builder.files.BuilderBackend``), and runs in ort_cffi's process."""
+
+    name = "onnxruntime"
+
+    def __init__(self):
+        self.onnx, self.onnxruntime, self.artifacts = import_generator()
+        self.versions = {"onnx": self.onnx.__version__, "onnxruntime": self.onnxruntime.__version__}
+
+    def generate(self, model, requires_grad, frozen_params, loss, optimizer, out, prefix, additional_output_names,
+                 nominal_checkpoint, loss_input_names):
+        graph_utils = importlib.import_module("onnxruntime.training.onnxblock._graph_utils")
+        setattr(graph_utils, "_GRAPH_TOKEN", 0)  # names like onnx::loss::2 count from here, as in a fresh process
+        self.artifacts.generate_artifacts(
+            model, requires_grad=requires_grad, frozen_params=frozen_params,
+            loss=None if loss is None else self.artifacts.LossType[loss],
+            optimizer=None if optimizer is None else self.artifacts.OptimType[optimizer],
+            artifact_directory=out, prefix=prefix, additional_output_names=additional_output_names,
+            nominal_checkpoint=nominal_checkpoint, loss_input_names=loss_input_names)
+
+    def unreached(self, error):
+        # A parameter the static check let through but no gradient reaches (say, a threshold feeding only a
+        # comparison): the gradient builder names the first such one.
+        missing = (re.search(r"failed to find NodeArg by name: (.+)_grad\b", str(error))
+                   or re.search(r"Cannot compute the partial derivative for '(.+)' as it's unreachable", str(error)))
+        return [missing.group(1)] if missing else []
+
+    def explain(self, error):
+        return "ONNX Runtime's generator failed: {}".format(_runtime_message(error))
+
+
+def generate(request, backend=None):
+    """Generate the artifacts ``request`` asks for with ``backend`` (default: ONNX Runtime's generator)."""
+    if backend is None:
+        backend = OnnxRuntimeBackend()
+    onnx = backend.onnx
     what = request.get("model_label") or "the model"
     try:
-        model = onnx.load(request["model"])
+        # A generator may load the model its own way (ort_cffi's builder sets the weights aside)
+        model = (getattr(backend, "load_model", None) or onnx.load)(request["model"])
     except Exception as exc:
         raise Refusal("model", "{} is not an ONNX model that onnx {} can read: {}".format(
             what, onnx.__version__, str(exc).strip() or type(exc).__name__))
@@ -393,7 +431,8 @@ def generate(request):
     preparing = request.get("prepare", True)
     own_outputs = [o.name for o in model.graph.output]
     scores, target, loss_input_names, model, reading, loss_records = loss_plan(
-        onnx, model, loss, request.get("loss_input_names"), load_sibling("loss_reading") if preparing else None)
+        onnx, model, loss, request.get("loss_input_names"), load_sibling("loss_reading") if preparing else None,
+        request.get("class_axis"))
     additional = request.get("additional_output_names")
     if additional is None:  # by default the eval model keeps the model's outputs (to export for inference)
         additional = [] if loss is None else list(own_outputs)
@@ -447,7 +486,6 @@ def generate(request):
 
     out = request["out"]
     prefix = request.get("prefix") or ""
-    graph_utils = importlib.import_module("onnxruntime.training.onnxblock._graph_utils")
     # Graph preparation (rewrites.py) changes only what stands between the trained parameters and the loss;
     # a model that needs nothing goes to the generator as the very object loaded, so that its artifacts are
     # byte for byte those of ONNX Runtime's own generator. prepare=False hands every model over as it is.
@@ -459,37 +497,25 @@ def generate(request):
         prepared, preparation = model, []
         if rewrites is not None:
             try:
-                prepared, preparation = rewrites.prepare(model, requires_grad=requires_grad, outputs=[scores])
+                prepared, preparation = rewrites.prepare(model, requires_grad=requires_grad, outputs=[scores],
+                                                         native=getattr(backend, "native_ops", frozenset()))
             except rewrites.PreparationError as exc:
                 raise Refusal("prepare", str(exc))
-        setattr(graph_utils, "_GRAPH_TOKEN", 0)  # names like onnx::loss::2 count from here, as in a fresh process
         try:
-            artifacts.generate_artifacts(
-                prepared,
-                requires_grad=requires_grad,
-                frozen_params=frozen_params or None,
-                loss=None if loss is None else artifacts.LossType[loss],
-                optimizer=None if request.get("optimizer") is None else artifacts.OptimType[request["optimizer"]],
-                artifact_directory=out,
-                prefix=prefix,
-                additional_output_names=(additional + statistics_outputs) or None,
-                nominal_checkpoint=bool(request.get("nominal_checkpoint")),
-                loss_input_names=loss_input_names or None,
-            )
+            backend.generate(prepared, requires_grad, frozen_params or None, loss, request.get("optimizer"), out,
+                             prefix, (additional + statistics_outputs) or None, bool(request.get("nominal_checkpoint")),
+                             loss_input_names or None)
             break
         except Exception as exc:  # pybind's RuntimeError mostly; onnx's errors for models it cannot handle
-            # A parameter the static check let through but no gradient reaches (say, a threshold feeding only
-            # a comparison): the gradient builder names the first such one. Drop it when a pattern chose it,
-            # refuse it when it was named.
-            missing = (re.search(r"failed to find NodeArg by name: (.+)_grad\b", str(exc))
-                       or re.search(r"Cannot compute the partial derivative for '(.+)' as it's unreachable", str(exc)))
-            name = missing.group(1) if missing else None
-            if name is None or name not in wanted:
-                raise Refusal("generator", "ONNX Runtime's generator failed: {}".format(_runtime_message(exc)))
-            if wanted[name]:
-                raise Refusal("gradient", "{!r} cannot be trained: no gradient reaches it from the loss".format(name))
-            del wanted[name]
-            left_out[name] = "no gradient reaches it from the loss"
+            # Parameters no gradient reaches: dropped when a pattern chose them, refused when named.
+            names = backend.unreached(exc)
+            if not names or any(name not in wanted for name in names):
+                raise Refusal("generator", backend.explain(exc))
+            for name in names:
+                if wanted[name]:
+                    raise Refusal("gradient", "{!r} cannot be trained: no gradient reaches it from the loss".format(name))
+                del wanted[name]
+                left_out[name] = "no gradient reaches it from the loss"
             if not wanted:
                 raise Refusal("options", "nothing to train: no gradient reaches any selected parameter")
 
@@ -554,7 +580,7 @@ def generate(request):
         "added_inputs": [v["name"] for v in training_inputs if v["name"] not in original_inputs],
         "eval_outputs": [o.name for o in described["eval_model"].graph.output],
         "ir_version": training.ir_version,
-        "versions": {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__},
+        "versions": dict(backend.versions, generator=backend.name),
         "torch_imported": "torch" in sys.modules,
     }
 

@@ -13,6 +13,17 @@ BatchNormInternal computed, ``momentum * running + (1 - momentum) * batch`` (the
 momentum m is exported as 1 - m), and the trainer writes them into the frozen parameters after each step
 (``updateParameter``), as torch's train mode does. The eval model keeps the inference form (eval_graph.py).
 
+The running variance follows torch's convention: BatchNormInternal updates it with the biased batch variance
+(the one it normalises with), torch with the unbiased one, ``batch * n / (n - 1)`` with n the elements per
+channel in the batch (``size(X) / C``). A few nodes after each BatchNormalization correct the output:
+``R + (R - momentum * running) / (n - 1)``, where ``R - momentum * running`` is ``(1 - momentum) * batch``
+(n - 1 is kept at least 1: a single element per channel has no unbiased variance, and torch refuses it).
+Nothing of it lies between the parameters and the loss: no gradient goes through these nodes. The
+BatchNormalization reads its variance through an Abs (exact: a variance is not negative): BatchNormInternal
+writes the updated variance into the buffer of its variance input when that output is no graph output (its
+kernel aliases them), so the correction, which reads the running variance too, would otherwise find the
+updated one there.
+
 Python 3.8 syntax, onnx only: the artifacts child loads it by file location (graph_facts.py says how the
 graph modules find each other).
 """
@@ -20,11 +31,12 @@ import importlib
 import sys
 from typing import Dict
 
-from onnx import ModelProto, helper
+from onnx import ModelProto, TensorProto, helper
 
 graph_facts = (sys.modules.get("_ort_cffi_artifacts_graph_facts")
                or importlib.import_module("ort_cffi.artifacts.graph_facts"))
 DEFAULT_MOMENTUM = 0.9  # ONNX's default for BatchNormalization
+VARIANCE = "unbiased"  # the convention of the running variance the training model outputs (torch's)
 
 
 def follow_batch_statistics(model):
@@ -55,9 +67,18 @@ def follow_batch_statistics(model):
         return model, [], []
     result = ModelProto()
     result.CopyFrom(model)
-    statistics = []
+    types = dict((t.name, t.data_type) for t in graph.initializer)
+
+    def fresh(base):
+        name, count = base, 1
+        while name in names:
+            name, count = "{}_{}".format(base, count), count + 1
+        names.add(name)
+        return name
+
+    statistics, nodes, before, after = [], list(result.graph.node), {}, {}
     for index in chosen:
-        node = result.graph.node[index]
+        node = nodes[index]
         label = node.name or "BatchNormalization_{}".format(index)
         momentum = DEFAULT_MOMENTUM
         for attribute in list(node.attribute):
@@ -68,19 +89,55 @@ def follow_batch_statistics(model):
         node.attribute.extend([helper.make_attribute("training_mode", 1)])
         present = [node.output[0]] + [name for name in node.output[1:3] if name]
         for what in ("running_mean", "running_var")[len(present) - 1:]:
-            name, count = "{}/{}".format(label, what), 1
-            while name in names:
-                name, count = "{}/{}_{}".format(label, what, count), count + 1
-            names.add(name)
-            present.append(name)
+            present.append(fresh("{}/{}".format(label, what)))
+        biased = fresh("{}/running_var_biased".format(label))
         del node.output[:]
-        node.output.extend(present)
-        statistics.append({"node": label, "mean": node.input[3], "var": node.input[4], "mean_output": present[1],
-                           "var_output": present[2], "momentum": momentum})
+        node.output.extend(present[:2] + [biased])
+        running = node.input[4]
+        own_copy = fresh("{}/var_input".format(label))
+        node.input[4] = own_copy
+        before[index] = [helper.make_node("Abs", [running], [own_copy], name=own_copy)]
+        after[index] = _unbiased_variance(node.input[0], running, biased, present[2], momentum, types[running],
+                                          label, fresh)
+        statistics.append({"node": label, "mean": node.input[3], "var": running, "mean_output": present[1],
+                           "var_output": present[2], "momentum": momentum, "variance": VARIANCE})
+    del result.graph.node[:]
+    for index, node in enumerate(nodes):
+        result.graph.node.extend(before.get(index, []) + [node] + after.get(index, []))
     momenta = sorted(set(round(s["momentum"], 6) for s in statistics))
     records = [{"rule": "batchnorm_statistics", "op": "BatchNormalization", "count": len(statistics),
                 "nodes": [s["node"] for s in statistics],
                 "note": "the running statistics follow training: frozen parameters, updated after each step "
                         "from the training model's outputs with momentum {} (running = momentum * running + "
-                        "(1 - momentum) * batch)".format(", ".join(str(m) for m in momenta))}]
+                        "(1 - momentum) * batch, torch's unbiased batch variance)".format(
+                            ", ".join(str(m) for m in momenta))}]
     return result, statistics, records
+
+
+def _unbiased_variance(x, running, biased, output, momentum, data_type, label, fresh):
+    """The nodes that compute ``output``, torch's running variance, from ``biased``, the one BatchNormInternal
+    updated with the biased batch variance: ``biased + (biased - momentum * running) / max(n - 1, 1)`` with n =
+    size(x) / channels (x's axis 1), in the statistics' element type."""
+    def constant(name, value, kind):
+        return helper.make_node("Constant", [], [name], name=name,
+                                value=helper.make_tensor(name, kind, [], [value]))
+
+    n = dict((key, fresh("{}/var_{}".format(label, key))) for key in (
+        "size", "shape", "axis", "channels", "count", "count_float", "one", "less_one", "divisor", "momentum",
+        "kept", "batch_part", "correction"))
+    return [
+        helper.make_node("Size", [x], [n["size"]], name=n["size"]),
+        helper.make_node("Shape", [x], [n["shape"]], name=n["shape"]),
+        constant(n["axis"], 1, TensorProto.INT64),
+        helper.make_node("Gather", [n["shape"], n["axis"]], [n["channels"]], name=n["channels"], axis=0),
+        helper.make_node("Div", [n["size"], n["channels"]], [n["count"]], name=n["count"]),
+        helper.make_node("Cast", [n["count"]], [n["count_float"]], name=n["count_float"], to=data_type),
+        constant(n["one"], 1.0, data_type),
+        helper.make_node("Sub", [n["count_float"], n["one"]], [n["less_one"]], name=n["less_one"]),
+        helper.make_node("Max", [n["less_one"], n["one"]], [n["divisor"]], name=n["divisor"]),
+        constant(n["momentum"], float(momentum), data_type),
+        helper.make_node("Mul", [running, n["momentum"]], [n["kept"]], name=n["kept"]),
+        helper.make_node("Sub", [biased, n["kept"]], [n["batch_part"]], name=n["batch_part"]),
+        helper.make_node("Div", [n["batch_part"], n["divisor"]], [n["correction"]], name=n["correction"]),
+        helper.make_node("Add", [biased, n["correction"]], [output], name=output),
+    ]

@@ -41,8 +41,14 @@ from ort_cffi.artifacts.definitions import (
     TensorSpec,
 )
 from ort_cffi.artifacts.manifest import MANIFEST, read_manifest
-from ort_cffi.artifacts.options import model_bytes_or_path, request_options, writable_folder
-from ort_cffi.artifacts.runner import find_generator, run_child
+from ort_cffi.artifacts.options import (
+    ONNX_RUNTIME,
+    confine_external_data,
+    model_bytes_or_path,
+    request_options,
+    writable_folder,
+)
+from ort_cffi.artifacts.runner import find_generator, run_child, run_here
 
 _FILE_NAMES = {
     "checkpoint": "checkpoint",
@@ -131,6 +137,9 @@ def generate_artifacts(
     check: bool = True,
     overwrite: bool = False,
     prepare: bool = True,
+    generator: Optional[str] = None,
+    class_axis: Optional[int] = None,
+    external_data_anywhere: bool = False,
 ) -> GeneratedArtifacts:
     """Write the training artifacts of ``model`` into ``artifact_directory`` (created if missing; default:
     the current folder) and return what was written and made trainable.
@@ -169,6 +178,10 @@ def generate_artifacts(
       in ``preparation`` and ``artifacts.json``). A model that needs nothing is handed over unchanged, and
       its artifacts are byte for byte ONNX Runtime's. False: every model as it is, as ONNX Runtime's own
       generator takes it.
+    - ``external_data_anywhere``: by default a model's external data must be a regular file inside the
+      model's folder (symlinks resolved), within the file's size, and a model given as bytes may have none:
+      anything else is refused before any of it is read (docs/guides/guarantees.md). True lets a trusted
+      model's data lie anywhere (still a regular file, read within its size).
 
     ONNX Runtime's ``ort_format`` and ``custom_op_library`` are not offered: ort_cffi loads ONNX files, and
     its sessions register no custom-op libraries.
@@ -182,8 +195,9 @@ def generate_artifacts(
     ``overwrite``), TypeError for arguments of the wrong type.
     """
     options = request_options(requires_grad, frozen_params, loss, optimizer, prefix, additional_output_names,
-                              nominal_checkpoint, loss_input_names, prepare)
+                              nominal_checkpoint, loss_input_names, prepare, generator, python, class_axis)
     path, data, label = model_bytes_or_path(model)
+    confine_external_data(path, data, label, external_data_anywhere)
     folder = Path(os.fsdecode(os.fspath(artifact_directory))) if artifact_directory is not None else Path.cwd()
     if not overwrite:
         _refuse_other_artifacts(folder, prefix, options, file_sha256(path) if path is not None else hashlib.sha256(data or b"").hexdigest())
@@ -200,7 +214,7 @@ def generate_artifacts(
 
 def _generate(folder: Path, path: Optional[Path], data: Optional[bytes], label: str, options: Dict[str, Any],
               prefix: str, python: Optional[Union[str, os.PathLike[str]]], check: bool) -> GeneratedArtifacts:
-    generator = find_generator(python)
+    generator = find_generator(python) if options["generator"] == ONNX_RUNTIME else None
     source = path
     work = Path(tempfile.mkdtemp(dir=folder, prefix=".ort_cffi-artifacts-"))
     try:
@@ -212,7 +226,7 @@ def _generate(folder: Path, path: Optional[Path], data: Optional[bytes], label: 
         request = dict(options, model=str(path), model_label=label, out=str(staging))
         request["loss"] = None if options["loss"] is None else LossType(options["loss"]).name
         request["optimizer"] = None if options["optimizer"] is None else OptimType(options["optimizer"]).name
-        result = run_child(request, generator, work)
+        result = run_child(request, generator, work) if generator is not None else run_here(request)
         staged = {key: staging / name for key, name in result["files"].items()}
         if check:
             _check_loads(staged)

@@ -25,6 +25,7 @@ Python 3.8 syntax, the standard library and onnx only: the artifacts child loads
 """
 import importlib
 import sys
+from typing import List
 
 from onnx import TensorProto, helper
 
@@ -90,27 +91,36 @@ def _refuse_attribute_classifiers(graph, tensor, producer):
 
 
 def _class_axis(graph, tensor, producer, dims):
-    """The axis of ``tensor`` (rank >= 3) that holds the classes, and why (for the record)."""
-    name = tensor
-    while name in producer:
-        node = graph.node[producer[name]]
-        if node.domain not in ("", "ai.onnx"):
-            break
-        if node.op_type in CHANNELS_FIRST:
-            return 1, "{} writes channels first".format(graph_facts.node_description(node))
-        if node.op_type in FEATURES_LAST:
-            return len(dims) - 1, "{} writes features last".format(graph_facts.node_description(node))
-        if node.op_type not in SAME_LAYOUT or not node.input:
-            break
-        name = node.input[0]
+    """The axis of ``tensor`` (rank >= 3) that holds the classes, and why (for the record). The operator that
+    computed it says it, found past elementwise operators through any of their computed inputs (a head may be
+    ``Add(bias, MatMul(x, W))``, the bias first), nearest first."""
+    seen, frontier = set(), [tensor]
+    while frontier:
+        following = []  # type: List[str]
+        for name in frontier:
+            if name in seen or name not in producer:
+                continue
+            seen.add(name)
+            node = graph.node[producer[name]]
+            if node.domain not in ("", "ai.onnx"):
+                continue
+            if node.op_type in CHANNELS_FIRST:
+                return 1, "{} writes channels first".format(graph_facts.node_description(node))
+            if node.op_type in FEATURES_LAST:
+                return len(dims) - 1, "{} writes features last".format(graph_facts.node_description(node))
+            if node.op_type in SAME_LAYOUT:
+                following.extend(i for i in node.input if i in producer)
+        frontier = following
     last, second = dims[-1], dims[1]
     if isinstance(last, int) and last > 0 and not (isinstance(second, int) and second > 0):
         return len(dims) - 1, "its last axis is fixed and its second is not"
     return 1, "classes on axis 1 unless the shape says otherwise"
 
 
-def fit_cross_entropy(model, scores):
+def fit_cross_entropy(model, scores, class_axis=None):
     """Fit the model's output ``scores`` (the one the cross-entropy loss reads) to ONNX Runtime's loss.
+    ``class_axis``: the axis of the scores that holds the classes, as the user says it (None: found as the
+    module docstring says).
 
     Returns ``(model, reading, records)``: the very same ``model`` and ``[]`` when nothing needs changing,
     else a changed copy whose new graph output is what the loss reads; ``reading`` is
@@ -154,9 +164,22 @@ def fit_cross_entropy(model, scores):
                             "note": "cross-entropy reads its input {!r}, the logits: the loss applies its own "
                                     "softmax, and {!r} holds probabilities".format(tensor, name)})
     labels_shape = None
+    given = class_axis
     class_axis = 1
+    if given is not None:
+        scores_rank = len(dims) if dims is not None else 0
+        if (scores_rank < 2 or not -scores_rank <= given < scores_rank or given % scores_rank == 0
+                or (scores_rank == 2 and given % 2 != 1)):
+            raise LossReadingError(
+                "class_axis {} does not fit {!r}, {}: the classes are an axis other than the first (the batch){}".format(
+                    given, tensor, graph_facts.show_dims(dims),
+                    "; with rank 2 they are axis 1" if scores_rank == 2 else ""))
+        given = given % scores_rank
     if dims is not None and len(dims) >= 3:
-        class_axis, why = _class_axis(graph, tensor, producer, dims)
+        if given is None:
+            class_axis, why = _class_axis(graph, tensor, producer, dims)
+        else:
+            class_axis, why = given, "as class_axis says"
         labels_shape = [d for axis, d in enumerate(dims) if axis != class_axis]
         if class_axis != 1:
             records.append({"rule": "class_axis", "op": "Transpose", "count": 1, "nodes": [tensor],

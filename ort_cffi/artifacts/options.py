@@ -7,8 +7,10 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
+from ort_cffi import OrtErrorCode, OrtException
+from ort_cffi._facade.external_data import check_external_data
 from ort_cffi._facade.files import file_sha256
 from ort_cffi.artifacts.definitions import ArtifactsInputError, LossType, ModelLike, OptimType
 
@@ -45,6 +47,10 @@ def _names(value: Any, what: str) -> Optional[List[str]]:
     return names
 
 
+ORT_CFFI, ONNX_RUNTIME = "ort_cffi", "onnxruntime"
+GENERATORS = (ORT_CFFI, ONNX_RUNTIME)  # ort_cffi's own gradient builder; ONNX Runtime's, where it runs
+
+
 def request_options(
     requires_grad: Any = None,
     frozen_params: Any = None,
@@ -55,6 +61,9 @@ def request_options(
     nominal_checkpoint: bool = False,
     loss_input_names: Any = None,
     prepare: bool = True,
+    generator: Optional[str] = None,
+    python: Any = None,
+    class_axis: Optional[int] = None,
 ) -> Dict[str, Any]:
     """The generation options in the normal form ``artifacts.json`` records (JSON types only), so that two
     requests compare equal when they ask for the same artifacts. Raises what ``generate_artifacts`` does."""
@@ -62,6 +71,14 @@ def request_options(
         raise ArtifactsInputError(f"prefix must be a file-name prefix without {os.sep!r}, not {prefix!r}")
     loss_type = _enum_option(loss, LossType, "loss")
     optim_type = _enum_option(optimizer, OptimType, "optimizer")
+    if class_axis is not None:
+        if isinstance(class_axis, bool) or not isinstance(class_axis, int):
+            raise TypeError(f"class_axis must be an int, not {type(class_axis).__name__}")
+        if loss_type is not LossType.CrossEntropyLoss:
+            raise ArtifactsInputError("class_axis says where the classes are for the cross-entropy loss; the loss "
+                                      f"here is {'none' if loss_type is None else loss_type.value}")
+        if not prepare:
+            raise ArtifactsInputError("class_axis needs the loss's reading fitted (prepare=True, no --no-prepare)")
     return {
         "requires_grad": _names(requires_grad, "requires_grad"),
         "frozen_params": _names(frozen_params, "frozen_params") or [],
@@ -72,7 +89,25 @@ def request_options(
         "nominal_checkpoint": bool(nominal_checkpoint),
         "prefix": prefix,
         "prepare": bool(prepare),
+        "generator": chosen_generator(generator, python),
+        "class_axis": class_axis,
     }
+
+
+def chosen_generator(generator: Optional[str], python: Optional[Union[str, os.PathLike[str]]]) -> str:
+    """Which generator runs: ``generator`` as given, else ONNX Runtime's when ``python`` names its interpreter,
+    else ort_cffi's own builder."""
+    if generator is None:
+        return ONNX_RUNTIME if python is not None else ORT_CFFI
+    if not isinstance(generator, str):
+        raise TypeError(f"generator must be a str ({ORT_CFFI!r} or {ONNX_RUNTIME!r}), not {type(generator).__name__}")
+    if generator not in GENERATORS:
+        raise ArtifactsInputError(f"generator {generator!r} is none of {', '.join(map(repr, GENERATORS))}")
+    if generator == ORT_CFFI and python is not None:
+        raise ArtifactsInputError("python= (--python) names the interpreter of ONNX Runtime's generator; ort_cffi's own "
+                                  "builder runs in this process: pass generator='onnxruntime' (--generator onnxruntime) "
+                                  "with it, or leave python out")
+    return generator
 
 
 # --- the model and the folder -------------------------------------------------------------------------------
@@ -95,6 +130,20 @@ def model_bytes_or_path(model: ModelLike) -> Tuple[Optional[Path], Optional[byte
     if type(model).__name__ == "ModelProto" and callable(serialize):  # onnx is not imported here
         return None, serialize(), "the model (an onnx.ModelProto)"
     raise TypeError(f"model must be a path, bytes or an onnx.ModelProto, not {type(model).__name__}")
+
+
+def confine_external_data(path: Optional[Path], data: Optional[bytes], label: str, anywhere: bool) -> None:
+    """Refuse a model whose external data is not a regular file inside the model's folder (symlinks resolved),
+    or lies past the file's end, before onnx reads any of it (``ort_cffi._facade.external_data``): whatever
+    generator runs, it never sees such a model. Bytes onnx cannot read at all are left to onnx, which names them."""
+    if not isinstance(anywhere, bool):
+        raise TypeError(f"external_data_anywhere must be a bool, not {type(anywhere).__name__}")
+    try:
+        check_external_data(str(path) if path is not None else (data or b""), label, anywhere=anywhere,
+                            escape="external_data_anywhere=True")
+    except OrtException as exc:
+        if exc.getCode() != OrtErrorCode.ORT_INVALID_PROTOBUF:
+            raise ArtifactsInputError(str(exc)) from None
 
 
 def model_sha256(model: ModelLike) -> str:

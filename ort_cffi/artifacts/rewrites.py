@@ -444,13 +444,16 @@ def _unknowable_pool(prep, node):
                                  node.op_type, name, sizes, shown, " and a fixed batch size" if first == 0 else ""))
 
 
-def _may_need_a_rule(node):
+def _may_need_a_rule(node, native=frozenset()):
     """Whether some rule could apply to ``node`` if it were on the gradient path (a cheap first look)."""
     if node.domain == graph_facts.ML_DOMAIN:
         return True
     if node.domain not in ("", "ai.onnx"):
         return False
     op = node.op_type
+    if op in native and op not in STATIC_SHAPE_POOLS and op not in ("LayerNormalization", "Dropout",
+                                                                     "BatchNormalization", "Gather"):
+        return False
     if op in REWRITES or op in ZERO_GRADIENT or op in KNOWN_WITHOUT_GRADIENT:
         return True
     if op in ("LayerNormalization", "Dropout", "BatchNormalization", "Gather") or op in STATIC_SHAPE_POOLS:
@@ -463,18 +466,21 @@ def _may_need_a_rule(node):
     return len(set(reads)) < len(reads)
 
 
-def prepare(model, requires_grad=None, outputs=None):
+def prepare(model, requires_grad=None, outputs=None, native=frozenset()):
     """Prepare ``model`` (an ``onnx.ModelProto``) for ONNX Runtime 1.19.2's gradient builder.
 
     ``requires_grad``: names of the parameters to train (initializers, or graph inputs); None: every
     floating-point initializer. ``outputs``: the outputs the loss reads (None: all of the graph's).
+    ``native``: operator types the gradient builder differentiates itself (ort_cffi's own builder has rules
+    for what ONNX Runtime's lacks): those are not rewritten, refused, or given a perm or a second read; what
+    ONNX Runtime's gradient kernels need (declared outputs, pool shapes, flat Gather indices) still applies.
 
     Returns ``(model, records)``: the very same ``model`` object and ``[]`` when nothing needs changing;
     otherwise a changed copy and one record per rule and operator type,
     ``{"rule": ..., "op": ..., "count": ..., "nodes": [names of the original nodes]}``, in the order first met.
     Raises PreparationError for an operator on the gradient path without gradient or rewrite.
     """
-    if not any(_may_need_a_rule(node) for node in model.graph.node):
+    if not any(_may_need_a_rule(node, native) for node in model.graph.node):
         return model, []  # the common case, without shape inference (a copy of the model) or path search
     prep = _Preparation(model, requires_grad, outputs)
     graph = model.graph
@@ -504,11 +510,20 @@ def prepare(model, requires_grad=None, outputs=None):
         if domain not in ("", "ai.onnx"):
             continue  # contrib and custom operators: ONNX Runtime knows which have gradients
         op = node.op_type
+        if op in native and op not in STATIC_SHAPE_POOLS:
+            current = node
+            declared = _declare_outputs(prep, current, index)
+            if declared is not None:
+                replaced[index] = [declared]
+                record("declare_outputs", op, label)
+            continue
         if op in STATIC_SHAPE_POOLS:
             # A pool keeps ONNX Runtime's own gradient wherever its kernel can be given the sizes it reads
             # (a model already trainable stays byte-identical); otherwise its rewrite, if it has one
             # (AveragePool), else a refusal (MaxPool: its kernel would crash).
             hint = _static_shape_hint(prep, node)
+            if hint is UNKNOWABLE and op in native:
+                continue  # the builder's own rule copes with sizes known at run time only
             if hint is UNKNOWABLE and op not in REWRITES:
                 raise _unknowable_pool(prep, node)
             if hint is not UNKNOWABLE:

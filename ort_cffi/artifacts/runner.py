@@ -154,6 +154,20 @@ def run_child(request: Dict[str, Any], generator: Generator, work: Path) -> Dict
     return result
 
 
+def run_here(request: Dict[str, Any]) -> Dict[str, Any]:
+    """Generate what ``request`` asks with ort_cffi's own builder, in this process; the result has the form
+    ``run_child`` returns. Raises ArtifactsInputError for a refused request."""
+    from ort_cffi.artifacts import _child
+    from ort_cffi.artifacts.builder.files import BuilderBackend
+
+    try:
+        result: Dict[str, Any] = _child.generate(request, BuilderBackend())
+    except _child.Refusal as refusal:
+        raise ArtifactsInputError(str(refusal)) from None
+    result["python"] = {"version": ".".join(str(v) for v in sys.version_info[:3]), "executable": sys.executable}
+    return result
+
+
 def check_generator(python: Optional[Union[str, os.PathLike[str]]] = None) -> Dict[str, str]:
     """Import ONNX Runtime's generator the way ``generate_artifacts`` would (``python`` as there), in a child
     process, and say who would run it: {"python", "version", "onnxruntime", "onnx", "layer" (the folder of the

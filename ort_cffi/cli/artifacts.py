@@ -18,6 +18,7 @@ from ort_cffi.artifacts import (
     describe,
     generate_artifacts,
 )
+from ort_cffi.artifacts.options import GENERATORS, ONNX_RUNTIME, ORT_CFFI, chosen_generator
 
 DESCRIPTION = """\
 Make ONNX Runtime training artifacts from an ONNX model, without torch: checkpoint,
@@ -34,14 +35,14 @@ examples:
   ort-cffi-artifacts model.onnx --out artifacts
   ort-cffi-artifacts model.onnx --out artifacts --trainable 'fc2.*'      # only the last layer
   ort-cffi-artifacts model.onnx --out artifacts --loss mse --optimizer sgd
-  ort-cffi-artifacts model.onnx --out artifacts --python /usr/bin/python3.12
-  ort-cffi-artifacts --check-generator        # which generator would run, and does it import
+  ort-cffi-artifacts model.onnx --out artifacts --generator onnxruntime   # ONNX Runtime's own
+  ort-cffi-artifacts --check-generator --generator onnxruntime  # does ONNX Runtime's import here
 
-The generator is ONNX Runtime's own, run in a child process by this interpreter, or the
-one named by --python or ${ENV_PYTHON}. It needs ONNX Runtime's Python training layer and
-onnx (ort_cffi's [artifacts] extra): on Python 3.8-3.12 the installed training wheel's; on
-3.13 and later, where that wheel does not install, the one `ort-cffi-runtime install`
-keeps from the wheel it fetches.
+The generator is ort_cffi's own gradient builder, in this process, on every interpreter: it
+needs onnx only (ort_cffi's [artifacts] extra). ONNX Runtime's own generator remains an option
+(--generator onnxruntime) where it runs: in a child process, by this interpreter or the one
+named by --python or ${ENV_PYTHON}, with ONNX Runtime's Python training layer (the training
+wheel's on Python 3.8-3.12; on 3.13 the one `ort-cffi-runtime install` keeps).
 """
 
 LOSSES = [t.value for t in LossType] + ["none"]
@@ -66,14 +67,20 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--loss-input", nargs="+", metavar="NAME",
                         help="the output the loss reads (needed when the model has several), then optionally "
                         "the name of the input the loss adds (default: labels or target)")
+    parser.add_argument("--class-axis", type=int, metavar="AXIS",
+                        help="the axis of the scores that holds the classes, for cross-entropy (default: found from "
+                        "the operator that computes them, e.g. 2 for [N, T, vocabulary])")
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default=OptimType.AdamW.value, help="default: adamw")
     parser.add_argument("--outputs", nargs="*", metavar="NAME",
                         help="outputs the eval model gives next to the loss (default: the model's outputs; "
                         "--outputs alone: none)")
     parser.add_argument("--nominal-checkpoint", action="store_true",
                         help="also write nominal_checkpoint (parameter shapes only)")
+    parser.add_argument("--generator", choices=GENERATORS, default=None,
+                        help="ort_cffi: its own gradient builder (the default); onnxruntime: ONNX Runtime's "
+                        "generator (the default when --python is given)")
     parser.add_argument("--python", metavar="PYTHON",
-                        help=f"interpreter that runs the generator (default: ${ENV_PYTHON}, else this one)")
+                        help=f"interpreter that runs ONNX Runtime's generator (default: ${ENV_PYTHON}, else this one)")
     parser.add_argument("--no-check", action="store_true",
                         help="do not open the artifacts in a training session after writing them")
     parser.add_argument("--overwrite", action="store_true",
@@ -94,10 +101,20 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return args
 
 
-def report_generator(python: Optional[str]) -> int:
+def report_generator(generator: Optional[str], python: Optional[str]) -> int:
     """``--check-generator``: who would run the generator, or why none can (exit 1)."""
     try:
+        if chosen_generator(generator, python) == ORT_CFFI:
+            import onnx
+
+            print(f"generator: ort_cffi {__version__}'s own gradient builder, in this process (Python "
+                  f"{'.'.join(map(str, sys.version_info[:3]))}, {sys.executable}), with onnx {onnx.__version__}")
+            return 0
         found = check_generator(python)
+    except ImportError as exc:
+        print(f"error: ort_cffi's gradient builder needs the onnx package ({exc}): install ort_cffi's [artifacts] "
+              "extra", file=sys.stderr)
+        return 1
     except ArtifactsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -111,7 +128,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     or the generator or the runtime failed)."""
     args = parse_args(argv)
     if args.check_generator:
-        return report_generator(args.python)
+        return report_generator(args.generator, args.python)
     started = time.monotonic()
     try:
         made = generate_artifacts(
@@ -125,6 +142,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             nominal_checkpoint=args.nominal_checkpoint,
             loss_input_names=args.loss_input,
             python=args.python,
+            generator=args.generator,
+            class_axis=args.class_axis,
             check=not args.no_check,
             overwrite=args.overwrite,
             prepare=not args.no_prepare,
@@ -133,8 +152,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ValueError) else 1
     versions = made.versions
-    print(f"ort-cffi-artifacts: ort_cffi {__version__}; generator: ONNX Runtime {versions['onnxruntime']}, "
-          f"onnx {versions['onnx']}, Python {versions['python']} ({versions['executable']})")
+    who = (f"ONNX Runtime {versions['onnxruntime']}" if versions.get("generator") == ONNX_RUNTIME
+           else "ort_cffi's gradient builder")
+    print(f"ort-cffi-artifacts: ort_cffi {__version__}; generator: {who}, onnx {versions['onnx']}, "
+          f"Python {versions['python']} ({versions['executable']})")
     for line in describe(made, str(args.model)):
         print(line)
     written = ", ".join(str(p) for p in made.files.values())

@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 
 from ort_cffi import OrtException, __version__
 from ort_cffi.artifacts import ArtifactsError, LossType, OptimType
+from ort_cffi.artifacts.options import GENERATORS
 from ort_cffi.cli.args import non_negative_int, positive_float, positive_int
 from ort_cffi.trainer import DEFAULT_ARTIFACTS, GENERATION_FLAGS, SetupError, TrainingJob, settings_from
 
@@ -56,9 +57,12 @@ A run is never overwritten unless asked: an --out that holds a run, finished or 
 unless --resume continues it or --overwrite replaces it. A run that fails before its first epoch
 leaves the file system as it found it.
 
+A BatchNorm model's running statistics trail its weights after a short fine-tuning: before each
+validation, the trainer re-estimates them over the training set (--no-bn-reestimate: it does not).
+
 --resume continues the run stored in the checkpoint: its learning rate, schedule, warm-up, batch
-size, epochs, seed, dataset and artifacts. Options left out take the stored values; one that
-contradicts them is refused unless --override is given.
+size, epochs, seed, BatchNorm re-estimation, dataset and artifacts. Options left out take the
+stored values; one that contradicts them is refused unless --override is given.
 
 examples:
   ort-cffi-train                                  # the digits example, into runs/digits
@@ -84,7 +88,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     model.add_argument("--frozen", nargs="+", metavar="PATTERN", help="parameters kept in the checkpoint, not trained")
     model.add_argument("--loss", choices=[t.value for t in LossType] + ["none"], help="default: cross-entropy")
     model.add_argument("--loss-input", nargs="+", metavar="NAME", help="the output the loss reads [and its input's name]")
+    model.add_argument("--class-axis", type=int, metavar="AXIS",
+                       help="the axis of the scores that holds the classes, for cross-entropy (default: found)")
     model.add_argument("--optimizer", choices=[t.value for t in OptimType], help="default: adamw")
+    model.add_argument("--generator", choices=GENERATORS,
+                       help="ort_cffi: its own gradient builder (the default); onnxruntime: ONNX Runtime's generator "
+                       "(the default when --python is given)")
     model.add_argument("--python", metavar="PYTHON",
                        help="interpreter that runs ONNX Runtime's generator (default: $ORT_CFFI_ARTIFACTS_PYTHON, else "
                        "this one)")
@@ -101,6 +110,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--warmup-steps", type=non_negative_int, metavar="N",
                         help="linear warm-up length in optimizer steps (default: one epoch)")
     parser.add_argument("--seed", type=non_negative_int, help="shuffling and runtime seed, 0 or more (default: 0)")
+    parser.add_argument("--bn-reestimate", dest="bn_reestimate", action="store_true", default=None,
+                        help="BatchNorm models: before each validation (and so before the export), re-estimate the "
+                        "running statistics over the training set with the trained weights, as torch's update_bn "
+                        "does (default: on)")
+    parser.add_argument("--no-bn-reestimate", dest="bn_reestimate", action="store_false",
+                        help="keep the running statistics as training moved them (momentum)")
     parser.add_argument("--resume", nargs="?", const="", type=str, metavar="CHECKPOINT",
                         help="continue the run stored in a checkpoint this command wrote (default: OUT/last_checkpoint); "
                         "without --out, the run goes on in the checkpoint's folder")

@@ -17,7 +17,7 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Dict, Hashable, List, Mapping, Optional, Tuple
+from typing import Any, ClassVar, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
@@ -26,9 +26,11 @@ from flwr.clientapp.mod import fixedclipping_mod
 from flwr.clientapp.typing import ClientAppCallable
 
 from ort_cffi import OrtCheckpointState, OrtClosedException, OrtEnvironment, OrtTrainingSession, SessionOptions
+from ort_cffi.artifacts import read_manifest
 from ort_cffi.flower.config import RunConfigurable
 from ort_cffi.flower.data import Arrays, label_name, partition_dataset
 from ort_cffi.flower.model import FederatedError, ParameterLayout, PathLike
+from ort_cffi.trainer.batchnorm import reestimate_batchnorm
 from ort_cffi.trainer.data import DEFAULT_ARTIFACTS, batches, find_artifacts, find_dataset, input_infos, load_dataset
 from ort_cffi.trainer.data import fixed_batch as model_fixed_batch
 from ort_cffi.trainer.loop import count_correct, evaluate
@@ -230,12 +232,17 @@ class LocalLearner:
     With ``state`` (the client's ``Context.state``, as `learner_for` passes it) `train_reply` also leaves
     the optimizer state there (`keep_state`), and the next round starts from it in whichever process
     serves the client: a simulation with a fixed seed then repeats itself.
+
+    ``batchnorm`` (``artifacts.json``'s ``batchnorm_statistics``; `load_learner` reads it): a BatchNorm model's
+    running statistics are the client's own (the server sends the trainable parameters only), so
+    ``evaluate`` first re-estimates them over the client's training data for the model it was sent
+    (`reestimate_batchnorm`), as ``ort-cffi-train`` does before it validates.
     """
 
     def __init__(self, session: OrtTrainingSession, data: Mapping[str, Arrays], *, name: str = "client 0",
                  order_id: int = 0, fixed_batch: Optional[int] = None,
                  layout: Optional[ParameterLayout] = None, state: Optional[RecordDict] = None,
-                 key: Optional[_SessionKey] = None) -> None:
+                 key: Optional[_SessionKey] = None, batchnorm: Sequence[Mapping[str, Any]] = ()) -> None:
         self.session = session
         self.state, self.key = state, key  # the client's Context.state, and its session's cache key
         self.name = name
@@ -249,6 +256,7 @@ class LocalLearner:
         self.eval_scores = eval_outputs[1] if len(eval_outputs) > 1 else None
         self.labels = label_name(self.train_data)
         self.layout = layout or ParameterLayout.flat(session.getParametersSize(True))
+        self.batchnorm = tuple(batchnorm)
 
     # -- on buffers --
 
@@ -312,6 +320,11 @@ class LocalLearner:
             n -= n % batch_size  # whole batches only
         if n == 0 or self.eval_loss is None:
             return {"num-examples": 0.0, "eval-loss": 0.0}
+        n_train = len(next(iter(self.train_data.values()), ()))
+        if self.batchnorm and n_train >= (self.fixed_batch or 1):
+            reestimate_batchnorm(session, self.batchnorm, (
+                {name: array[idx] for name, array in self.train_data.items()}
+                for idx in batches(np.arange(n_train), batch_size, self.fixed_batch is not None)))
         loss, accuracy = evaluate(session, self.val_data, self.eval_loss, self.eval_scores,
                                          self.labels, batch_size, self.fixed_batch is not None)
         metrics = {"num-examples": float(n), "eval-loss": loss}
@@ -414,8 +427,9 @@ def load_learner(settings: ClientSettings = ClientSettings(), partition_id: Opti
         client, name = ("all", settings.data), "client"
     session, layout = shared_session(settings.artifacts, settings.threads, settings.seed, client, state)
     data, fixed_batch = local_data(settings, session, partition_id, num_partitions, data_path)
+    statistics = (read_manifest(settings.artifacts) or {}).get("batchnorm_statistics") or ()
     return LocalLearner(session, data, name=name, order_id=partition_id or 0, fixed_batch=fixed_batch, layout=layout,
-                        state=state, key=session_key(settings.artifacts, settings.threads, client))
+                        state=state, key=session_key(settings.artifacts, settings.threads, client), batchnorm=statistics)
 
 
 def learner_for(settings: ClientSettings, context: Context) -> LocalLearner:

@@ -18,9 +18,13 @@ EPOCH, STEP, BEST_ACC, BEST_LOSS = "epoch", "step", "best_val_accuracy", "best_v
 CONFIG = "run_config"  # the RunConfig as JSON (a string property keeps floats exact; float properties are float32)
 
 # The options a run is made of, their defaults and their flags. warmup_steps None: one epoch.
-DEFAULTS: Dict[str, Any] = {"epochs": 30, "batch_size": 32, "lr": 0.01, "schedule": "linear", "warmup_steps": None, "seed": 0}
+# bn_reestimate: the BatchNorm statistics re-estimated over the training set before each validation.
+DEFAULTS: Dict[str, Any] = {"epochs": 30, "batch_size": 32, "lr": 0.01, "schedule": "linear", "warmup_steps": None, "seed": 0,
+                            "bn_reestimate": True}
 FLAGS = {"epochs": "--epochs", "batch_size": "--batch-size", "lr": "--lr", "schedule": "--schedule",
-         "warmup_steps": "--warmup-steps", "seed": "--seed"}
+         "warmup_steps": "--warmup-steps", "seed": "--seed", "bn_reestimate": "--bn-reestimate"}
+# What a configuration stored before an option existed ran with (such a run did not re-estimate).
+EARLIER = {"bn_reestimate": False}
 # Artifact files whose content a run's parameters depend on (the checkpoint is the run's own).
 MODEL_FILES = ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx")
 
@@ -46,6 +50,7 @@ class RunConfig:
     schedule: str
     warmup_steps: Optional[int]
     seed: int
+    bn_reestimate: bool = True
     data: Dict[str, Any] = field(default_factory=dict)
     artifacts: Dict[str, Any] = field(default_factory=dict)
     model: Optional[Dict[str, Any]] = None
@@ -63,15 +68,24 @@ class RunConfig:
         """The configuration stored in a checkpoint (``where`` names it in the SetupError for garbage)."""
         try:
             values = json.loads(text)
-            return cls(**{key: values[key] for key in DEFAULTS}, data=values["data"], artifacts=values["artifacts"],
+            options: Dict[str, Any] = {key: values[key] if key in values or key not in EARLIER else EARLIER[key]
+                                       for key in DEFAULTS}
+            return cls(**options, data=values["data"], artifacts=values["artifacts"],
                        model=values.get("model"))
         except (ValueError, KeyError, TypeError):
             raise SetupError(f"{where} holds a run configuration this ort_cffi cannot read") from None
 
 
+def as_flag(key: str, value: Any) -> str:
+    """One option as typed: ``--epochs 30``; a switch as itself or its ``--no-`` form."""
+    if isinstance(value, bool):
+        return FLAGS[key] if value else FLAGS[key].replace("--", "--no-", 1)
+    return f"{FLAGS[key]} {'one epoch' if value is None else value}"
+
+
 def describe_options(options: Dict[str, Any]) -> str:
     """Options as flags: ``--epochs 30, --batch-size 32, ...``."""
-    return ", ".join(f"{FLAGS[key]} {'one epoch' if value is None else value}" for key, value in options.items())
+    return ", ".join(as_flag(key, value) for key, value in options.items())
 
 
 @dataclass
@@ -112,11 +126,12 @@ def resume_options(stored: RunConfig, given: Dict[str, Any], override: bool) -> 
     the overrides applied, as ``--lr 0.01 -> 0.001`` lines."""
     options = stored.options()
     contradicting = [key for key, value in given.items() if value is not None and value != options[key]]
-    changes = [f"{FLAGS[key]} {options[key]} -> {given[key]}" for key in contradicting]
+    changes = [f"{as_flag(key, options[key])} -> "
+               f"{as_flag(key, given[key]) if isinstance(given[key], bool) else given[key]}" for key in contradicting]
     if contradicting and not override:
         several = len(contradicting) > 1
-        typed = " and ".join(f"{FLAGS[key]} {given[key]}" for key in contradicting)
-        kept = " and ".join(f"{FLAGS[key]} {options[key]}" for key in contradicting)
+        typed = " and ".join(as_flag(key, given[key]) for key in contradicting)
+        kept = " and ".join(as_flag(key, options[key]) for key in contradicting)
         raise SetupError(
             f"{typed} contradict{'' if several else 's'} the run being resumed, which has {kept} "
             f"({describe_options(options)}). Leave {'them' if several else 'it'} out to continue the run as it "

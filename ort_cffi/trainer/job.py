@@ -64,7 +64,8 @@ REPLACED_FILES = RUN_FILES + ("training.png",)
 
 # The settings that choose how --model's artifacts are made, and their flags (for messages).
 GENERATION_FLAGS = {"trainable": "--trainable", "frozen": "--frozen", "loss": "--loss", "loss_input": "--loss-input",
-                    "optimizer": "--optimizer", "python": "--python"}
+                    "optimizer": "--optimizer", "python": "--python",
+                    "generator": "--generator", "class_axis": "--class-axis"}
 
 
 @dataclass
@@ -80,7 +81,9 @@ class TrainSettings:
     loss: Optional[str] = None
     loss_input: Optional[List[str]] = None
     optimizer: Optional[str] = None
-    python: Optional[str] = None  # the interpreter that generates --model's artifacts (generate_artifacts' python=)
+    python: Optional[str] = None  # the interpreter of ONNX Runtime's generator (generate_artifacts' python=)
+    generator: Optional[str] = None  # who generates --model's artifacts (generate_artifacts' generator=)
+    class_axis: Optional[int] = None  # the scores' class axis for cross-entropy (generate_artifacts' class_axis=)
     data: Optional[Path] = None
     epochs: Optional[int] = None
     batch_size: Optional[int] = None
@@ -88,6 +91,7 @@ class TrainSettings:
     schedule: Optional[str] = None
     warmup_steps: Optional[int] = None
     seed: Optional[int] = None
+    bn_reestimate: Optional[bool] = None  # BatchNorm statistics re-estimated before each validation (default: on)
     resume: Union[None, bool, str, Path] = None  # True or "": OUT/last_checkpoint; a path: that checkpoint
     override: bool = False
     overwrite: bool = False  # start a new run in an --out that holds one, replacing it
@@ -302,7 +306,8 @@ class TrainingJob:
         options = request_options(requires_grad=settings.trainable, frozen_params=settings.frozen,
                                   loss=LossType.CrossEntropyLoss if settings.loss is None else settings.loss,
                                   optimizer=OptimType.AdamW if settings.optimizer is None else settings.optimizer,
-                                  loss_input_names=settings.loss_input)
+                                  loss_input_names=settings.loss_input, generator=settings.generator,
+                                  python=settings.python, class_axis=settings.class_axis)
         identity = {"path": str(settings.model.resolve()), "sha256": model_sha256(settings.model), "options": options}
         if resumed is not None and resumed.config is not None:
             stored = resumed.config.model
@@ -332,7 +337,8 @@ class TrainingJob:
             shutil.rmtree(target, ignore_errors=True)  # left by a run that was killed
         made = generate_artifacts(settings.model, options["requires_grad"], options["frozen_params"], options["loss"],
                                   options["optimizer"], target, loss_input_names=options["loss_input_names"],
-                                  overwrite=settings.overwrite, python=settings.python)
+                                  overwrite=settings.overwrite, python=settings.python,
+                                  generator=options["generator"], class_axis=settings.class_axis)
         return target, identity, describe(made, str(settings.model)) + [f"artifacts: {folder} ({note})"]
 
     def _config(self, source: _Source, resumed: Optional[Resumed]) -> Tuple[RunConfig, List[str]]:
@@ -459,8 +465,11 @@ class _Prepared:
         if scores is None or scores not in eval_outputs:
             scores = self.export[0]
         self.scores = scores if scores in eval_outputs else None  # accuracy needs scores from evalStep
-        self.names = Outputs(session.getTrainOutputNames()[0], eval_outputs[0], self.scores, self.labels,
-                             self.class_axis, running_statistics(manifest, list(session.getTrainOutputNames())))  # loss first
+        train_outputs = list(session.getTrainOutputNames())
+        self.names = Outputs(train_outputs[0], eval_outputs[0], self.scores, self.labels,  # loss first
+                             self.class_axis, running_statistics(manifest, train_outputs),
+                             tuple(entry for entry in (manifest or {}).get("batchnorm_statistics") or ()
+                                   if {entry["mean_output"], entry["var_output"]} <= set(train_outputs)))
         where = f"dataset {str(source.data)!r}"
         if self.labels is not None and self.scores is not None:
             shape = self.outputs[self.scores].shape
@@ -514,6 +523,11 @@ class _Prepared:
         lines = [f"dataset:   {self.source.data} ({self.n_train} train, {self.n_val} validation; {described})",
                  f"training:  {config.epochs} epochs x {self.steps_per_epoch} steps, batch {config.batch_size}, "
                  f"lr {config.lr:g} ({self.schedule}), seed {config.seed}"]
+        if self.names.batchnorm:
+            layers = len(self.names.batchnorm)
+            lines.append(f"batchnorm: {layers} layer{'s' if layers > 1 else ''}; running statistics "
+                         + ("re-estimated over the training set before each validation" if config.bn_reestimate
+                            else "as training moves them (--no-bn-reestimate)"))
         if resumed is not None:
             stored = " with the run's stored configuration" if restored else ""
             lines.append(f"resuming:  {checkpoint} at epoch {resumed.epoch}, step {resumed.step}{stored}")

@@ -15,6 +15,7 @@ import numpy as np
 
 from ort_cffi import OrtEnvironment, OrtException, OrtTrainingSession
 from ort_cffi._facade.sessions.signature import unknown_values
+from ort_cffi.trainer.batchnorm import reestimate_batchnorm
 from ort_cffi.trainer.config import BEST_ACC, BEST_LOSS, CONFIG, EPOCH, STEP, RunConfig
 from ort_cffi.trainer.data import Arrays, batches
 from ort_cffi.trainer.errors import SetupError
@@ -146,6 +147,7 @@ class Outputs:
     labels: Optional[str]
     class_axis: int = 1  # the axis of ``scores`` that holds the classes
     statistics: Tuple[Tuple[str, str], ...] = ()  # (training output, frozen parameter): running statistics
+    batchnorm: Tuple[Dict[str, Any], ...] = ()  # artifacts.json's batchnorm_statistics, for reestimate_batchnorm
 
 
 @dataclass
@@ -181,6 +183,12 @@ def run_epochs(session: OrtTrainingSession, data: Dict[str, Arrays], plan: Plan,
         finally:
             bar.close()
         step, lr = steps[-1]["step"], steps[-1]["lr"]
+        reestimated = None
+        if config.bn_reestimate and names.batchnorm:  # the statistics of the weights validated and saved
+            train = data["train"]
+            reestimated = reestimate_batchnorm(
+                session, names.batchnorm, ({name: array[idx] for name, array in train.items()}
+                                           for idx in batches(np.arange(n_train), config.batch_size, plan.drop_last)))
 
         val_loss, val_acc = evaluate(session, data["val"], names.eval_loss, names.scores, names.labels,
                                      config.batch_size, plan.drop_last, names.class_axis)
@@ -203,11 +211,14 @@ def run_epochs(session: OrtTrainingSession, data: Dict[str, Arrays], plan: Plan,
         session.saveCheckpoint(out / "last_checkpoint", True)  # with Adam's state, for --resume
         epochs.append({"epoch": epoch, "step": step, "train_loss": train_loss, "val_loss": val_loss,
                        "val_accuracy": val_acc, "lr": lr, "seconds": round(time.monotonic() - epoch_started, 3),
-                       "best": improved})
+                       "best": improved, "bn_reestimate": None if reestimated is None else {
+                           "layers": reestimated.layers, "batches": reestimated.batches,
+                           "seconds": round(reestimated.seconds, 3)}})
         record()
         accuracy = f"  val acc {val_acc:.4f}" if val_acc is not None else ""
+        statistics = f"  bn re-estimated ({reestimated.seconds:.1f} s)" if reestimated is not None else ""
         print(f"epoch {epoch:{width}d}/{config.epochs}  train loss {train_loss:.4f}  "
-              f"val loss {val_loss:.4f}{accuracy}  lr {lr:.2e}{'  *best' if improved else ''}", flush=True)
+              f"val loss {val_loss:.4f}{accuracy}  lr {lr:.2e}{statistics}{'  *best' if improved else ''}", flush=True)
 
 
 EXPLODED = 100.0  # a validation loss this many times its lowest so far, while training loss falls

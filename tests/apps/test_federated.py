@@ -724,3 +724,27 @@ def test_no_deprecated_flower_api_in_ort_cffi() -> None:
     for path in sorted(package.rglob("*.py")):
         found = legacy.findall(path.read_text())
         assert not found, f"{path.relative_to(package)} uses {found}"
+
+
+def test_a_batchnorm_client_reestimates_the_statistics_before_it_evaluates(tmp_path: Path) -> None:
+    """The server sends the trainable parameters only: the client's running statistics are its own, and it
+    re-estimates them over its training data for the model it was sent (test_batchnorm.py: the numpy side)."""
+    from test_batchnorm import batch_statistics, batches_of, two_batchnorms
+
+    from ort_cffi.artifacts import generate_artifacts, read_manifest
+
+    model, values = two_batchnorms()
+    made = generate_artifacts(model, artifact_directory=tmp_path / "artifacts", loss_input_names=["logits"])
+    train, val = batches_of(40, 40, seed=5)[0], batches_of(16, 16, seed=6)[0]
+    data = {"train": train, "val": val}
+    with OrtEnvironment.getEnvironment().createTrainingSession(
+            str(made.checkpoint), str(made.training_model), str(made.eval_model), str(made.optimizer_model)) as session:
+        learner = flower.LocalLearner(session, data, batchnorm=read_manifest(made.folder)["batchnorm_statistics"])
+        metrics = learner.evaluate(learner.parameters(), batch_size=16)
+        state = session.getCheckpointState()
+        found = {name: state.getParameter(name) for name in ("m1", "v1", "m2", "v2")}
+    assert metrics["num-examples"] == 16 and metrics["eval-loss"] > 0
+    per_batch = [batch_statistics(data["train"]["X"][i:i + 16], values) for i in range(0, 40, 16)]
+    for layer, (mean, var) in enumerate((("m1", "v1"), ("m2", "v2"))):
+        np.testing.assert_allclose(found[mean], np.mean([b[layer][0] for b in per_batch], axis=0), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(found[var], np.mean([b[layer][1] for b in per_batch], axis=0), rtol=1e-5, atol=1e-6)

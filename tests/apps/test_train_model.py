@@ -45,7 +45,6 @@ def digits_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out / "inference_model.onnx"
 
 
-@pytest.mark.needs_onnxruntime_generator
 def test_fine_tune_only_the_last_layer_on_a_new_task(tmp_path: Path, digits_model: Path,
                                                      capsys: pytest.CaptureFixture) -> None:
     capsys.readouterr()
@@ -67,7 +66,6 @@ def test_fine_tune_only_the_last_layer_on_a_new_task(tmp_path: Path, digits_mode
         assert list(session.getInputNames()) == ["input"] and list(session.getOutputNames()) == ["logits"]
 
 
-@pytest.mark.needs_onnxruntime_generator
 def test_artifacts_are_reused_when_they_match(tmp_path: Path, digits_model: Path, small_data: Path,
                                               capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "run"
@@ -83,7 +81,6 @@ def test_artifacts_are_reused_when_they_match(tmp_path: Path, digits_model: Path
     assert code == 0 and "trainable:  4 tensors, 4,810 parameters (100.0% of the model's 4,810 parameters)" in stdout
 
 
-@pytest.mark.needs_onnxruntime_generator
 def test_a_resumed_run_keeps_its_artifacts(tmp_path: Path, digits_model: Path, small_data: Path,
                                            capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "run"
@@ -102,7 +99,6 @@ def test_a_resumed_run_keeps_its_artifacts(tmp_path: Path, digits_model: Path, s
     assert config["model"]["options"]["requires_grad"] == ["fc2.*"] and config["epochs"] == 2
 
 
-@pytest.mark.needs_onnxruntime_generator
 def test_model_option_errors(tmp_path: Path, digits_model: Path, small_data: Path, capsys: pytest.CaptureFixture) -> None:
     for args, message in [
         (["--model", digits_model, "--artifacts", DIGITS], "--model and --artifacts exclude each other"),

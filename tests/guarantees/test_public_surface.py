@@ -33,6 +33,9 @@ FACES = {
         "prepare_generator", "prepared_changes", "published_wheels", "row_of_wheel", "store_dir", "stored_generator",
         "stored_runtimes",
     ],
+    "ort_cffi.api": [
+        "CheckpointState", "LinearLRScheduler", "Module", "Optimizer", "OrtValue", "Parameter", "Parameters", "Properties",
+    ],
     "ort_cffi.trainer": ["DEFAULT_ARTIFACTS", "GENERATION_FLAGS", "SetupError", "TrainSettings", "TrainingJob", "settings_from"],
 }
 FLOWER = [

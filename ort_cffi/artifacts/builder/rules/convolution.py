@@ -1,0 +1,253 @@
+"""Convolutions and pools: ONNX Runtime's gradient kernels where its builder emits them and they are safe
+(ConvGrad, AveragePoolGrad), standard operators elsewhere.
+
+Two of ONNX Runtime 1.19.2's kernels cannot serve every model (docs/internals/runtime.md §8):
+ConvTransposeGrad has no CPU kernel, and MaxPoolGrad and AveragePoolGrad size their output from the graph's
+declared shape of the pool's input (a symbolic size reads as 0: a segfault or SIGFPE). So ConvTranspose's
+gradient is a Conv and a ConvGrad (a ConvTranspose is the adjoint of a Conv with its weights); MaxPool's
+scatters the incoming gradient through the pool's indices (bit-identical to MaxPoolGrad, which does the
+same additions in the same order); AveragePool's is AveragePoolGrad where its kernel is given a static
+shape and computes what the forward did, else the gradient of the equal depthwise convolution (ConvGrad).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from onnx import helper
+
+from ort_cffi.artifacts.builder.context import BuilderError, GradientContext, NodeView
+from ort_cffi.artifacts.builder.registry import gradient
+
+Grads = List[Optional[str]]
+
+
+def _attributes(node: NodeView, drop: Sequence[str] = ()) -> Dict[str, Any]:
+    """The node's attributes as keyword arguments (strings as str), less ``drop``."""
+    return {a.name: node.attr(a.name) for a in node.proto.attribute if a.name not in drop}
+
+
+@gradient("Conv")
+def conv(g: GradientContext, node: NodeView) -> Grads:
+    """ConvGrad(dY, X, W) -> (dX, dW, dB), the forward node's attributes as they are (ONNX Runtime's form);
+    an unwanted gradient is an omitted output. ConvGrad ignores auto_pad SAME_* (measured: wrong dX, NaN
+    dW): those pads are worked out from the input's static sizes and given explicitly."""
+    attributes = _attributes(node)
+    if node.attr("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
+        w_dims = g.static_shape(node.inputs[1])
+        kernel = node.attr("kernel_shape") or (list(w_dims[2:]) if w_dims is not None else None)
+        if kernel is None:
+            raise BuilderError(f"{node.describe()}: its gradient needs the kernel's sizes (auto_pad="
+                               f"{node.attr('auto_pad')}), which shape inference could not tell")
+        spatial = len(kernel)
+        attributes["pads"] = _pool_pads(g, node, [int(k) for k in kernel],
+                                        [int(s) for s in node.attr("strides", [1] * spatial)],
+                                        [int(d) for d in node.attr("dilations", [1] * spatial)])
+        del attributes["auto_pad"]
+    outputs = [g.fresh(f"{node.inputs[i]}_grad") if node.wants(i) else "" for i in range(len(node.inputs))]
+    g.node("ConvGrad", [node.dy(), node.inputs[0], node.inputs[1]], outputs, "com.microsoft", **attributes)
+    return [name or None for name in outputs]
+
+
+def _spatial_attributes(g: GradientContext, node: NodeView, what: str) -> Tuple[List[int], List[int], List[int]]:
+    """(strides, dilations, pads) of a convolution or pool with explicit padding (auto_pad NOTSET or
+    VALID)."""
+    kernel = node.attr("kernel_shape")
+    rank = g.rank(node.inputs[0])
+    spatial = len(kernel) if kernel else (rank - 2 if rank is not None else None)
+    if spatial is None:
+        raise BuilderError(f"{node.describe()}: {what} needs the rank of its input, which shape inference could "
+                           "not tell")
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    if auto_pad not in ("NOTSET", "VALID"):
+        raise BuilderError(f"{node.describe()}: {what} needs explicit pads, and the node sets auto_pad={auto_pad}")
+    pads = [0] * (2 * spatial) if auto_pad == "VALID" else list(node.attr("pads", [0] * (2 * spatial)))
+    return (list(node.attr("strides", [1] * spatial)), list(node.attr("dilations", [1] * spatial)), pads)
+
+
+@gradient("ConvTranspose")
+def conv_transpose(g: GradientContext, node: NodeView) -> Grads:
+    """Y = ConvTranspose(X, W) is the adjoint of Z -> Conv(Z, W) with the same strides, pads, dilations and
+    groups. So dX = Conv(dY, W), and <Y, dY> = <X, Conv(dY, W)> makes dW the weight gradient of that Conv
+    with input dY and output gradient X: ConvGrad(X, dY, W)'s second output. output_padding only adds
+    trailing rows that no window of the Conv starts in."""
+    if node.attr("output_shape") is not None:
+        raise BuilderError(f"{node.describe()}: ConvTranspose's gradient needs explicit pads, and the node gives "
+                           "output_shape instead")
+    strides, dilations, pads = _spatial_attributes(g, node, "ConvTranspose's gradient")
+    x, w = node.inputs[0], node.inputs[1]
+    dy = node.dy()
+    shared: Dict[str, Any] = {"strides": strides, "dilations": dilations, "pads": pads,
+                              "group": node.attr("group", 1)}
+    if node.attr("kernel_shape") is not None:
+        shared["kernel_shape"] = node.attr("kernel_shape")
+    dx = g.op("Conv", dy, w, **shared) if node.wants(0) else None
+    dw = None
+    if node.wants(1):
+        dw = g.fresh(f"{w}_grad")
+        g.node("ConvGrad", [x, dy, w], ["", dw], "com.microsoft", **shared)
+    db = None
+    if node.has_input(2) and node.wants(2):
+        rank = g.rank(dy)
+        if rank is None:
+            raise BuilderError(f"{node.describe()}: the bias gradient needs the rank of the output")
+        db = g.reduce_sum(dy, [0] + list(range(2, rank)), keepdims=0)
+    return [dx, dw, db]
+
+
+# --- pools ---------------------------------------------------------------------------------------------------
+@gradient("MaxPool", inputs=(0,))
+def max_pool(g: GradientContext, node: NodeView) -> Grads:
+    """dY added into zeros at the pool's indices (output 1, declared where the node leaves it out): each
+    index counts over the whole input tensor, so the scatter runs on flattened tensors. ScatterElements
+    with reduction 'add' from opset 16, else ONNX Runtime's GatherElementsGrad (the same scatter-add)."""
+    if node.attr("storage_order", 0) != 0:
+        raise BuilderError(f"{node.describe()}: MaxPool's gradient reads its indices in row-major order, and "
+                           "the node sets storage_order=1")
+    x = node.inputs[0]
+    indices = g.forward_output(node, 1, "indices")
+    flat = g.ints([-1])
+    updates = g.op("Reshape", node.dy(), flat)
+    where = g.op("Reshape", indices, flat)
+    if g.opset >= 16:
+        zero = helper.make_tensor("zero", g.elem_type(x), [1], [0.0])
+        zeros = g.op("Reshape", g.op("ConstantOfShape", g.shape(x), value=zero), flat)
+        scattered = g.op("ScatterElements", zeros, where, updates, axis=0, reduction="add")
+    else:
+        size = g.op("Reshape", g.op("Size", x), g.ints([1]))
+        scattered = g.ms("GatherElementsGrad", updates, size, where, axis=0)[0]
+    return [g.reshape_like(scattered, x)]
+
+
+def _kernel_serves_average_pool(g: GradientContext, node: NodeView) -> bool:
+    """Whether AveragePoolGrad computes this pool's gradient: its kernel reads the input's declared shape
+    (all sizes static), the begin pads only, no dilations and no ceil_mode, and runs 1-D and 2-D pools."""
+    shape = g.static_shape(node.inputs[0])
+    if shape is None or len(shape) not in (3, 4):
+        return False
+    if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or node.attr("ceil_mode", 0):
+        return False
+    return all(d == 1 for d in node.attr("dilations", [1] * (len(shape) - 2)))
+
+
+@gradient("AveragePool", inputs=(0,))
+def average_pool(g: GradientContext, node: NodeView) -> Grads:
+    x = node.inputs[0]
+    if _kernel_serves_average_pool(g, node):
+        dx = g.fresh(f"{x}_grad")
+        g.node("AveragePoolGrad", [node.dy()], [dx], **_attributes(node))  # ONNX Runtime's, in the default domain
+        g.declare(dx, x)
+        return [dx]
+    return [_average_pool_by_conv(g, node)]
+
+
+def _average_pool_by_conv(g: GradientContext, node: NodeView) -> str:
+    """The gradient of an average pool written as a depthwise convolution with ones: dX =
+    ConvGrad(dY / counts, X, ones), where counts is the number of taps each window divides by (its full
+    size with count_include_pad=1, else the taps inside the input). ceil_mode's extra windows are the
+    convolution's extra end padding."""
+    x = node.inputs[0]
+    dims = g.dims(x)
+    kernel = [int(k) for k in node.attr("kernel_shape")]
+    spatial = len(kernel)
+    channels = dims[1] if dims is not None and len(dims) == spatial + 2 else None
+    if not isinstance(channels, int):
+        raise BuilderError(f"{node.describe()}: AveragePool's gradient needs its input's channel count, which "
+                           "shape inference could not tell")
+    strides = [int(s) for s in node.attr("strides", [1] * spatial)]
+    dilations = [int(d) for d in node.attr("dilations", [1] * spatial)]
+    pads = _pool_pads(g, node, kernel, strides, dilations)
+    extra = _ceil_extra(g, node, kernel, strides, dilations, pads)
+    conv_pads = pads[:spatial] + [p + e for p, e in zip(pads[spatial:], extra)]
+    conv: Dict[str, Any] = {"kernel_shape": kernel, "strides": strides, "dilations": dilations, "pads": conv_pads}
+    ones = g.const(np.ones([channels, 1] + kernel), x)
+    dy = node.dy()
+    if node.attr("count_include_pad", 0) or not (any(pads) or any(extra)):
+        # Every window divides by its full size (ONNX Runtime's pool does so with count_include_pad=1 even
+        # for the windows ceil_mode adds past the pads: measured).
+        dy = g.op("Mul", dy, g.scalar(1.0 / int(np.prod(kernel)), x))
+    else:
+        # Each window divides by the number of its taps inside the input: the same windows over ones.
+        sizes = g.op("Slice", g.shape(x), g.ints([2]), g.ints([2 + spatial]), g.ints([0]))
+        one = helper.make_tensor("one", g.elem_type(x), [1], [1.0])
+        region = g.op("ConstantOfShape", g.op("Concat", g.ints([1, 1]), sizes, axis=0), value=one)
+        counts = g.op("Conv", region, g.const(np.ones([1, 1] + kernel), x), **conv)
+        dy = g.op("Div", dy, counts)
+    dx = g.fresh(f"{x}_grad")
+    g.node("ConvGrad", [dy, x, ones], [dx, ""], "com.microsoft", group=channels, **conv)
+    return dx
+
+
+def _pool_pads(g: GradientContext, node: NodeView, kernel: List[int], strides: List[int],
+               dilations: List[int]) -> List[int]:
+    """The explicit pads of a pool or convolution; auto_pad SAME_* worked out from the input's static sizes
+    (SAME_UPPER puts the odd one at the end)."""
+    spatial = len(kernel)
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    if auto_pad == "NOTSET":
+        return [int(p) for p in node.attr("pads", [0] * (2 * spatial))]
+    if auto_pad == "VALID":
+        return [0] * (2 * spatial)
+    sizes = _spatial_sizes(g, node.inputs[0])
+    if sizes is None or len(sizes) != spatial:
+        raise BuilderError(f"{node.describe()}: its gradient needs explicit pads, and auto_pad={auto_pad} leaves "
+                           "them to the input's sizes, which shape inference could not tell")
+    begins, ends = [], []
+    for size, k, s, d in zip(sizes, kernel, strides, dilations):
+        out = -(-size // s)
+        total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
+        small = total // 2
+        begins.append(total - small if auto_pad == "SAME_LOWER" else small)
+        ends.append(small if auto_pad == "SAME_LOWER" else total - small)
+    return begins + ends
+
+
+def _spatial_sizes(g: GradientContext, name: str) -> Optional[List[int]]:
+    """The sizes of ``name`` past batch and channels when all are static, else None."""
+    dims = g.dims(name)
+    if dims is None or len(dims) < 3:
+        return None
+    sizes = [d for d in dims[2:] if isinstance(d, int)]
+    return sizes if len(sizes) == len(dims) - 2 else None
+
+
+def _ceil_extra(g: GradientContext, node: NodeView, kernel: List[int], strides: List[int], dilations: List[int],
+                pads: List[int]) -> List[int]:
+    """The end padding a convolution needs to have the windows ceil_mode=1 adds (none for ceil_mode=0): from
+    the pool's static output sizes."""
+    spatial = len(kernel)
+    if not node.attr("ceil_mode", 0):
+        return [0] * spatial
+    x_sizes, y_sizes = _spatial_sizes(g, node.inputs[0]), _spatial_sizes(g, node.outputs[0])
+    if x_sizes is None or y_sizes is None:
+        raise BuilderError(f"{node.describe()}: with ceil_mode=1 its gradient needs the spatial sizes of its input "
+                           "and output, which shape inference could not tell")
+    extra = []
+    for i in range(spatial):
+        reach = x_sizes[i] + pads[i] + pads[spatial + i]
+        needed = (y_sizes[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
+        extra.append(max(needed - reach, 0))
+    return extra
+
+
+@gradient("GlobalAveragePool")
+def global_average_pool(g: GradientContext, node: NodeView) -> Grads:
+    """ONNX Runtime's form: dY scaled down by the window (a constant when the spatial sizes are static, else
+    Size(X) / Size(Y)) with com.microsoft Scale, expanded to X's shape."""
+    x, y = node.inputs[0], node.outputs[0]
+    sizes = _spatial_sizes(g, x)
+    if sizes:
+        scale = g.scalar(float(np.prod(np.array(sizes, dtype=np.int64))), x)
+    else:
+        scale = g.op("Div", g.op("Size", x), g.op("Size", y))
+    scaled = g.ms("Scale", node.dy(), scale, scale_down=1)[0]
+    return [g.same_type(g.op("Expand", scaled, g.shape(x)), x)]
+
+
+@gradient("GlobalMaxPool")
+def global_max_pool(g: GradientContext, node: NodeView) -> Grads:
+    """dY to every element equal to its channel's maximum (ONNX Runtime's later builder does the same)."""
+    x, y = node.inputs[0], node.outputs[0]
+    shape = g.shape(x)
+    mask = g.op("Cast", g.op("Equal", x, g.op("Expand", y, shape)), to=g.elem_type(x))
+    return [g.same_type(g.op("Mul", mask, g.op("Expand", node.dy(), shape)), x)]

@@ -1,0 +1,155 @@
+"""The training and eval models of a forward model, as ONNX Runtime 1.19.2's training session takes them:
+
+- the loss block on top (``loss_blocks``), the loss the first output, then the additional outputs;
+- every parameter (trainable or frozen) a graph input named as in the checkpoint, no longer an initializer;
+- the eval model: that graph with training modes switched off (Dropout, BatchNormalization), nothing more;
+- the training model: the gradient graph (``engine``), seeded by ``<loss>_grad`` = 1, and for each trainable
+  parameter an input ``<parameter>_grad.accumulation.buffer`` and a ``com.microsoft`` InPlaceAccumulatorV2
+  adding ``<parameter>_grad`` into it (reset by the ``lazy_reset_grad`` input). Without the accumulator the
+  session would run and report losses, and the parameters would never move.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+import onnx
+from onnx import TensorProto, helper
+
+from ort_cffi.artifacts.builder.context import BuilderError, GradientContext, infer_types
+from ort_cffi.artifacts.builder.engine import Engine
+from ort_cffi.artifacts.builder.loss_blocks import Namer, add_loss
+from ort_cffi.artifacts.builder.registry import MICROSOFT
+
+LAZY_RESET_GRAD = "lazy_reset_grad"
+GRADIENT_PROBE_PREFIX = "gradient_probe:"  # outputs that show a gradient (expose_gradients), not named *_grad
+
+
+@dataclass
+class TrainingModels:
+    training: onnx.ModelProto
+    eval: onnx.ModelProto
+    trainable: List[onnx.TensorProto]
+    frozen: List[onnx.TensorProto]
+    outputs: List[str]  # the loss, then the additional outputs
+    names_drawn: int  # how many onnx::<token>::<n> names the loss block drew (the optimizer model names on)
+
+
+def _disable_training_mode(model: onnx.ModelProto) -> None:
+    for node in model.graph.node:
+        if node.op_type == "Dropout" and len(node.input) > 2:
+            node.input[2] = ""
+        elif node.op_type == "BatchNormalization":
+            for attribute in node.attribute:
+                if attribute.name == "training_mode":
+                    attribute.i = 0
+
+
+def _value_info(model: onnx.ModelProto, names: Sequence[str]) -> List[onnx.ValueInfoProto]:
+    """The graph outputs for ``names``: declared outputs, else what shape inference tells of them."""
+    known = {v.name: v for v in model.graph.output}
+    missing = [n for n in names if n not in known]
+    if missing:
+        from onnx import shape_inference
+
+        try:
+            inferred = shape_inference.infer_shapes(model, strict_mode=False)
+        except Exception:
+            inferred = model
+        for value in list(inferred.graph.value_info) + list(inferred.graph.input):
+            known.setdefault(value.name, value)
+    found = []
+    for name in names:
+        if name not in known:
+            raise BuilderError(f"{name!r} cannot be an output: it is no value of the model that shape inference knows")
+        found.append(copy.deepcopy(known[name]))
+    return found
+
+
+def _with_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with the value_info shape inference adds (the model itself where inference fails)."""
+    from onnx import shape_inference
+
+    try:
+        return shape_inference.infer_shapes(model)
+    except Exception:
+        return model
+
+
+def _opset(model: onnx.ModelProto, domain: str, version: int) -> None:
+    if not any(o.domain == domain for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(domain, version))
+
+
+def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_params: Sequence[str],
+                 loss: Optional[str], loss_input_names: Optional[Sequence[str]] = None,
+                 additional_output_names: Optional[Sequence[str]] = None,
+                 expose_gradients: bool = False) -> TrainingModels:
+    """Build the training and eval models of ``model`` (left unchanged). ``loss``: one of
+    ``loss_blocks.LOSSES`` or None (the model's first output is the loss). ``expose_gradients``: the
+    training model also outputs each parameter's gradient, as ``gradient_probe:<parameter>`` (for tests)."""
+    base = copy.deepcopy(model)
+    inputs_to_loss = list(loss_input_names) if loss_input_names else [o.name for o in base.graph.output]
+    namer = Namer()
+    outputs = add_loss(base, loss, inputs_to_loss, namer) + list(additional_output_names or [])
+    base = _with_shapes(base)  # as onnxblock does: the models carry what shape inference tells
+    graph = base.graph
+    output_values = _value_info(base, outputs)
+    del graph.output[:]
+    graph.output.extend(output_values)
+
+    wanted, kept = set(requires_grad), set(frozen_params)
+    trainable = [i for i in graph.initializer if i.name in wanted]
+    frozen = [i for i in graph.initializer if i.name in kept]
+    missing = sorted((wanted | kept) - {i.name for i in trainable + frozen})
+    if missing:
+        raise BuilderError(f"no initializer of the model is named {', '.join(repr(m) for m in missing)}")
+    parameters = wanted | kept
+    remaining = [i for i in graph.initializer if i.name not in parameters]
+    for initializer in list(graph.initializer):
+        if initializer.name in parameters:
+            graph.input.append(helper.make_tensor_value_info(initializer.name, initializer.data_type,
+                                                             list(initializer.dims)))
+    del graph.initializer[:]
+    graph.initializer.extend(remaining)
+
+    eval_model = copy.deepcopy(base)
+    _disable_training_mode(eval_model)
+
+    training = base
+    loss_name = outputs[0]
+    context = GradientContext(training, infer_types(training))
+    seed = f"{loss_name}_grad"
+    loss_type = context.types.get(loss_name, (TensorProto.FLOAT, None))[0] or TensorProto.FLOAT
+    order = [i.name for i in graph.input if i.name in wanted]
+    gradients = Engine(context).build(loss_name, order, seed)
+    graph.node.extend(context.nodes)
+    graph.initializer.append(helper.make_tensor(seed, loss_type, [], [1.0]))
+    graph.initializer.extend(context.initializers)
+    graph.value_info.extend(context.value_infos)
+    _opset(training, MICROSOFT, 1)
+
+    by_name: Dict[str, onnx.ValueInfoProto] = {v.name: v for v in graph.input}
+    new_outputs = list(graph.output)
+    if expose_gradients:
+        for parameter in order:
+            probe = GRADIENT_PROBE_PREFIX + parameter
+            graph.node.append(helper.make_node("Identity", [gradients[parameter]], [probe]))
+            source = by_name[parameter].type.tensor_type
+            new_outputs.append(helper.make_tensor_value_info(probe, source.elem_type,
+                                                             [d.dim_value for d in source.shape.dim]))
+    for index, parameter in enumerate(order):
+        gradient = gradients[parameter]
+        buffer = f"{gradient}.accumulation.buffer"
+        flag = f"{gradient}.accumulation.out"
+        graph.node.append(helper.make_node("InPlaceAccumulatorV2", [buffer, gradient, LAZY_RESET_GRAD], [flag],
+                                           name=f"GradientAccumulator{len(outputs) + index}", domain=MICROSOFT))
+        source = by_name[parameter].type.tensor_type
+        graph.input.append(helper.make_tensor_value_info(buffer, source.elem_type,
+                                                         [d.dim_value for d in source.shape.dim]))
+        new_outputs.append(helper.make_tensor_value_info(flag, TensorProto.BOOL, [1]))
+    graph.input.append(helper.make_tensor_value_info(LAZY_RESET_GRAD, TensorProto.BOOL, [1]))
+    del graph.output[:]
+    graph.output.extend(new_outputs)
+    return TrainingModels(training, eval_model, trainable, frozen, outputs, namer.drawn)

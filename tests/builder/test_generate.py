@@ -1,0 +1,147 @@
+"""ort_cffi's own generator end to end: ``generate_artifacts`` with no ``onnxruntime`` Python package
+involved, checked against ONNX Runtime's generator where that one runs (the oracle), and by training."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from ort_cffi import OrtEnvironment
+from ort_cffi.artifacts import ArtifactsInputError, generate_artifacts
+
+env = OrtEnvironment.getEnvironment()
+rng = np.random.default_rng(7)
+
+
+def mlp(path: Path, hidden: int = 16, classes: int = 4) -> Path:
+    weights = {"fc1.weight": rng.normal(0, 0.3, (hidden, 8)), "fc1.bias": rng.normal(0, 0.1, hidden),
+               "fc2.weight": rng.normal(0, 0.3, (classes, hidden)), "fc2.bias": rng.normal(0, 0.1, classes)}
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "fc1.weight", "fc1.bias"], ["h"], transB=1),
+         helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("Gemm", ["r", "fc2.weight", "fc2.bias"], ["logits"], transB=1)],
+        "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def train(folder: Path, feeds: Dict[str, np.ndarray], steps: int = 20) -> List[float]:
+    with env.createTrainingSession(str(folder / "checkpoint"), str(folder / "training_model.onnx"),
+                                   str(folder / "eval_model.onnx"), str(folder / "optimizer_model.onnx")) as session:
+        losses = []
+        for _ in range(steps):
+            with session.trainStep(feeds) as result:
+                losses.append(float(result.get(0).getValue()))
+            session.optimizerStep()
+            session.lazyResetGrad()
+        return losses
+
+
+def test_generation_imports_no_onnxruntime_package(tmp_path: Path) -> None:
+    """In a fresh interpreter, the artifacts are made and checked (a training session opens them) without any
+    module of ONNX Runtime's Python package imported, and their loss falls: ort_cffi's builder needs nothing
+    of that layer (on 3.13 and later it is not even installed)."""
+    model = mlp(tmp_path / "mlp.onnx")
+    code = f"""
+import sys
+from ort_cffi.artifacts import generate_artifacts
+made = generate_artifacts({str(model)!r}, artifact_directory={str(tmp_path / 'out')!r})
+print(made.versions["generator"], "onnxruntime" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ort_cffi", "False"]
+    feeds = {"x": rng.normal(size=(16, 8)).astype(np.float32), "labels": rng.integers(0, 4, 16).astype(np.int64)}
+    losses = train(tmp_path / "out", feeds, steps=10)
+    assert losses[-1] < losses[0]
+
+
+def test_parameters_move_after_a_step(tmp_path: Path) -> None:
+    """The silent failure a training model can have (no gradient accumulator): losses, and frozen weights."""
+    made = generate_artifacts(mlp(tmp_path / "mlp.onnx"), artifact_directory=tmp_path / "out")
+    feeds = {"x": rng.normal(size=(16, 8)).astype(np.float32), "labels": rng.integers(0, 4, 16).astype(np.int64)}
+    with env.createTrainingSession(str(made.checkpoint), str(made.training_model), str(made.eval_model),
+                                   str(made.optimizer_model)) as session:
+        start = session.copyParametersToBuffer()
+        session.trainStep(feeds).close()
+        session.optimizerStep()
+        after = session.copyParametersToBuffer()
+    sizes = [int(np.prod(p.shape)) for p in made.trainable]
+    moved = [not np.array_equal(a, b) for a, b in zip(np.split(start, np.cumsum(sizes)[:-1]),
+                                                       np.split(after, np.cumsum(sizes)[:-1]))]
+    assert len(moved) == 4 and all(moved), moved
+
+
+@pytest.mark.needs_onnxruntime_generator
+def test_losses_are_bit_identical_to_onnx_runtime_artifacts(tmp_path: Path) -> None:
+    model = mlp(tmp_path / "mlp.onnx")
+    ours = generate_artifacts(model, artifact_directory=tmp_path / "ours")
+    theirs = generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime")
+    assert ours.versions["generator"] == "ort_cffi" and theirs.versions["generator"] == "onnxruntime"
+    feeds = {"x": rng.normal(size=(16, 8)).astype(np.float32), "labels": rng.integers(0, 4, 16).astype(np.int64)}
+    mine, reference = train(tmp_path / "ours", feeds), train(tmp_path / "theirs", feeds)
+    assert mine == reference
+    for name in ("checkpoint", "optimizer_model.onnx"):
+        assert (tmp_path / "ours" / name).read_bytes() == (tmp_path / "theirs" / name).read_bytes(), name
+
+
+def test_the_manifest_records_the_generator(tmp_path: Path) -> None:
+    generate_artifacts(mlp(tmp_path / "mlp.onnx"), artifact_directory=tmp_path / "out")
+    manifest = json.loads((tmp_path / "out" / "artifacts.json").read_text())
+    assert manifest["generator"]["generator"] == "ort_cffi" and manifest["options"]["generator"] == "ort_cffi"
+
+
+def test_python_is_for_onnx_runtimes_generator_only(tmp_path: Path) -> None:
+    with pytest.raises(ArtifactsInputError, match="generator='onnxruntime'"):
+        generate_artifacts(mlp(tmp_path / "mlp.onnx"), artifact_directory=tmp_path / "out", generator="ort_cffi",
+                           python=sys.executable)
+    with pytest.raises(ArtifactsInputError, match="none of"):
+        generate_artifacts(mlp(tmp_path / "mlp.onnx"), artifact_directory=tmp_path / "out", generator="torch")
+
+
+def external_mlp(folder: Path) -> Path:
+    """The MLP with every initializer in an external-data file beside it."""
+    model = onnx.load(str(mlp(folder / "inline.onnx")))
+    onnx.save(model, str(folder / "mlp.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="mlp.onnx.data", size_threshold=0)
+    return folder / "mlp.onnx"
+
+
+def test_a_model_with_external_data_is_generated_without_loading_its_weights_into_the_graph(tmp_path: Path) -> None:
+    """The weights go from the model's data file into the checkpoint; the training and eval models hold none
+    (parameters are inputs), and they train."""
+    path = external_mlp(tmp_path)
+    made = generate_artifacts(path, artifact_directory=tmp_path / "out")
+    for name in ("training_model.onnx", "eval_model.onnx"):
+        written = onnx.load(str(tmp_path / "out" / name), load_external_data=False)
+        assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in written.graph.initializer)
+    inline = generate_artifacts(tmp_path / "inline.onnx", artifact_directory=tmp_path / "inline")
+    assert made.checkpoint.read_bytes() == inline.checkpoint.read_bytes()
+    feeds = {"x": rng.normal(size=(16, 8)).astype(np.float32), "labels": rng.integers(0, 4, 16).astype(np.int64)}
+    assert train(tmp_path / "out", feeds, steps=5) == train(tmp_path / "inline", feeds, steps=5)
+
+
+def test_constants_with_external_data_are_written_into_the_training_and_eval_models(tmp_path: Path) -> None:
+    """Initializers that do not train stay constants of the graphs: their data is read from the model's data
+    file into the models written, never left pointing at a file beside the input model."""
+    path = external_mlp(tmp_path)
+    made = generate_artifacts(path, requires_grad="fc1.*", artifact_directory=tmp_path / "out")
+    for name in ("training_model.onnx", "eval_model.onnx"):
+        written = onnx.load(str(tmp_path / "out" / name))
+        constants = {t.name: numpy_helper.to_array(t) for t in written.graph.initializer}
+        assert np.array_equal(constants["fc2.weight"], numpy_helper.to_array(
+            onnx.load(str(tmp_path / "inline.onnx")).graph.initializer[2]))
+    feeds = {"x": rng.normal(size=(16, 8)).astype(np.float32), "labels": rng.integers(0, 4, 16).astype(np.int64)}
+    losses = train(made.folder, feeds, steps=5)
+    assert losses[-1] < losses[0]

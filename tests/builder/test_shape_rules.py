@@ -1,0 +1,71 @@
+"""What the shape and indexing rules refuse, with a message naming the node, and where a gradient path
+ends (shapes, comparisons): checked on the built graph, before any session."""
+from __future__ import annotations
+
+from typing import Any, List, Sequence
+
+import numpy as np
+import onnx
+import pytest
+from gradcheck import Case, check, forward_model
+from onnx import helper
+
+from ort_cffi.artifacts.builder.context import BuilderError
+from ort_cffi.artifacts.builder.engine import UnreachedError
+from ort_cffi.artifacts.builder.training_model import build_models
+
+
+def _constant(name: str, value: np.ndarray) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=helper.make_tensor(
+        name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape, value.reshape(-1).tolist()))
+
+
+def _build(nodes: List[onnx.NodeProto], params: Sequence[str], output_shape: Sequence[int], opset: int = 17,
+           **values: Any) -> None:
+    c = Case("refusal", nodes, {n: values.pop(n) for n in params}, dict(values), opset=opset)
+    forward = forward_model(c, {"y0": np.ones(output_shape, np.float32)})
+    build_models(forward, list(c.params), [], None, None, None)
+
+
+def test_resize_cropping_is_refused_naming_the_node() -> None:
+    nodes = [_constant("roi", np.array([0, 0, 1, 1], np.float32)), _constant("s", np.array([2, 2], np.float32)),
+             helper.make_node("Resize", ["x", "roi", "s"], ["y0"], name="crop", mode="linear",
+                              coordinate_transformation_mode="tf_crop_and_resize")]
+    with pytest.raises(BuilderError, match="Resize node 'crop'.*tf_crop_and_resize"):
+        _build(nodes, ["x"], [4, 4], x=np.ones((2, 2), np.float32))
+
+
+def test_resize_with_run_time_scales_is_refused() -> None:
+    nodes = [helper.make_node("Resize", ["x", "", "s"], ["y0"], name="up", mode="linear")]
+    with pytest.raises(BuilderError, match="Resize node 'up'.*before run time"):
+        _build(nodes, ["x"], [4, 4], x=np.ones((2, 2), np.float32), s=np.array([2, 2], np.float32))
+
+
+@pytest.mark.parametrize("reduction", ["mul", "max", "min"])
+def test_scatter_with_a_multiplying_or_selecting_reduction_is_refused(reduction: str) -> None:
+    nodes = [helper.make_node("ScatterElements", ["d", "i", "u"], ["y0"], name="scatter", reduction=reduction)]
+    with pytest.raises(BuilderError, match=f"ScatterElements node 'scatter'.*{reduction}"):
+        _build(nodes, ["d", "u"], [3], d=np.ones(3, np.float32), i=np.array([1], np.int64),
+               u=np.ones(1, np.float32))
+
+
+def test_reflect_pad_with_run_time_pads_is_refused() -> None:
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["y0"], name="mirror", mode="reflect")]
+    with pytest.raises(BuilderError, match="Pad node 'mirror'.*constant pads"):
+        _build(nodes, ["x"], [5], x=np.ones(3, np.float32), pads=np.array([1, 1], np.int64))
+
+
+def test_a_parameter_read_only_through_its_shape_takes_no_gradient() -> None:
+    nodes = [helper.make_node("Shape", ["p"], ["s"]), helper.make_node("Reshape", ["x", "s"], ["y0"])]
+    with pytest.raises(UnreachedError, match="'p'"):
+        _build(nodes, ["p", "x"], [2, 3], p=np.ones((2, 3), np.float32), x=np.ones(6, np.float32))
+
+
+def test_an_arg_max_beside_the_value_path_carries_nothing() -> None:
+    """p feeds an ArgMax (no gradient) and the Gather that reads the maximum: only the Gather carries p's
+    gradient."""
+    nodes = [helper.make_node("ArgMax", ["p"], ["where"], keepdims=0),
+             helper.make_node("Gather", ["p", "where"], ["y0"])]
+    c = Case("arg_max", nodes, {"p": np.array([-1.0, 2.0, 0.5], np.float32)})
+    comparisons = check(c)
+    assert comparisons and all(x.ok(c.rtol, c.atol) for x in comparisons)

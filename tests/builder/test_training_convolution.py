@@ -1,0 +1,131 @@
+"""Small models of the convolution and normalisation families train through a real training session with
+ort_cffi's artifacts (symbolic batch): the loss falls, every parameter moves, and where ONNX Runtime's
+generator accepts the model the losses equal those of its artifacts bit for bit."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from ort_cffi import OrtEnvironment
+from ort_cffi.artifacts import generate_artifacts
+
+env = OrtEnvironment.getEnvironment()
+
+
+def _save(path: Path, nodes: List[onnx.NodeProto], inputs: List[onnx.ValueInfoProto], output: onnx.ValueInfoProto,
+          weights: Dict[str, np.ndarray]) -> Path:
+    graph = helper.make_graph(nodes, path.stem, inputs, [output],
+                              [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def cnn(path: Path) -> Path:
+    """Conv, BatchNormalization (inference form: the preparation makes its statistics follow training),
+    Relu, MaxPool, Conv with a bias and stride, GlobalAveragePool, a sum to [N, C] and Gemm."""
+    rng = np.random.default_rng(3)
+    weights = {"conv1.weight": rng.normal(0, 0.4, (6, 3, 3, 3)), "bn.weight": rng.uniform(0.8, 1.2, 6),
+               "bn.bias": rng.normal(0, 0.1, 6), "bn.running_mean": rng.normal(0, 0.1, 6),
+               "bn.running_var": rng.uniform(0.8, 1.2, 6), "conv2.weight": rng.normal(0, 0.3, (8, 6, 3, 3)),
+               "conv2.bias": rng.normal(0, 0.1, 8), "fc.weight": rng.normal(0, 0.3, (4, 8)),
+               "fc.bias": rng.normal(0, 0.1, 4)}
+    nodes = [helper.make_node("Conv", ["input", "conv1.weight"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c1", "bn.weight", "bn.bias", "bn.running_mean",
+                                                     "bn.running_var"], ["b1"], momentum=0.9),
+             helper.make_node("Relu", ["b1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p1", "conv2.weight", "conv2.bias"], ["c2"], pads=[1, 1, 1, 1],
+                              strides=[2, 2]),
+             helper.make_node("GlobalAveragePool", ["c2"], ["g"]),
+             helper.make_node("ReduceSum", ["g", "axes"], ["flat"], keepdims=0),
+             helper.make_node("Gemm", ["flat", "fc.weight", "fc.bias"], ["logits"], transB=1)]
+    path = _save(path, nodes, [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                 helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4]), weights)
+    model = onnx.load(path)
+    model.graph.initializer.append(numpy_helper.from_array(np.array([2, 3], dtype=np.int64), "axes"))
+    onnx.save(model, path)
+    return path
+
+
+def normalised_mlp(path: Path) -> Path:
+    """Gemm, LayerNormalization (one output, as torch exports it), Relu, Dropout in training mode, Gemm,
+    LogSoftmax."""
+    rng = np.random.default_rng(5)
+    weights = {"fc1.weight": rng.normal(0, 0.4, (16, 8)), "fc1.bias": rng.normal(0, 0.1, 16),
+               "ln.weight": rng.uniform(0.8, 1.2, 16), "ln.bias": rng.normal(0, 0.1, 16),
+               "fc2.weight": rng.normal(0, 0.3, (4, 16)), "fc2.bias": rng.normal(0, 0.1, 4)}
+    nodes = [helper.make_node("Gemm", ["x", "fc1.weight", "fc1.bias"], ["h"], transB=1),
+             helper.make_node("LayerNormalization", ["h", "ln.weight", "ln.bias"], ["n"]),
+             helper.make_node("Relu", ["n"], ["r"]),
+             helper.make_node("Constant", [], ["ratio"], value=numpy_helper.from_array(np.array(0.1, np.float32))),
+             helper.make_node("Constant", [], ["training"], value=numpy_helper.from_array(np.array(True))),
+             helper.make_node("Dropout", ["r", "ratio", "training"], ["d"]),
+             helper.make_node("Gemm", ["d", "fc2.weight", "fc2.bias"], ["z"], transB=1),
+             helper.make_node("LogSoftmax", ["z"], ["scores"], axis=-1)]
+    return _save(path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                 helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", 4]), weights)
+
+
+def train(folder: Path, batches: List[Dict[str, np.ndarray]], steps: int) -> List[float]:
+    """Losses of ``steps`` AdamW steps over ``batches`` in turn; the trainable parameters must all move."""
+    with env.createTrainingSession(str(folder / "checkpoint"), str(folder / "training_model.onnx"),
+                                   str(folder / "eval_model.onnx"), str(folder / "optimizer_model.onnx")) as session:
+        session.setLearningRate(0.01)
+        start = session.copyParametersToBuffer()
+        losses = []
+        for step in range(steps):
+            with session.trainStep(batches[step % len(batches)]) as result:
+                losses.append(float(result.get(0).getValue()))
+            session.optimizerStep()
+            session.lazyResetGrad()
+        moved = session.copyParametersToBuffer()
+    assert np.count_nonzero(start != moved) > 0.9 * start.size
+    return losses
+
+
+def image_batches() -> List[Dict[str, np.ndarray]]:
+    rng = np.random.default_rng(9)
+    found = []
+    for size in (6, 10):  # two batch sizes through the one session: the batch is symbolic
+        labels = rng.integers(0, 4, size)
+        images = rng.normal(0, 0.3, (size, 3, 8, 8)).astype(np.float32)
+        for i, label in enumerate(labels):
+            images[i, label % 3, 2 * (label // 3):, :4] += 1.5
+        found.append({"input": images, "labels": labels.astype(np.int64)})
+    return found
+
+
+def test_a_cnn_trains_with_symbolic_batches(tmp_path: Path) -> None:
+    made = generate_artifacts(cnn(tmp_path / "cnn.onnx"), artifact_directory=tmp_path / "out")
+    assert made.versions["generator"] == "ort_cffi"
+    losses = train(tmp_path / "out", image_batches(), steps=30)
+    assert np.mean(losses[-4:]) < 0.7 * np.mean(losses[:4]), losses
+
+
+def test_layer_norm_dropout_and_log_softmax_train(tmp_path: Path) -> None:
+    made = generate_artifacts(normalised_mlp(tmp_path / "mlp.onnx"), artifact_directory=tmp_path / "out")
+    assert made.versions["generator"] == "ort_cffi"
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(12, 8)).astype(np.float32)
+    labels = np.argmax(x[:, :4], axis=1).astype(np.int64)  # cross-entropy over log-probabilities: the same
+    losses = train(tmp_path / "out", [{"x": x, "labels": labels}], steps=30)
+    assert np.mean(losses[-4:]) < 0.5 * np.mean(losses[:4]), losses
+
+
+@pytest.mark.needs_onnxruntime_generator
+def test_cnn_losses_equal_onnx_runtime_artifacts(tmp_path: Path) -> None:
+    """ConvGrad, BatchNormInternal and BatchNormalizationGrad, the scale of GlobalAveragePool as ONNX
+    Runtime's builder emits them, and MaxPool's scatter through its indices (MaxPoolGrad's additions in the
+    same order): 20 AdamW steps give the very same losses."""
+    model = cnn(tmp_path / "cnn.onnx")
+    generate_artifacts(model, artifact_directory=tmp_path / "ours")
+    generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime")
+    batches = image_batches()
+    assert train(tmp_path / "ours", batches, 20) == train(tmp_path / "theirs", batches, 20)
