@@ -82,6 +82,7 @@ artifacts.generate_artifacts(onnx.load({model!r}), requires_grad={requires_grad!
 """
 
 
+@pytest.mark.needs_onnxruntime_generator  # called directly, in a child
 @pytest.mark.parametrize("name", ACCEPTED_BY_ONNX_RUNTIME)
 def test_what_onnx_runtime_accepts_and_ort_cffi_leaves_alone_is_its_own_bytes(name: str, tmp_path: Path) -> None:
     """ONNX Runtime's generate_artifacts, called directly in a child, against ort_cffi's: with prepare=False
