@@ -39,7 +39,7 @@ report() {
   if [ ${#REASONS[@]} -eq 0 ]; then
     echo "left out on this interpreter: nothing"
   else
-    printf 'left out on this interpreter: the tests marked %s\n' "${REASONS[@]}"
+    printf 'left out on this interpreter: %s\n' "${REASONS[@]}"
   fi
 }
 trap report EXIT
@@ -114,18 +114,18 @@ if ! "$VENV_PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spe
   export ORT_CFFI_RUNTIME_DIR=$PWD/.cache/runtime-store-$PY_VERSION
   "$VENV/bin/ort-cffi-runtime" install
   LEFT_OUT+=(needs_onnxruntime_python)
-  REASONS+=("needs_onnxruntime_python: ONNX Runtime's Python layer cannot be imported beside ort_cffi on Python $PY_VERSION (no training wheel installs there)")
+  REASONS+=("the tests marked needs_onnxruntime_python: ONNX Runtime's Python layer cannot be imported beside ort_cffi on Python $PY_VERSION (no training wheel installs there)")
   # ONNX Runtime's generator (ort_cffi's own builder is the default) is that stored Python layer, run in a
   # child: on 3.14 and later its extension crashes while it initialises, so the tests that compare with it
   # cannot run there.
   if ! generator_check=$("$VENV/bin/ort-cffi-artifacts" --check-generator --generator onnxruntime 2>&1); then
     LEFT_OUT+=(needs_onnxruntime_generator)
-    REASONS+=("needs_onnxruntime_generator: $(echo "$generator_check" | grep -m1 "^error:" || echo "$generator_check" | tail -n1)")
+    REASONS+=("the tests marked needs_onnxruntime_generator: $(echo "$generator_check" | grep -m1 "^error:" | sed 's/^error: //; s/:$//' || true)")
   fi
 fi
 if [ "$SCOPE" = all ] && ! "$VENV_PY" -c "import ray" 2>/dev/null; then
   LEFT_OUT+=(needs_ray)
-  REASONS+=("needs_ray: Flower's simulation engine, Ray, has no build for Python $PY_VERSION (pip installs flwr[simulation] without it)")
+  REASONS+=("the tests marked needs_ray: Flower's simulation engine, Ray, has no build for Python $PY_VERSION (pip installs flwr[simulation] without it)")
 fi
 SELECT=()
 if [ ${#LEFT_OUT[@]} -gt 0 ]; then
@@ -135,6 +135,6 @@ if [ "$SCOPE" = all ]; then
   "$VENV_PY" -m mypy ort_cffi
   "$VENV_PY" -m pytest "${SELECT[@]}" "$@"  # no arguments: every test (pytest.ini's testpaths)
 else
-  REASONS+=("outside the core tests: the federated, trainer, docs, guarantees and remaining tests ($SCOPE_WHY)")
+  REASONS+=("everything outside the core tests (the federated, trainer, docs and guarantees tests among them): $SCOPE_WHY")
   "$VENV_PY" -m pytest "${SELECT[@]}" "${CORE_TESTS[@]}" "$@"
 fi

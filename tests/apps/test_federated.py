@@ -567,6 +567,7 @@ def test_an_eval_model_with_nothing_to_export_fails_before_the_first_round(tmp_p
                                                export_outputs="nowhere"))
 
 
+@pytest.mark.needs_ray  # ort-cffi-federated checks for Ray before anything else
 def test_cli_errors_come_before_flower_starts(tmp_path: Path, small_data: Path, capsys: pytest.CaptureFixture) -> None:
     assert federated.main(["--artifacts", str(tmp_path / "nowhere"), "--out", str(tmp_path / "a")]) == 2
     assert "error: artifacts folder" in capsys.readouterr().err
@@ -596,6 +597,7 @@ def _unfinished_run(out: Path, rounds: int = 4) -> "flower.ServerSettings":
     return settings
 
 
+@pytest.mark.needs_ray  # ort-cffi-federated checks for Ray before anything else
 def test_what_the_output_folder_refuses_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """--out that is a file, an unfinished run in --out, a resume with other settings, a negative --seed:
     exit 2 with one line, before Flower starts (so no pointer to Flower's log)."""
@@ -619,6 +621,7 @@ def test_what_the_output_folder_refuses_is_a_usage_error(tmp_path: Path, capsys:
         flower.ServerSettings(seed=-1).check()
 
 
+@pytest.mark.needs_ray  # ort-cffi-federated checks for Ray before anything else
 def test_a_run_in_the_output_folder_is_replaced_only_with_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A run folder is never overwritten: a new run over a completed run is refused (it was silently
     replaced), saying --overwrite; over an unfinished one, saying --resume; --overwrite replaces either,
@@ -654,6 +657,7 @@ def test_a_run_in_the_output_folder_is_replaced_only_with_overwrite(tmp_path: Pa
     assert not (out / "inference_model.onnx").exists() and not (out / "federated.png").exists()
 
 
+@pytest.mark.needs_ray  # ort-cffi-federated checks for Ray before anything else
 def test_a_failed_preflight_leaves_the_file_system_as_it_was(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """The checks before Flower starts made --out (and its parents) first: when a later one failed, the
     empty folders stayed behind. Now they are removed again; a folder that existed stays, as it was."""
@@ -694,6 +698,7 @@ def test_import_ort_cffi_does_not_import_flower() -> None:
     assert proc.stdout.strip() == "[]"
 
 
+@pytest.mark.needs_ray  # ort-cffi-federated checks for Ray before anything else
 def test_missing_extra_is_a_clear_error() -> None:
     proc = run_child("""
         import sys

@@ -35,7 +35,8 @@ from _federation import (  # noqa: E402
 from _flower_guard import deprecations_in, flower_deprecations, import_flower  # noqa: E402,F401  (the fixture)
 
 federated, flower = import_flower()
-pytestmark = [pytest.mark.filterwarnings("error::DeprecationWarning:flwr"), pytest.mark.usefixtures("flower_deprecations")]
+pytestmark = [pytest.mark.filterwarnings("error::DeprecationWarning:flwr"), pytest.mark.usefixtures("flower_deprecations"),
+              pytest.mark.needs_ray]  # every test here runs Flower's simulation engine
 
 ROUND_LINE = re.compile(r"^round +(\d+)/(\d+)  train loss [\d.]+  val loss [\d.]+  val acc (\d\.\d{4})  lr ", re.M)
 

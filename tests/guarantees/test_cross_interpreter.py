@@ -13,7 +13,8 @@ compared with numbers from another machine. Where the oracle's numbers come from
 2. the cache, ``.cache/oracle-losses/`` in the checkout: an entry is used only where its key matches
    this machine's CPU (model name and instruction-set flags of /proc/cpuinfo), the runtime ort_cffi
    loads (version and build string), and the inputs (artifacts, data, program); CI's 3.11 leg writes it
-   before the 3.13 leg (.ci/run), which cannot import the training wheel;
+   before the 3.13, 3.14 and 3.15 legs (.ci/run), which cannot import the training wheel (3.14 and 3.15 run
+   in a Debian sid root, scripts/newest_pythons.sh, which sees the checkout and its cache at the same path);
 3. another interpreter that has the Python layer: ``$ORT_CFFI_ORACLE_PYTHON``, else the checkout's
    ``.venv/bin/python`` (scripts/test.sh's 3.11 environment); its numbers are stored too.
 

@@ -35,6 +35,7 @@ def make_ca(folder: Path, name: str = "ca") -> Tuple[Path, x509.Certificate, ec.
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
                                          key_encipherment=False, data_encipherment=False, key_agreement=False,
                                          encipher_only=False, decipher_only=False), critical=True)
@@ -55,6 +56,10 @@ def make_server_cert(folder: Path, ca_cert: x509.Certificate, ca_key: ec.Ellipti
                                                         x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            # Python 3.13 and later verify strictly (ssl.VERIFY_X509_STRICT): a certificate a CA signed must
+            # name that CA's key ("Missing Authority Key Identifier" otherwise).
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256()))
     cert_path, key_path = folder / "server.pem", folder / "server.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
