@@ -22,7 +22,8 @@ from ort_cffi.trainer.loop import exploded
 
 ZOO_DIR = ROOT / "tests" / "zoo"
 ZOO: Dict[str, Any] = json.loads((ZOO_DIR / "zoo.json").read_text())["models"]
-REFUSED = {"sklearn_logreg"}  # ai.onnx.ml LinearClassifier: nothing to train
+# what ort_cffi's builder does with each model is its entry's "expected" (scripts/export_zoo.py): train, or refuse
+REFUSED = {n for n, m in ZOO.items() if not m["expected"].startswith("train")}
 TRAINABLE = sorted(set(ZOO) - REFUSED)
 ACCEPTED_BY_ONNX_RUNTIME = sorted(n for n, m in ZOO.items() if m["generator_onnxruntime_1_19_2"]["result"] == "ok")
 env = OrtEnvironment.getEnvironment()
@@ -63,6 +64,14 @@ def test_groupnorm_cnn_declares_the_pools_input_shapes(tmp_path: Path) -> None:
     made = generate("groupnorm_cnn", tmp_path)
     assert [(r["rule"], r["op"], r["count"]) for r in made.preparation] == [
         ("rewrite", "InstanceNormalization", 3), ("static_shape", "MaxPool", 2)]
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_what_the_builder_cannot_train_is_refused_naming_the_node(name: str, tmp_path: Path) -> None:
+    with pytest.raises(ArtifactsInputError, match="What can be done") as caught:
+        generate(name, tmp_path / "out")
+    nodes = onnx.load(str(ZOO_DIR / ZOO[name]["file"])).graph.node
+    assert any(f"{n.op_type} node '{n.name}'" in str(caught.value) for n in nodes), str(caught.value)
 
 
 def test_logistic_regression_is_refused_naming_its_operator(tmp_path: Path) -> None:
