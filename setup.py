@@ -28,9 +28,10 @@ FLOWER = "flwr[simulation]>=1.42; python_version >= '3.11'"
 TEST_CORE = [
     CPU_WHEEL,  # the real runtime and its Python oracle
     # building small test models: onnx 1.17+ writes IR versions 1.19 refuses by default, and 1.17 has
-    # no CPython 3.13 build; the tests set the IR version they need on 3.13
+    # no CPython 3.13 build; the tests set the IR version they need on 3.13 and later
     "onnx>=1.14,<1.17; python_version < '3.13'",  # also the artifact generator's child
-    "onnx>=1.18,<1.19; python_version >= '3.13'",
+    "onnx>=1.18,<1.19; python_version == '3.13'",
+    "onnx>=1.23.2,<1.24; python_version >= '3.14'",  # 1.18 has no 3.14 wheel (its source build fails)
     "pytest>=7",
     "hypothesis>=6",  # property tests of tensor round trips
     "mypy>=1.5",  # the package is typed; CI checks it
@@ -75,7 +76,7 @@ setup(
         # Ray simulation engine (flwr[simulation]); the plot.
         "federated": [FLOWER, "matplotlib>=3.5"],
         # What the loader, raw-layer, facade and Java-port tests need, on every supported CPython
-        # (scripts/test.sh runs them on 3.10-3.13; on 3.13 the runtime is fetched, see above).
+        # (scripts/test.sh runs them on 3.10-3.15; on 3.13 and later the runtime is fetched, see above).
         "test-core": TEST_CORE,
         "test": TEST_CORE + [
             "tqdm>=4.60",

@@ -152,3 +152,205 @@ def print_zoo(zoo: dict) -> None:
         a, c, ratio = res["ms_per_step"]["a"], res["ms_per_step"]["c"], res["ratio_a_c"]
         print(f"  {name:<18} {a['median']:>12.3f} {c['median']:>12.3f} {ratio['median']:>11.3f} "
               f"{ratio['p25']:>7.3f}-{ratio['p75']:<7.3f}")
+
+
+# --- ort_cffi's own builder against ONNX Runtime's generator (issue 31) -----------------------------------------
+
+GENERATORS = ("ort_cffi", "onnxruntime")
+CHILD_GENERATE = """
+import json, resource, sys, time
+from ort_cffi.artifacts import generate_artifacts
+kwargs = json.loads(sys.argv[1])
+started = time.perf_counter()
+generate_artifacts(**kwargs)
+seconds = time.perf_counter() - started
+# VmHWM, not ru_maxrss: this process's own peak (ru_maxrss keeps the parent's size at fork across exec)
+own = int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])
+peak = max(own, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)  # ONNX Runtime's generator's child
+print(json.dumps({"seconds": seconds, "peak_bytes": peak * 1024}))
+"""
+CHILD_STEPS = """
+import json, resource, sys
+import numpy as np
+from ort_cffi import OrtEnvironment, SessionOptions
+folder, data_file, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+data = np.load(data_file)
+options = SessionOptions(); options.setIntraOpNumThreads(1); options.setInterOpNumThreads(1)
+with OrtEnvironment.getEnvironment().createTrainingSession(
+        folder + "/checkpoint", folder + "/training_model.onnx", folder + "/eval_model.onnx",
+        folder + "/optimizer_model.onnx", options) as session:
+    feeds = {n: data["train_" + n][:%d] for n in session.getTrainInputNames()}
+    for _ in range(steps):
+        session.trainStep(feeds).close(); session.optimizerStep(); session.lazyResetGrad()
+own = int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])
+print(json.dumps({"peak_bytes": own * 1024}))
+""" % BATCH
+
+
+def _run_child(code: str, *args: str) -> Dict[str, Any]:
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _step_loop(made_folder: Path, data: Any, keep: List[Any]) -> tuple:
+    from ort_cffi import OrtEnvironment, SessionOptions
+
+    options = SessionOptions()
+    options.setIntraOpNumThreads(1)
+    options.setInterOpNumThreads(1)
+    keep.append(options)
+    session = OrtEnvironment.getEnvironment().createTrainingSession(
+        str(made_folder / "checkpoint"), str(made_folder / "training_model.onnx"), str(made_folder / "eval_model.onnx"),
+        str(made_folder / "optimizer_model.onnx"), options)
+    keep.append(session)
+    feeds = {n: data[f"train_{n}"][:BATCH] for n in session.getTrainInputNames()}
+    initial = session.copyParametersToBuffer(True)
+
+    def loop(n: int) -> float:
+        loss = math.nan
+        for _ in range(n):
+            with session.trainStep(feeds) as result:
+                loss = float(result.get(0).getValue())
+            session.optimizerStep()
+            session.lazyResetGrad()
+        return loss
+
+    return loop, lambda: session.copyBufferToParameters(initial, True)
+
+
+def compare_generators(rounds: int, steps: int, models: Any = None) -> dict:
+    """Per zoo model that both generators can make: generation time and peak RSS (each in a fresh child
+    process), the step time (interleaved blocks in this process, ratio ours/ONNX Runtime's per round) and a
+    step's peak RSS (a fresh child each)."""
+    zoo = json.loads((ZOO_DIR / "zoo.json").read_text())["models"]
+    results: dict = {}
+    with tempfile.TemporaryDirectory(prefix="ort-cffi-bench-builder-") as folder:
+        for name in models or sorted(zoo):
+            entry = zoo[name]
+            made: Dict[str, Any] = {}
+            for generator in GENERATORS:
+                kwargs = {"model": str(ZOO_DIR / entry["file"]), "loss": entry["loss"],
+                          "loss_input_names": [entry["loss_reads"]], "check": False, "generator": generator,
+                          "artifact_directory": str(Path(folder) / name / generator)}
+                try:
+                    made[generator] = _run_child(CHILD_GENERATE, json.dumps(kwargs))
+                except RuntimeError as exc:
+                    made[generator] = {"error": str(exc)}
+            if any("error" in made[g] for g in GENERATORS):
+                results[name] = {"skipped": {g: made[g].get("error") for g in GENERATORS if "error" in made[g]}}
+                print(f"{name}: not made by both generators, skipped", flush=True)
+                continue
+            print(f"timing {name}: ort_cffi's artifacts vs ONNX Runtime's...", flush=True)
+            data = np.load(ZOO_DIR / entry["dataset"]["file"])
+            keep: List[Any] = []
+            try:
+                loops = {"a": _step_loop(Path(folder) / name / "ort_cffi", data, keep),
+                         "c": _step_loop(Path(folder) / name / "onnxruntime", data, keep)}
+                timing = _interleaved(loops, rounds, steps)
+            finally:
+                for handle in reversed(keep):
+                    handle.close()
+            memory = {g: _run_child(CHILD_STEPS, str(Path(folder) / name / g), str(ZOO_DIR / entry["dataset"]["file"]),
+                                    str(steps)) for g in GENERATORS}
+            results[name] = {
+                "generation_seconds": {g: made[g]["seconds"] for g in GENERATORS},
+                "generation_ratio": made["ort_cffi"]["seconds"] / made["onnxruntime"]["seconds"],
+                "generation_peak_bytes": {g: made[g]["peak_bytes"] for g in GENERATORS},
+                "step_ms": {"ort_cffi": timing["ms_per_step"]["a"]["median"],
+                            "onnxruntime": timing["ms_per_step"]["c"]["median"]},
+                "step_ratio": timing["ratio_a_c"],
+                "step_peak_bytes": {g: memory[g]["peak_bytes"] for g in GENERATORS},
+                "step_peak_ratio": memory["ort_cffi"]["peak_bytes"] / memory["onnxruntime"]["peak_bytes"],
+                "last_loss": {"ort_cffi": timing["last_loss"]["a"], "onnxruntime": timing["last_loss"]["c"]},
+            }
+    return results
+
+
+def large_model(folder: Path, parameters: int) -> Path:
+    """A Gemm-ReLU stack of about ``parameters`` float32 parameters (4096-wide layers), saved with its
+    weights in one external data file (as a model past protobuf's 2 GB must be)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    width = 4096
+    layers = max(1, round(parameters / (width * width)))
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for i in range(layers):
+        inits.append(numpy_helper.from_array((rng.standard_normal((width, width), dtype=np.float32) * 0.01), f"fc{i}.weight"))
+        inits.append(numpy_helper.from_array(np.zeros(width, np.float32), f"fc{i}.bias"))
+        nodes.append(helper.make_node("Gemm", [x, f"fc{i}.weight", f"fc{i}.bias"], [f"h{i}"], transB=1))
+        if i < layers - 1:
+            nodes.append(helper.make_node("Relu", [f"h{i}"], [f"r{i}"]))
+            x = f"r{i}"
+    graph = helper.make_graph(nodes, "large", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
+                              [helper.make_tensor_value_info(f"h{layers - 1}", TensorProto.FLOAT, ["N", width])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = folder / "large.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="large.onnx.data")
+    return path
+
+
+def large_generation(parameters: int) -> dict:
+    """Peak RSS of generating the artifacts of a large model, against the model's size (goal: under 2x)."""
+    with tempfile.TemporaryDirectory(prefix="ort-cffi-bench-large-") as folder:
+        _run_child("import sys, json; sys.path.insert(0, sys.argv[1]); import bench_zoo; from pathlib import Path; "
+                   "bench_zoo.large_model(Path(sys.argv[2]), int(sys.argv[3])); print('{}')",
+                   str(ROOT / "scripts"), folder, str(parameters))  # made in a child: this process stays small
+        path = Path(folder) / "large.onnx"
+        size = path.stat().st_size + (path.parent / "large.onnx.data").stat().st_size
+        baseline = _run_child("import json, onnx, ort_cffi.artifacts; print(json.dumps({'peak_bytes': 1024 * int(next("
+                              "l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])}))")
+        kwargs = {"model": str(path), "loss": "mse", "check": False, "artifact_directory": str(Path(folder) / "out")}
+        made = _run_child(CHILD_GENERATE, json.dumps(kwargs))
+    return {"model_bytes": size, "parameters": parameters, "seconds": made["seconds"], "peak_bytes": made["peak_bytes"],
+            "interpreter_bytes": baseline["peak_bytes"], "peak_over_model": made["peak_bytes"] / size}
+
+
+def print_generators(results: dict, large: Any) -> None:
+    print("\nort_cffi's builder (a) vs ONNX Runtime's generator (c): ratios a/c, one run on this machine")
+    print(f"  {'model':<20} {'generate a/c':>13} {'step a/c':>9} {'p25-p75':>15} {'step peak a/c':>14}")
+    for name, res in results.items():
+        if "skipped" in res:
+            print(f"  {name:<20} skipped: {res['skipped']}")
+            continue
+        ratio = res["step_ratio"]
+        print(f"  {name:<20} {res['generation_ratio']:>13.3f} {ratio['median']:>9.3f} "
+              f"{ratio['p25']:>7.3f}-{ratio['p75']:<7.3f} {res['step_peak_ratio']:>14.3f}")
+    if large:
+        print(f"\nlarge model, {large['parameters'] / 1e6:.0f}M parameters ({large['model_bytes'] / 2**20:.0f} MiB): "
+              f"generated in {large['seconds']:.1f} s, peak RSS {large['peak_bytes'] / 2**20:.0f} MiB = "
+              f"{large['peak_over_model']:.2f}x the model (the interpreter with onnx alone: "
+              f"{large['interpreter_bytes'] / 2**20:.0f} MiB)")
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="ort_cffi's own gradient builder against ONNX Runtime's generator "
+                                     "on the zoo, and generation of a large model (the facade's own bench: "
+                                     "scripts/bench.py --zoo-only)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--models", nargs="*", help="zoo models (default: all)")
+    parser.add_argument("--large-parameters", type=int, default=100_000_000,
+                        help="parameters of the large model (0: skip it)")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    results = compare_generators(args.rounds, args.steps, args.models)
+    large = large_generation(args.large_parameters) if args.large_parameters else None
+    print_generators(results, large)
+    if args.json:
+        args.json.write_text(json.dumps({"zoo": results, "large": large}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

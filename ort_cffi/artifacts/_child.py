@@ -428,7 +428,8 @@ def generate(request, backend=None):
     onnx = backend.onnx
     what = request.get("model_label") or "the model"
     try:
-        model = onnx.load(request["model"])
+        # A generator may load the model its own way (ort_cffi's builder sets the weights aside)
+        model = (getattr(backend, "load_model", None) or onnx.load)(request["model"])
     except Exception as exc:
         raise Refusal("model", "{} is not an ONNX model that onnx {} can read: {}".format(
             what, onnx.__version__, str(exc).strip() or type(exc).__name__))

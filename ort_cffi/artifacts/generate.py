@@ -41,7 +41,13 @@ from ort_cffi.artifacts.definitions import (
     TensorSpec,
 )
 from ort_cffi.artifacts.manifest import MANIFEST, read_manifest
-from ort_cffi.artifacts.options import ONNX_RUNTIME, model_bytes_or_path, request_options, writable_folder
+from ort_cffi.artifacts.options import (
+    ONNX_RUNTIME,
+    confine_external_data,
+    model_bytes_or_path,
+    request_options,
+    writable_folder,
+)
 from ort_cffi.artifacts.runner import find_generator, run_child, run_here
 
 _FILE_NAMES = {
@@ -133,6 +139,7 @@ def generate_artifacts(
     prepare: bool = True,
     generator: Optional[str] = None,
     class_axis: Optional[int] = None,
+    external_data_anywhere: bool = False,
 ) -> GeneratedArtifacts:
     """Write the training artifacts of ``model`` into ``artifact_directory`` (created if missing; default:
     the current folder) and return what was written and made trainable.
@@ -171,6 +178,10 @@ def generate_artifacts(
       in ``preparation`` and ``artifacts.json``). A model that needs nothing is handed over unchanged, and
       its artifacts are byte for byte ONNX Runtime's. False: every model as it is, as ONNX Runtime's own
       generator takes it.
+    - ``external_data_anywhere``: by default a model's external data must be a regular file inside the
+      model's folder (symlinks resolved), within the file's size, and a model given as bytes may have none:
+      anything else is refused before any of it is read (docs/guides/guarantees.md). True lets a trusted
+      model's data lie anywhere (still a regular file, read within its size).
 
     ONNX Runtime's ``ort_format`` and ``custom_op_library`` are not offered: ort_cffi loads ONNX files, and
     its sessions register no custom-op libraries.
@@ -186,6 +197,7 @@ def generate_artifacts(
     options = request_options(requires_grad, frozen_params, loss, optimizer, prefix, additional_output_names,
                               nominal_checkpoint, loss_input_names, prepare, generator, python, class_axis)
     path, data, label = model_bytes_or_path(model)
+    confine_external_data(path, data, label, external_data_anywhere)
     folder = Path(os.fsdecode(os.fspath(artifact_directory))) if artifact_directory is not None else Path.cwd()
     if not overwrite:
         _refuse_other_artifacts(folder, prefix, options, file_sha256(path) if path is not None else hashlib.sha256(data or b"").hexdigest())

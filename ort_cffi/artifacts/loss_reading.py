@@ -168,7 +168,8 @@ def fit_cross_entropy(model, scores, class_axis=None):
     class_axis = 1
     if given is not None:
         scores_rank = len(dims) if dims is not None else 0
-        if scores_rank < 2 or not -scores_rank <= given < scores_rank or (scores_rank == 2 and given % 2 != 1):
+        if (scores_rank < 2 or not -scores_rank <= given < scores_rank or given % scores_rank == 0
+                or (scores_rank == 2 and given % 2 != 1)):
             raise LossReadingError(
                 "class_axis {} does not fit {!r}, {}: the classes are an axis other than the first (the batch){}".format(
                     given, tensor, graph_facts.show_dims(dims),

@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
+from ort_cffi import OrtErrorCode, OrtException
+from ort_cffi._facade.external_data import check_external_data
 from ort_cffi._facade.files import file_sha256
 from ort_cffi.artifacts.definitions import ArtifactsInputError, LossType, ModelLike, OptimType
 
@@ -128,6 +130,20 @@ def model_bytes_or_path(model: ModelLike) -> Tuple[Optional[Path], Optional[byte
     if type(model).__name__ == "ModelProto" and callable(serialize):  # onnx is not imported here
         return None, serialize(), "the model (an onnx.ModelProto)"
     raise TypeError(f"model must be a path, bytes or an onnx.ModelProto, not {type(model).__name__}")
+
+
+def confine_external_data(path: Optional[Path], data: Optional[bytes], label: str, anywhere: bool) -> None:
+    """Refuse a model whose external data is not a regular file inside the model's folder (symlinks resolved),
+    or lies past the file's end, before onnx reads any of it (``ort_cffi._facade.external_data``): whatever
+    generator runs, it never sees such a model. Bytes onnx cannot read at all are left to onnx, which names them."""
+    if not isinstance(anywhere, bool):
+        raise TypeError(f"external_data_anywhere must be a bool, not {type(anywhere).__name__}")
+    try:
+        check_external_data(str(path) if path is not None else (data or b""), label, anywhere=anywhere,
+                            escape="external_data_anywhere=True")
+    except OrtException as exc:
+        if exc.getCode() != OrtErrorCode.ORT_INVALID_PROTOBUF:
+            raise ArtifactsInputError(str(exc)) from None
 
 
 def model_sha256(model: ModelLike) -> str:

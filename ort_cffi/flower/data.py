@@ -64,7 +64,7 @@ def label_proportions(labels: np.ndarray, num_partitions: int, *, alpha: float =
     for _ in range(1000):
         proportions = rng.dirichlet(np.full(num_partitions, alpha), size=classes)
         sizes = np.round(proportions * counts[:, None]).sum(axis=0)
-        if sizes.min() >= min_size:
+        if np.min(sizes) >= min_size:
             return np.asarray(proportions)
     raise ValueError(
         f"no Dirichlet(alpha={alpha}) draw gives each of {num_partitions} partitions at least {min_size} "

@@ -19,7 +19,7 @@ from ort_cffi.artifacts import generate_artifacts as _generate_artifacts
 
 # Graph preparation exists for ONNX Runtime's generator (ort_cffi's own builder has rules for these operators,
 # tests/builder): these tests run that generator, where its Python layer is installed.
-pytestmark = pytest.mark.needs_onnxruntime_python
+pytestmark = pytest.mark.needs_onnxruntime_generator
 
 
 def generate_artifacts(*args, **kwargs):  # type: ignore[no-untyped-def]

@@ -30,8 +30,10 @@ def mlp(op: str) -> onnx.ModelProto:
     return model
 
 
+@pytest.mark.needs_onnxruntime_generator
 def test_an_operator_without_gradient_is_rewritten_and_recorded(tmp_path: Path) -> None:
-    made = generate_artifacts(mlp("HardSwish"), artifact_directory=tmp_path)
+    """For ONNX Runtime's generator, which has no HardSwish gradient."""
+    made = generate_artifacts(mlp("HardSwish"), artifact_directory=tmp_path, generator="onnxruntime")
     record = {"rule": "rewrite", "op": "HardSwish", "count": 1, "nodes": ["act"]}
     assert made.preparation == (record,)
     assert json.loads((tmp_path / "artifacts.json").read_text())["preparation"] == [record]
@@ -47,21 +49,42 @@ def test_a_model_that_needs_nothing_records_nothing(tmp_path: Path) -> None:
         assert path.read_bytes() == plain.files[key].read_bytes(), key
 
 
+def test_ort_cffis_builder_differentiates_what_onnx_runtime_could_not_unprepared(tmp_path: Path) -> None:
+    made = generate_artifacts(mlp("HardSwish"), artifact_directory=tmp_path)
+    assert made.preparation == () and made.versions["generator"] == "ort_cffi"
+    model = mlp("Relu")
+    model.graph.node[1].CopyFrom(helper.make_node("CumSum", ["h", "axis"], ["a"], name="act"))
+    model.graph.initializer.append(numpy_helper.from_array(np.array(1, np.int64), "axis"))
+    assert generate_artifacts(model, artifact_directory=tmp_path / "cumsum").preparation == ()
+
+
+def test_an_operator_the_builder_cannot_differentiate_is_refused_naming_it(tmp_path: Path) -> None:
+    model = mlp("Relu")
+    model.graph.node[1].CopyFrom(helper.make_node("Custom", ["h"], ["a"], name="act", domain="example.custom"))
+    model.opset_import.append(helper.make_opsetid("example.custom", 1))
+    model.graph.value_info.append(helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N", 5]))
+    with pytest.raises(ArtifactsInputError, match="Custom node 'act' .*has no rule for that operator"):
+        generate_artifacts(model, artifact_directory=tmp_path / "out", check=False)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.needs_onnxruntime_generator
 def test_without_preparation_the_runtimes_assertion_is_explained(tmp_path: Path) -> None:
     with pytest.raises(ArtifactsError) as caught:
-        generate_artifacts(mlp("HardSwish"), artifact_directory=tmp_path, prepare=False)
+        generate_artifacts(mlp("HardSwish"), artifact_directory=tmp_path, prepare=False, generator="onnxruntime")
     message = str(caught.value)
     assert "has no gradient in ONNX Runtime" in message and "HardSwish for node act" in message
     assert "onnxruntime::training::GradientDef" not in message  # no C++ signature
     assert "gradient_builder_registry.cc" in message  # where it failed, briefly
 
 
+@pytest.mark.needs_onnxruntime_generator
 def test_an_operator_without_gradient_or_rewrite_is_an_input_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ArtifactsInputError, match="CumSum node 'act' lies on the gradient path") as caught:
         model = mlp("Relu")
         model.graph.node[1].CopyFrom(helper.make_node("CumSum", ["h", "axis"], ["a"], name="act"))
         model.graph.initializer.append(numpy_helper.from_array(np.array(1, np.int64), "axis"))
-        generate_artifacts(model, artifact_directory=tmp_path / "out")
+        generate_artifacts(model, artifact_directory=tmp_path / "out", generator="onnxruntime")
     assert "freeze the parameters before it" in str(caught.value)
     assert not (tmp_path / "out").exists()
 
@@ -224,3 +247,36 @@ def test_a_recurrent_layer_the_gradient_cannot_run_backwards_is_refused_before_g
     assert not (tmp_path / "bi").exists()
     forward = recurrent(op, "forward")
     assert prepare(forward)[0] is forward  # no rule applies: what ONNX Runtime does with it is its own
+
+
+def language_model_head(t: int = 6, vocabulary: int = 11) -> onnx.ModelProto:
+    """input [N, T, 4] -> Add(bias, MatMul(x, W)) -> logits [N, T, vocabulary] with T fixed: the head of a
+    causal language model as torch writes it (the bias first), where the shape alone cannot tell the axes."""
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("MatMul", ["input", "W"], ["projected"]),
+             helper.make_node("Add", ["head.bias", "projected"], ["logits"], name="head")]
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", t, 4])
+    y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", t, vocabulary])
+    weights = [numpy_helper.from_array(rng.standard_normal((4, vocabulary)).astype(np.float32), "W"),
+               numpy_helper.from_array(rng.standard_normal(vocabulary).astype(np.float32), "head.bias")]
+    model = helper.make_model(helper.make_graph(nodes, "m", [x], [y], weights),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_the_class_axis_is_found_through_either_input_of_an_elementwise_node(tmp_path: Path) -> None:
+    made = generate_artifacts(language_model_head(), artifact_directory=tmp_path)
+    assert labels_shape(made) == ["N", 6]
+    assert made.loss_reading["class_axis"] == 2
+
+
+def test_class_axis_says_it_and_is_recorded(tmp_path: Path) -> None:
+    made = generate_artifacts(language_model_head(t=6, vocabulary=6), artifact_directory=tmp_path / "a",
+                              class_axis=-1)
+    assert made.loss_reading["class_axis"] == 2 and labels_shape(made) == ["N", 6]
+    assert json.loads((tmp_path / "a" / "artifacts.json").read_text())["options"]["class_axis"] == -1
+    with pytest.raises(ArtifactsInputError, match="class_axis 0 does not fit 'logits'"):
+        generate_artifacts(language_model_head(), artifact_directory=tmp_path / "b", class_axis=0)
+    with pytest.raises(ArtifactsInputError, match="for the cross-entropy loss; the loss here is mse"):
+        generate_artifacts(language_model_head(), artifact_directory=tmp_path / "c", class_axis=2, loss="mse")

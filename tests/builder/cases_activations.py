@@ -103,3 +103,10 @@ fast_gelu_bias = case("fast_gelu_bias", "FastGelu", [("x", f32(2, 3, 4)), ("bias
                       domain="com.microsoft")
 fast_gelu_bias.extra_opsets = {"com.microsoft": 1}
 CASES["FastGelu"].append(fast_gelu_bias)
+bias_gelu = case("bias_gelu", "BiasGelu", [("x", f32(2, 3, 4)), ("bias", f32(4))], ["x", "bias"],
+                 domain="com.microsoft")
+bias_gelu.extra_opsets = {"com.microsoft": 1}
+CASES["BiasGelu"] = [bias_gelu]
+CASES["QuickGelu"] = [unary("quick_gelu", "QuickGelu", f32(3, 4, low=-3, high=3), domain="com.microsoft"),
+                      unary("quick_gelu_alpha", "QuickGelu", f32(3, 4, low=-3, high=3), domain="com.microsoft",
+                            alpha=1.0)]

@@ -94,3 +94,8 @@ for c in CASES["Clip"]:  # keep x a step away from the bounds
         if value is not None:
             close = np.abs(x - value) < 0.05
             x[close] += 0.1
+cast_21 = chain("cast_there_and_back_21", [helper.make_node("Cast", ["x"], ["d"], to=TensorProto.DOUBLE, saturate=1),
+                                           helper.make_node("Cast", ["d"], ["y"], to=TensorProto.FLOAT)],
+                {"x": f32(3, 4)})
+cast_21.opset = 21
+CASES["Cast"].append(cast_21)

@@ -2,10 +2,11 @@
 every reduction, class weights, ignore_index and extra (spatial) axes."""
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 from gradcheck import Case, case
+from onnx import helper
 
 rng = np.random.default_rng(3)
 
@@ -22,3 +23,45 @@ CASES: Dict[str, List[Case]] = {
 }
 for c in CASES["SoftmaxCrossEntropyLoss"]:
     c.outputs = ["y0"]  # the loss; the log-probabilities are read by the gradient, not checked
+
+
+def labels(*shape: int, classes: int = 4, ignored: Optional[int] = None) -> np.ndarray:
+    values = rng.integers(0, classes, shape).astype(np.int64)
+    if ignored is not None:
+        values.reshape(-1)[::3] = ignored  # every third element ignored
+    return values
+
+
+def loss_case(op: str, name: str, scores_shape: Tuple[int, ...], reduction: str, weighted: bool = False,
+              ignore_index: Optional[int] = None) -> Case:
+    target_shape = (scores_shape[0],) + scores_shape[2:]
+    inputs = [("scores", f32(*scores_shape)), ("labels", labels(*target_shape, classes=scores_shape[1],
+                                                                 ignored=ignore_index))]
+    if weighted:
+        inputs.append(("weight", rng.uniform(0.2, 2.0, scores_shape[1]).astype(np.float32)))
+    attributes = {"reduction": reduction}
+    if ignore_index is not None:
+        attributes["ignore_index"] = ignore_index
+    made = case(name, op, inputs, ["scores"], outputs=2 if op == "SoftmaxCrossEntropyLoss" else 1, **attributes)
+    made.outputs = ["y0"]  # the loss; the log-probabilities are read by the gradient, not checked
+    return made
+
+
+for op, short in (("SoftmaxCrossEntropyLoss", "softmax_ce"), ("NegativeLogLikelihoodLoss", "nll")):
+    found = CASES.setdefault(op, [])
+    found += [loss_case(op, f"{short}_sum", (5, 4), "sum"),
+              loss_case(op, f"{short}_none", (5, 4), "none"),
+              loss_case(op, f"{short}_mean_weighted", (5, 4), "mean", weighted=True),
+              loss_case(op, f"{short}_mean_ignored", (6, 4), "mean", ignore_index=-100),
+              loss_case(op, f"{short}_sum_weighted_ignored", (6, 3), "sum", weighted=True, ignore_index=1),
+              loss_case(op, f"{short}_spatial_mean", (2, 4, 3, 2), "mean", weighted=True, ignore_index=2),
+              loss_case(op, f"{short}_spatial_none", (2, 3, 5), "none")]
+    symbolic = loss_case(op, f"{short}_symbolic_mean", (5, 4), "mean", ignore_index=0)
+    symbolic.data["scores"] = symbolic.params.pop("scores")
+    symbolic.params["w"] = rng.uniform(0.5, 1.5, (4,)).astype(np.float32)
+    symbolic.nodes.insert(0, helper.make_node("Mul", ["scores", "w"], ["scaled"]))
+    symbolic.nodes[1].input[0] = "scaled"
+    symbolic.symbolic_batch = True
+    found.append(symbolic)
+nll = CASES["NegativeLogLikelihoodLoss"]
+nll.append(loss_case("NegativeLogLikelihoodLoss", "nll_mean", (5, 4), "mean"))

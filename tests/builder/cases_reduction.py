@@ -104,3 +104,8 @@ ties = np.array([[0.5, -0.2, 0.5, 0.1], [0.3, 0.3, -0.7, 0.2], [0.9, 0.9, -0.3, 
 tie = case("max_ties", "ReduceMax", [("x", ties)], ["x"], axes=[1], keepdims=0)
 tie.opset = 13  # two-way ties: central differences measure the mean of the two sides, the shared gradient
 CASES["ReduceMax"].append(tie)
+for op in ("ReduceMean", "ReduceMax", "ReduceLogSumExp"):  # the newest opset ONNX Runtime 1.19.2 takes
+    newest = case(f"{op[len('Reduce'):].lower()}_21_axes", op, [("x", distinct(2, 3, 4)), ("axes", np.array([0, 2]))],
+                  ["x"], keepdims=0)
+    newest.opset = 21
+    CASES[op].append(newest)

@@ -83,7 +83,7 @@ def test_parameters_move_after_a_step(tmp_path: Path) -> None:
     assert len(moved) == 4 and all(moved), moved
 
 
-@pytest.mark.needs_onnxruntime_python
+@pytest.mark.needs_onnxruntime_generator
 def test_losses_are_bit_identical_to_onnx_runtime_artifacts(tmp_path: Path) -> None:
     model = mlp(tmp_path / "mlp.onnx")
     ours = generate_artifacts(model, artifact_directory=tmp_path / "ours")
@@ -108,3 +108,40 @@ def test_python_is_for_onnx_runtimes_generator_only(tmp_path: Path) -> None:
                            python=sys.executable)
     with pytest.raises(ArtifactsInputError, match="none of"):
         generate_artifacts(mlp(tmp_path / "mlp.onnx"), artifact_directory=tmp_path / "out", generator="torch")
+
+
+def external_mlp(folder: Path) -> Path:
+    """The MLP with every initializer in an external-data file beside it."""
+    model = onnx.load(str(mlp(folder / "inline.onnx")))
+    onnx.save(model, str(folder / "mlp.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="mlp.onnx.data", size_threshold=0)
+    return folder / "mlp.onnx"
+
+
+def test_a_model_with_external_data_is_generated_without_loading_its_weights_into_the_graph(tmp_path: Path) -> None:
+    """The weights go from the model's data file into the checkpoint; the training and eval models hold none
+    (parameters are inputs), and they train."""
+    path = external_mlp(tmp_path)
+    made = generate_artifacts(path, artifact_directory=tmp_path / "out")
+    for name in ("training_model.onnx", "eval_model.onnx"):
+        written = onnx.load(str(tmp_path / "out" / name), load_external_data=False)
+        assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in written.graph.initializer)
+    inline = generate_artifacts(tmp_path / "inline.onnx", artifact_directory=tmp_path / "inline")
+    assert made.checkpoint.read_bytes() == inline.checkpoint.read_bytes()
+    feeds = {"x": rng.normal(size=(16, 8)).astype(np.float32), "labels": rng.integers(0, 4, 16).astype(np.int64)}
+    assert train(tmp_path / "out", feeds, steps=5) == train(tmp_path / "inline", feeds, steps=5)
+
+
+def test_constants_with_external_data_are_written_into_the_training_and_eval_models(tmp_path: Path) -> None:
+    """Initializers that do not train stay constants of the graphs: their data is read from the model's data
+    file into the models written, never left pointing at a file beside the input model."""
+    path = external_mlp(tmp_path)
+    made = generate_artifacts(path, requires_grad="fc1.*", artifact_directory=tmp_path / "out")
+    for name in ("training_model.onnx", "eval_model.onnx"):
+        written = onnx.load(str(tmp_path / "out" / name))
+        constants = {t.name: numpy_helper.to_array(t) for t in written.graph.initializer}
+        assert np.array_equal(constants["fc2.weight"], numpy_helper.to_array(
+            onnx.load(str(tmp_path / "inline.onnx")).graph.initializer[2]))
+    feeds = {"x": rng.normal(size=(16, 8)).astype(np.float32), "labels": rng.integers(0, 4, 16).astype(np.int64)}
+    losses = train(made.folder, feeds, steps=5)
+    assert losses[-1] < losses[0]

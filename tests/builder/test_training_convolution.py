@@ -119,7 +119,7 @@ def test_layer_norm_dropout_and_log_softmax_train(tmp_path: Path) -> None:
     assert np.mean(losses[-4:]) < 0.5 * np.mean(losses[:4]), losses
 
 
-@pytest.mark.needs_onnxruntime_python
+@pytest.mark.needs_onnxruntime_generator
 def test_cnn_losses_equal_onnx_runtime_artifacts(tmp_path: Path) -> None:
     """ConvGrad, BatchNormInternal and BatchNormalizationGrad, the scale of GlobalAveragePool as ONNX
     Runtime's builder emits them, and MaxPool's scatter through its indices (MaxPoolGrad's additions in the

@@ -10,6 +10,7 @@ run on OpenJDK 25, 2026-12-01). Cases that touch native memory run in a child pr
 from __future__ import annotations
 
 import numpy as np
+import onnx.helper
 import onnx.numpy_helper as onnx_numpy
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -32,12 +33,15 @@ from ort_cffi._facade.tensors.element_types import BITS_TYPES, NUMPY_DTYPES, byt
 
 T = OnnxTensorType
 SETTINGS = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck), print_blob=True)
-FLOAT8 = {  # type: (onnx decoder, fn, uz)
-    T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN: (onnx_numpy.float8e4m3_to_float32, True, False),
-    T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FNUZ: (onnx_numpy.float8e4m3_to_float32, True, True),
-    T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2: (onnx_numpy.float8e5m2_to_float32, False, False),
-    T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2FNUZ: (onnx_numpy.float8e5m2_to_float32, True, True),
+FLOAT8 = {  # type: (onnx's decoder's name, fn, uz)
+    T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN: ("float8e4m3_to_float32", True, False),
+    T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FNUZ: ("float8e4m3_to_float32", True, True),
+    T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2: ("float8e5m2_to_float32", False, False),
+    T.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2FNUZ: ("float8e5m2_to_float32", True, True),
 }
+# onnx 1.19 removed those decoders and unpack_int4 (the onnx of CPython 3.14 and later is 1.23): there,
+# onnx decodes a tensor proto of the raw bytes itself (numpy_helper.to_array, through ml_dtypes).
+ONNX_HAS_DECODERS = hasattr(onnx_numpy, "float8e4m3_to_float32") and hasattr(onnx_numpy, "unpack_int4")
 shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5)
 
 
@@ -183,8 +187,12 @@ def _expected_values(onnx_type: OnnxTensorType, raw: bytes, count: int) -> np.nd
         return np.empty(0, np.int8 if onnx_type == T.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT4 else BITS_TYPES[onnx_type][1])
     if onnx_type == T.ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16:
         return (data.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    if not ONNX_HAS_DECODERS:
+        decoded = onnx_numpy.to_array(onnx.helper.make_tensor("x", int(onnx_type), [count], raw, raw=True))
+        return decoded.astype(BITS_TYPES[onnx_type][1])
     if onnx_type in FLOAT8:
-        decode, fn, uz = FLOAT8[onnx_type]
+        decoder, fn, uz = FLOAT8[onnx_type]
+        decode = getattr(onnx_numpy, decoder)
         return decode(data.astype(np.int32), fn=fn, uz=uz).astype(np.float32)  # (its arithmetic needs a wide type)
     signed = onnx_type == T.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT4
     return onnx_numpy.unpack_int4(data, (count,), signed).astype(np.int8 if signed else np.uint8)

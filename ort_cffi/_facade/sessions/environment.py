@@ -103,6 +103,8 @@ class OrtEnvironment:
         evalPath: Optional[PathOrBytes] = None,
         optimizerPath: Optional[PathOrBytes] = None,
         options: Optional[SessionOptions] = None,
+        *,
+        externalDataAnywhere: bool = False,
     ) -> OrtTrainingSession:
         """Create a training session (`CreateTrainingSession`, or `CreateTrainingSessionFromBuffer` for bytes).
 
@@ -123,6 +125,10 @@ class OrtEnvironment:
                 unavailable).
             options: `SessionOptions`, or None for the defaults; they may be closed once the session
                 exists.
+            externalDataAnywhere: Keyword only, default False: a model's external data must be a regular
+                file inside the model's folder (symlinks resolved), and a model given as bytes may have
+                none. True lets a trusted model's external data lie anywhere (a regular file still, read
+                within its size). See the guarantees guide.
 
         Returns:
             A new `OrtTrainingSession` the caller owns and must close (or use in a `with` block).
@@ -131,16 +137,20 @@ class OrtEnvironment:
             OrtFileNotFoundException: A model or the checkpoint file does not exist (the message names it).
             OrtInvalidArgumentException: An argument of the wrong type, an empty path or empty bytes, a
                 folder, models given partly as paths and partly as bytes, options that are not
-                `SessionOptions`, or a checkpoint state already bound to an open session.
+                `SessionOptions`, or a checkpoint state already bound to an open session; a model whose
+                external data is not a regular file inside its folder, or lies past the file's end (the
+                message names the tensor, its location and the rule; checked before anything is read).
             OrtClosedException: The checkpoint state or the options are closed.
             OrtException: The runtime refuses a model or the checkpoint (e.g. `ORT_INVALID_PROTOBUF` for
                 a file that is no ONNX model; a checkpoint file that does not verify is named damaged or
                 truncated, or not a checkpoint, as `OrtCheckpointState.loadCheckpoint` says). The
                 checkpoint this call loaded is released then (Java leaks it).
         """
-        return OrtTrainingSession(checkpoint, trainPath, evalPath, optimizerPath, options)
+        return OrtTrainingSession(checkpoint, trainPath, evalPath, optimizerPath, options,
+                                  externalDataAnywhere=externalDataAnywhere)
 
-    def createSession(self, model: PathOrBytes, options: Optional[SessionOptions] = None) -> OrtSession:
+    def createSession(self, model: PathOrBytes, options: Optional[SessionOptions] = None, *,
+                      externalDataAnywhere: bool = False) -> OrtSession:
         """Create an inference session on the same runtime (`CreateSession`, `CreateSessionFromArray`).
 
         E.g. for the model `OrtTrainingSession.exportModelForInference` wrote: no second ONNX Runtime
@@ -154,6 +164,7 @@ class OrtEnvironment:
                 `memoryview`).
             options: `SessionOptions`, or None for the defaults; they may be closed once the session
                 exists.
+            externalDataAnywhere: Keyword only, default False, as in `createTrainingSession`.
 
         Returns:
             A new `OrtSession` the caller owns and must close (or use in a `with` block).
@@ -161,12 +172,13 @@ class OrtEnvironment:
         Raises:
             OrtFileNotFoundException: The model file does not exist (the message names it).
             OrtInvalidArgumentException: `model` is not a path or bytes, is empty, or is a folder;
-                `options` is not `SessionOptions`.
+                `options` is not `SessionOptions`; the model's external data is not a regular file inside
+                its folder, or lies past the file's end (as in `createTrainingSession`).
             OrtClosedException: The options are closed.
             OrtException: The runtime refuses the model (e.g. `ORT_INVALID_PROTOBUF` for bytes that are
                 no ONNX model).
         """
-        return OrtSession(self, model, options)
+        return OrtSession(self, model, options, externalDataAnywhere=externalDataAnywhere)
 
     def setTelemetry(self, sendTelemetry: bool) -> None:
         """Accepted and ignored (the Linux training builds of the runtime send no telemetry).

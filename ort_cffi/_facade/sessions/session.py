@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
+from ort_cffi._facade.external_data import confine_models
 from ort_cffi._facade.sessions.inputs import ANY_INPUT, checked_input
 from ort_cffi._facade.sessions.options import RunOptions, SessionOptions
 from ort_cffi._facade.sessions.options import RunOptions as _RunOptions
@@ -80,10 +81,12 @@ class OrtSession(NativeHandle):
     RunOptions = RunOptions
     SessionOptions = SessionOptions
 
-    def __init__(self, env: Any, model: PathOrBytes, options: Optional[_SessionOptions] = None) -> None:
+    def __init__(self, env: Any, model: PathOrBytes, options: Optional[_SessionOptions] = None, *,
+                 externalDataAnywhere: bool = False) -> None:
         rt = get_runtime()
         self._rt = rt
         path, data = read_model(model, "model")
+        confine_models([(path, data, "model")], externalDataAnywhere)
         if options is not None and not isinstance(options, _SessionOptions):
             raise OrtException.invalid_argument(f"options must be SessionOptions, not {type(options).__name__}")
         native_env = process.env()

@@ -31,6 +31,9 @@ import mmap
 import os
 from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
+from ort_cffi._facade.protobuf_wire import Malformed as _Malformed
+from ort_cffi._facade.protobuf_wire import fields as _fields
+from ort_cffi._facade.protobuf_wire import int64 as _int64
 from ort_cffi._facade.tensors.element_types import NUMPY_DTYPES, OnnxTensorType
 from ort_cffi._native.errors import OrtException
 
@@ -119,63 +122,6 @@ def check_symbolic(what: str, named: Sequence[Tuple[str, InputSpec, Tuple[int, .
 
 
 # --- the ONNX protobuf wire format: ModelProto.graph.input --------------------------------------------
-
-
-class _Malformed(Exception):
-    pass
-
-
-def _varint(data: memoryview, pos: int) -> Tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise _Malformed("truncated varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(data: memoryview):
-    """(field number, wire type, value) of each field of a message: an int for varints, a memoryview
-    of the payload for length-delimited fields; fixed-width fields are skipped. One-byte varints
-    (most keys and lengths) are read inline."""
-    pos = 0
-    end = len(data)
-    while pos < end:
-        key = data[pos]
-        if key < 0x80:
-            pos += 1
-        else:
-            key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 2:
-            length = data[pos] if pos < end else 0x80
-            if length < 0x80:
-                pos += 1
-            else:
-                length, pos = _varint(data, pos)
-            if pos + length > end:
-                raise _Malformed("truncated field")
-            yield number, wire, data[pos:pos + length]
-            pos += length
-        elif wire == 0:
-            value, pos = _varint(data, pos)
-            yield number, wire, value
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        else:
-            raise _Malformed(f"wire type {wire}")
-    if pos != end:
-        raise _Malformed("truncated fixed-width field")
-
-
-def _int64(value: int) -> int:
-    return value - (1 << 64) if value >> 63 else value
 
 
 def _value_info(data: memoryview) -> Tuple[str, Optional[Tuple[int, Optional[Tuple[Dim, ...]]]]]:

@@ -18,10 +18,12 @@ What the C API leaves to its caller, done here once:
 from __future__ import annotations
 
 import numbers
+import os
 from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ort_cffi._facade.external_data import confine_models, inline_external_data
 from ort_cffi._facade.sessions.checkpoint import INT64_MAX, INT64_MIN, OrtCheckpointState, StateBinding
 from ort_cffi._facade.sessions.options import RunOptions, SessionOptions
 from ort_cffi._facade.sessions.results import NameSet, Result
@@ -62,6 +64,8 @@ class OrtTrainingSession(NativeHandle):
         evalModel: Optional[PathOrBytes] = None,
         optimizerModel: Optional[PathOrBytes] = None,
         options: Optional[SessionOptions] = None,
+        *,
+        externalDataAnywhere: bool = False,
     ) -> None:
         rt = self._rt = get_runtime()
         train = read_model(trainModel, "training model")
@@ -72,6 +76,8 @@ class OrtTrainingSession(NativeHandle):
         from_buffers = train[1] is not None or evaluation[1] is not None or optimizer[1] is not None
         if from_buffers and (train[1] is None or (evalModel is not None and evaluation[1] is None) or (optimizerModel is not None and optimizer[1] is None)):
             raise OrtException.invalid_argument("give all models as paths or all as bytes (the C API takes one or the other)")
+        confine_models([(*train, "training model"), (*evaluation, "eval model"), (*optimizer, "optimizer model")],
+                       externalDataAnywhere)
 
         if isinstance(checkpoint, _CheckpointState):
             state, self._owns_state = checkpoint, False
@@ -122,6 +128,7 @@ class OrtTrainingSession(NativeHandle):
         self._has_eval = evalModel is not None
         self._eval_from_path = evaluation[0] is not None
         self._eval_path = evaluation[0]  # the export reads the eval model again from here
+        self._external_data_anywhere = externalDataAnywhere
         self._has_optimizer = optimizerModel is not None
         self._has_scheduler = False
         self._optimizer_step = rt.training_api.OptimizerStep  # the per-step calls, looked up once
@@ -600,7 +607,9 @@ class OrtTrainingSession(NativeHandle):
         (the default eval model outputs only the loss: see `additional_output_names` of
         `ort_cffi.artifacts.generate_artifacts`); the runtime also takes any other value its graph
         computes. It is written crash-safe, as checkpoints are, and replaces an existing file, as in
-        Java. `OrtEnvironment.createSession` runs it.
+        Java. It holds all its data: tensors the eval model keeps in external data are read into it (the
+        runtime would copy their locations, which name files beside the eval model). `OrtEnvironment.createSession`
+        runs it.
 
         Java: `void exportModelForInference(Path outputPath, String[] outputNames)`.
 
@@ -642,14 +651,18 @@ class OrtTrainingSession(NativeHandle):
                     OrtErrorCode.ORT_NOT_IMPLEMENTED,
                 )
             self._check_export_names(names)
-            atomic_write(
-                path,
-                lambda tmp: self._call(
-                    self._rt.training_api.ExportModelForInferencing, native_path(tmp), len(encoded),
-                    ffi.new("char*[]", encoded), context=f"exporting {names} to {path!r}",
-                ),
-                "inference model",
-            )
+            eval_path = self._eval_path
+            assert eval_path is not None
+
+            def export(tmp: str) -> None:
+                self._call(self._rt.training_api.ExportModelForInferencing, native_path(tmp), len(encoded),
+                           ffi.new("char*[]", encoded), context=f"exporting {names} to {path!r}")
+                # The runtime copies the eval model's external tensors as they are, their locations
+                # relative to the eval model's folder: the export holds their data instead.
+                inline_external_data(tmp, os.path.dirname(os.path.abspath(eval_path)), f"the inference model {path!r}",
+                                     anywhere=self._external_data_anywhere)
+
+            atomic_write(path, export, "inference model")
 
     def _check_export_names(self, names: List[str]) -> None:
         """Refuse export names the eval graph lacks before the native call: the runtime's answer names

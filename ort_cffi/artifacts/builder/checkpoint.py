@@ -13,18 +13,21 @@ tensors sorted by name, it is then the file the runtime writes after ``AddProper
 Memory: the tensors' data is never gathered. The layout is planned first (see ``flatbuffer``); each tensor's
 bytes are then fetched and written one tensor at a time, from ``raw_data`` or from its external-data file,
 so that writing a checkpoint costs about the largest tensor on top of what the caller already holds.
+
+Size: a flatbuffer cannot pass 2 GiB. Past 1.8 GiB of tensors, ONNX Runtime moves their data to
+``<checkpoint>.data`` beside the checkpoint; so does this writer, with the same bytes in both files.
 """
 from __future__ import annotations
 
 import math
 import os
 from pathlib import Path
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import BinaryIO, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from onnx import TensorProto
 
-from ort_cffi.artifacts.builder.flatbuffer import BackToFrontLayout, BulkSource
+from ort_cffi.artifacts.builder.flatbuffer import BackToFrontLayout, BulkSource, FlatbufferTooLargeError
 
 FILE_IDENTIFIER = b"ODTC"
 CHECKPOINT_VERSION = 2  # kCheckpointVersion of ONNX Runtime 1.19
@@ -33,7 +36,8 @@ PropertyValue = Union[int, float, str]
 
 # Field indices of ort_training_checkpoint.fbs and ort.fbs (their order in the schema's tables).
 TENSOR_NAME, TENSOR_DOC_STRING, TENSOR_DIMS, TENSOR_DATA_TYPE, TENSOR_RAW_DATA = 0, 1, 2, 3, 4
-MODULE_REQUIRES_GRAD, MODULE_FROZEN, MODULE_IS_NOMINAL = 0, 1, 2
+TENSOR_EXTERNAL_DATA_OFFSET = 6
+MODULE_REQUIRES_GRAD, MODULE_FROZEN, MODULE_IS_NOMINAL, MODULE_HAS_EXTERNAL_DATA = 0, 1, 2, 3
 PROPERTY_NAME, PROPERTY_VALUE = 0, 1
 BAG_INTS, BAG_FLOATS, BAG_STRINGS = 0, 1, 2
 CHECKPOINT_VERSION_FIELD, CHECKPOINT_MODULE_STATE, CHECKPOINT_OPTIMIZER_GROUPS, CHECKPOINT_PROPERTY_BAG = 0, 1, 2, 3
@@ -54,6 +58,12 @@ ELEMENT_TYPES: Dict[int, Tuple[str, np.dtype, str]] = {
     TensorProto.UINT32: ("UINT32", np.dtype("<u4"), "uint64_data"),
     TensorProto.UINT64: ("UINT64", np.dtype("<u8"), "uint64_data"),
 }
+# A flatbuffer cannot pass 2 GiB. Past this many bytes of serialized TensorProtos (rounded up to MiB), ONNX
+# Runtime writes the data of every tensor of at least EXTERNAL_MINIMUM bytes to the file ``<checkpoint>.data``,
+# each aligned to 8 bytes (64-bit types) or 4, and keeps its offset there in the Tensor table.
+EXTERNAL_DATA_THRESHOLD = 1800 * 1024 * 1024
+EXTERNAL_MINIMUM = 64
+_MIB = 1024 * 1024
 _READ_CHUNK = 16 * 1024 * 1024  # external data is copied through a buffer of this size
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -64,28 +74,39 @@ class CheckpointInputError(ValueError):
 
 def write_checkpoint(path: PathLike, trainable: Sequence[TensorProto], frozen: Sequence[TensorProto] = (), *,
                      nominal: bool = False, properties: Optional[Mapping[str, PropertyValue]] = None,
-                     external_data_dir: Optional[PathLike] = None) -> int:
+                     external_data_dir: Optional[PathLike] = None,
+                     external_data_threshold: int = EXTERNAL_DATA_THRESHOLD) -> int:
     """Write the checkpoint of ``trainable`` and ``frozen`` parameters to ``path`` and return its size in
     bytes.
 
     The tensors keep the order given. Their data is read from ``raw_data``, from the typed field of their
     element type (``float_data``, ``int64_data``...), or, for a tensor whose data is external (as
     ``onnx.load(..., load_external_data=False)`` leaves it), from its file under ``external_data_dir``. Only
-    one tensor's data is in memory at a time. ``nominal``: write the shapes-free nominal checkpoint instead.
-    ``properties``: user properties (int, float or str values), as ``OrtCheckpointState.addProperty`` adds them;
-    a mapping, even empty, lays the file out as the runtime's ``SaveCheckpoint`` does (see the module's notes).
+    one tensor's data is in memory at a time. ``nominal``: write the nominal checkpoint (names and element
+    types, no dims, no data) instead. ``properties``: user properties (int, float or str values), as
+    ``OrtCheckpointState.addProperty`` adds them; a mapping, even empty, lays the file out as the runtime's
+    ``SaveCheckpoint`` does (see the module's notes). Past ``external_data_threshold`` bytes of tensors (ONNX
+    Runtime's 1.8 GiB by default) the data goes to ``<path>.data`` beside the checkpoint, as ONNX Runtime
+    writes it; the runtime reads it from there.
     Raises ``CheckpointInputError`` for what the checkpoint cannot hold; nothing is written then.
     """
-    layout = _plan(trainable, frozen, nominal, properties, external_data_dir)
+    plan = _plan(trainable, frozen, nominal, properties, external_data_dir, external_data_threshold)
     target = Path(path)
-    partial = target.with_name(target.name + ".partial")
+    outputs = [(target, plan.layout.write_to)]
+    if plan.external is not None:
+        outputs.insert(0, (target.with_name(target.name + ".data"), plan.external.write_to))
+    partials = [(output.with_name(output.name + ".partial"), output, write) for output, write in outputs]
+    size = 0
     try:
-        with open(partial, "wb") as stream:
-            size = layout.write_to(stream)
-        os.replace(partial, target)
+        for partial, _, write in partials:
+            with open(partial, "wb") as stream:
+                size = write(stream)
+        for partial, output, _ in partials:  # only once every file is complete
+            os.replace(partial, output)
     finally:
-        if partial.exists():
-            partial.unlink()
+        for partial, _, _ in partials:
+            if partial.exists():
+                partial.unlink()
     return size
 
 
@@ -93,14 +114,49 @@ def checkpoint_bytes(trainable: Sequence[TensorProto], frozen: Sequence[TensorPr
                      nominal: bool = False, properties: Optional[Mapping[str, PropertyValue]] = None,
                      external_data_dir: Optional[PathLike] = None) -> bytes:
     """The checkpoint ``write_checkpoint`` writes, as bytes (for ``OrtCheckpointState.loadCheckpointFromBuffer``);
-    this holds the whole checkpoint in memory once."""
-    return _plan(trainable, frozen, nominal, properties, external_data_dir).to_bytes()
+    this holds the whole checkpoint in memory once. A checkpoint whose data would go to an external file (past
+    1.8 GiB) has no bytes form: the runtime reads external data only beside a checkpoint file."""
+    plan = _plan(trainable, frozen, nominal, properties, external_data_dir, EXTERNAL_DATA_THRESHOLD)
+    if plan.external is not None:
+        raise CheckpointInputError("the checkpoint's data passes 1.8 GiB, so it goes to an external data file "
+                                   "beside the checkpoint: use write_checkpoint")
+    return plan.layout.to_bytes()
+
+
+class _ExternalData:
+    """The ``<checkpoint>.data`` file: each tensor's bytes at an aligned offset, in the order the tensors come."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self._pieces: List[Tuple[int, int, BulkSource]] = []  # padding, length, source
+
+    def add(self, data_type: int, length: int, source: BulkSource) -> int:
+        alignment = 8 if data_type in (TensorProto.INT64, TensorProto.DOUBLE, TensorProto.UINT64) else 4
+        padding = -self.size % alignment
+        offset = self.size + padding
+        self._pieces.append((padding, length, source))
+        self.size = offset + length
+        return offset
+
+    def write_to(self, stream: BinaryIO) -> int:
+        for padding, length, source in self._pieces:
+            stream.write(bytes(padding))
+            for chunk in source():
+                stream.write(chunk)
+                del chunk
+        return self.size
+
+
+class _Plan(NamedTuple):
+    layout: BackToFrontLayout
+    external: Optional[_ExternalData]
 
 
 # --- planning the layout -------------------------------------------------------------------------------------
 
 def _plan(trainable: Sequence[TensorProto], frozen: Sequence[TensorProto], nominal: bool,
-          properties: Optional[Mapping[str, PropertyValue]], external_data_dir: Optional[PathLike]) -> BackToFrontLayout:
+          properties: Optional[Mapping[str, PropertyValue]], external_data_dir: Optional[PathLike],
+          external_data_threshold: int) -> _Plan:
     groups = {"trainable": _as_list(trainable, "trainable"), "frozen": _as_list(frozen, "frozen")}
     seen: Dict[str, str] = {}
     for group, tensors in groups.items():
@@ -111,19 +167,38 @@ def _plan(trainable: Sequence[TensorProto], frozen: Sequence[TensorProto], nomin
             seen[name] = group
     bag = _check_properties(properties)
     base = None if external_data_dir is None else Path(external_data_dir)
+    data = [[_data_of(tensor, base, nominal) for tensor in tensors] for tensors in groups.values()]
+    # ONNX Runtime sizes its buffer by the serialized TensorProtos, rounded up to MiB, and goes external past
+    # the threshold.
+    serialized = sum(_serialized_size(tensor, length) for tensors, lengths in zip(groups.values(), data)
+                     for tensor, (length, _) in zip(tensors, lengths))
+    external = _ExternalData() if not nominal and max(-(-serialized // _MIB), 1) * _MIB > external_data_threshold \
+        else None
 
+    try:
+        return _Plan(_layout(groups, data, nominal, external, bag), external)
+    except FlatbufferTooLargeError as exc:
+        raise CheckpointInputError(f"{exc}: the tensors' data must go to an external file (a lower "
+                                   "external_data_threshold)") from None
+
+
+def _layout(groups: Dict[str, List[TensorProto]], data: List[List[Tuple[int, BulkSource]]], nominal: bool,
+            external: Optional[_ExternalData], bag: Optional[List[Tuple[str, PropertyValue]]]) -> BackToFrontLayout:
     layout = BackToFrontLayout()
     # The order of creation is ONNX Runtime's: each tensor's name, dims and data, then its table; the two
     # tensor vectors; the module state; with properties, the property bag and an empty optimizer-group
     # vector (what SaveCheckpoint writes for a state without optimizer state); the checkpoint table last.
-    tables = [[_add_tensor(layout, tensor, nominal, base) for tensor in tensors] for tensors in groups.values()]
+    tables = [[_add_tensor(layout, tensor, length, source, nominal, external)
+               for tensor, (length, source) in zip(tensors, lengths)]
+              for tensors, lengths in zip(groups.values(), data)]
     vectors = [layout.offset_vector(offsets) for offsets in tables]
     module_state = 0
-    if bag is None or seen:  # SaveCheckpoint leaves the module state out when there are no parameters
+    if bag is None or any(groups.values()):  # SaveCheckpoint leaves out the module state of no parameters
         layout.start_table()
         layout.add_offset(MODULE_REQUIRES_GRAD, vectors[0])
         layout.add_offset(MODULE_FROZEN, vectors[1])
         layout.add_scalar(MODULE_IS_NOMINAL, "?", nominal, False)
+        layout.add_scalar(MODULE_HAS_EXTERNAL_DATA, "?", external is not None, False)
         module_state = layout.end_table()
     optimizer_groups = property_bag = 0
     if bag is not None:  # SaveCheckpoint's layout: a property bag when there are properties, no optimizer group
@@ -155,28 +230,24 @@ def _name_of(tensor: TensorProto, group: str) -> str:
     return tensor.name
 
 
-def _add_tensor(layout: BackToFrontLayout, tensor: TensorProto, nominal: bool, base: Optional[Path]) -> int:
+def _add_tensor(layout: BackToFrontLayout, tensor: TensorProto, length: int, source: BulkSource, nominal: bool,
+                external: Optional[_ExternalData]) -> int:
     """SaveInitializerOrtFormat: name, doc string (when set), dims, data; then the Tensor table. A nominal
     tensor is what the runtime writes for a TensorProto holding only the name and element type."""
-    element = ELEMENT_TYPES.get(tensor.data_type)
-    if element is None:
-        kind = TensorProto.DataType.Name(tensor.data_type) if tensor.data_type in TensorProto.DataType.values() \
-            else str(tensor.data_type)
-        raise CheckpointInputError(
-            f"the parameter {tensor.name!r} is of element type {kind}, which ONNX Runtime 1.19 cannot load from "
-            f"a checkpoint (it loads {', '.join(name for name, _, _ in ELEMENT_TYPES.values())})")
     name = layout.string(tensor.name.encode("utf-8"))
     doc_string = layout.string(tensor.doc_string.encode("utf-8")) \
         if tensor.HasField("doc_string") and not nominal else 0
     dims = layout.scalar_vector(b"" if nominal else np.asarray(tensor.dims, dtype="<i8").tobytes(), 8)
-    length, source = (0, _no_data) if nominal else _data_of(tensor, element, base)
-    raw_data = layout.bulk_byte_vector(length, source)
+    offset = external.add(tensor.data_type, length, source) if external is not None and length >= EXTERNAL_MINIMUM \
+        else -1
+    raw_data = layout.bulk_byte_vector(length, source) if offset < 0 else 0
     layout.start_table()
     layout.add_offset(TENSOR_NAME, name)
     layout.add_offset(TENSOR_DOC_STRING, doc_string)
     layout.add_offset(TENSOR_DIMS, dims)
     layout.add_scalar(TENSOR_DATA_TYPE, "i", tensor.data_type)
     layout.add_offset(TENSOR_RAW_DATA, raw_data)
+    layout.add_scalar(TENSOR_EXTERNAL_DATA_OFFSET, "q", offset, -1)
     return layout.end_table()
 
 
@@ -186,10 +257,19 @@ def _no_data() -> Iterator[bytes]:
 
 # --- tensor data ---------------------------------------------------------------------------------------------
 
-def _data_of(tensor: TensorProto, element: Tuple[str, np.dtype, str], base: Optional[Path]) -> Tuple[int, BulkSource]:
-    """The length of the tensor's data and a source that yields it when the file is written. The data is
-    checked here (its size against the dims, an external file's presence), so that writing cannot fail half-way
-    on a bad tensor."""
+def _data_of(tensor: TensorProto, base: Optional[Path], nominal: bool) -> Tuple[int, BulkSource]:
+    """The length of the tensor's data and a source that yields it when the file is written. What costs no copy
+    of the data is checked here (element type, dims, typed values, an external file); the length of raw_data
+    when it is written. A nominal tensor has no data."""
+    element = ELEMENT_TYPES.get(tensor.data_type)
+    if element is None:
+        kind = TensorProto.DataType.Name(tensor.data_type) if tensor.data_type in TensorProto.DataType.values() \
+            else str(tensor.data_type)
+        raise CheckpointInputError(
+            f"the parameter {tensor.name!r} is of element type {kind}, which ONNX Runtime 1.19 cannot load from "
+            f"a checkpoint (it loads {', '.join(name for name, _, _ in ELEMENT_TYPES.values())})")
+    if nominal:
+        return 0, _no_data
     type_name, dtype, typed_field = element
     if any(dim < 0 for dim in tensor.dims):
         raise CheckpointInputError(f"the parameter {tensor.name!r} has a negative dimension: {list(tensor.dims)}")
@@ -200,11 +280,16 @@ def _data_of(tensor: TensorProto, element: Tuple[str, np.dtype, str], base: Opti
     if tensor.data_location == TensorProto.EXTERNAL:
         return _external_data(tensor, expected, base)
     if tensor.HasField("raw_data"):
-        length = len(tensor.raw_data)  # a transient copy of this tensor's bytes (protobuf copies on access)
-        if length != expected:
-            raise CheckpointInputError(f"the parameter {tensor.name!r} holds {length} bytes of raw data; its dims "
-                                       f"{list(tensor.dims)} and type {type_name} take {expected}")
-        return length, lambda: iter((tensor.raw_data,))
+        # protobuf copies the bytes on every access: they are read once, when written, and checked then (a
+        # failed write leaves no file)
+        def raw() -> Iterator[bytes]:
+            data = tensor.raw_data
+            if len(data) != expected:
+                raise CheckpointInputError(f"the parameter {tensor.name!r} holds {len(data)} bytes of raw data; its "
+                                           f"dims {list(tensor.dims)} and type {type_name} take {expected}")
+            yield data
+
+        return expected, raw
     values = getattr(tensor, typed_field)
     count = math.prod(tensor.dims)
     if len(values) != count:
@@ -214,6 +299,26 @@ def _data_of(tensor: TensorProto, element: Tuple[str, np.dtype, str], base: Opti
     # int32_data entry to int8, a nonzero one to true for BOOL), as numpy's astype does.
     wide = np.uint64 if typed_field == "uint64_data" else np.float64 if dtype.kind == "f" else np.int64
     return expected, lambda: iter((np.asarray(values, dtype=wide).astype(dtype).tobytes(),))
+
+
+def _serialized_size(tensor: TensorProto, length: int) -> int:
+    """TensorProto.ByteSizeLong() of the tensor with its data loaded as raw_data, as ONNX Runtime's generator
+    holds it. Counted field by field for raw or external data (protobuf's own ByteSize would serialize the
+    bytes: a copy of each tensor); the fields counted are those a parameter has."""
+    if tensor.data_location != TensorProto.EXTERNAL and not tensor.HasField("raw_data"):
+        return tensor.ByteSize()  # typed fields: a small tensor
+    size = sum(1 + _varint_size(dim) for dim in tensor.dims)  # dims (field 1, unpacked int64)
+    size += 1 + _varint_size(tensor.data_type)
+    for text in ([tensor.name] + ([tensor.doc_string] if tensor.HasField("doc_string") else [])):
+        encoded = len(text.encode("utf-8"))
+        size += 1 + _varint_size(encoded) + encoded
+    if tensor.data_location == TensorProto.EXTERNAL or tensor.HasField("data_location"):
+        size += 2  # data_location, DEFAULT once onnx.load_external_data_for_model has loaded it
+    return size + 1 + _varint_size(length) + length  # raw_data: tag, length, bytes
+
+
+def _varint_size(value: int) -> int:
+    return max(1, -(-value.bit_length() // 7))
 
 
 def _external_data(tensor: TensorProto, expected: int, base: Optional[Path]) -> Tuple[int, BulkSource]:
@@ -226,11 +331,15 @@ def _external_data(tensor: TensorProto, expected: int, base: Optional[Path]) -> 
     if not location:
         raise CheckpointInputError(f"the parameter {tensor.name!r} is external but names no location")
     file = base / location
-    offset = int(entries.get("offset", "0"))
-    length = int(entries["length"]) if "length" in entries else (file.stat().st_size - offset if file.is_file() else -1)
     if not file.is_file():
         raise CheckpointInputError(f"the external data of the parameter {tensor.name!r} is missing: {file}")
-    if length != expected or offset + length > file.stat().st_size:
+    try:
+        offset = int(entries.get("offset", "0"))
+        length = int(entries["length"]) if "length" in entries else file.stat().st_size - offset
+    except ValueError:
+        raise CheckpointInputError(f"the parameter {tensor.name!r} has an external offset or length that is no "
+                                   f"integer: {entries}") from None
+    if length != expected or offset < 0 or offset + length > file.stat().st_size:
         raise CheckpointInputError(
             f"the external data of the parameter {tensor.name!r} ({file}, offset {offset}, length {length}) does "
             f"not hold the {expected} bytes its dims {list(tensor.dims)} take")

@@ -17,32 +17,39 @@ from ort_cffi.artifacts.builder.engine import UnreachedError
 from ort_cffi.artifacts.builder.optimizer import optimizer_model
 from ort_cffi.artifacts.builder.registry import registered
 from ort_cffi.artifacts.builder.training_model import build_models
+from ort_cffi.artifacts.builder.weights import WeightStore, save_with_weights
 
 NAME = "ort_cffi"
 MAX_IR_VERSION = 10  # what ONNX Runtime 1.19 loads
 
 
-def _save(model: onnx.ModelProto, path: Path) -> None:
+def _save(model: onnx.ModelProto, path: Path, weights: Optional[WeightStore] = None) -> None:
     model.ir_version = min(model.ir_version, MAX_IR_VERSION)
-    onnx.save(model, os.fspath(path))
+    save_with_weights(model, path, weights)
 
 
 def generate_artifacts(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_params: Optional[Sequence[str]],
                        loss: Optional[str], optimizer: Optional[str], artifact_directory: Union[str, Path],
                        prefix: str = "", additional_output_names: Optional[Sequence[str]] = None,
-                       nominal_checkpoint: bool = False, loss_input_names: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+                       nominal_checkpoint: bool = False, loss_input_names: Optional[Sequence[str]] = None,
+                       weights: Optional[WeightStore] = None) -> Dict[str, Any]:
     """Write the artifacts of ``model`` into ``artifact_directory``; ``loss`` and ``optimizer`` are ONNX
     Runtime's enum member names (``"CrossEntropyLoss"``, ``"AdamW"``) or None. Returns what was built.
+    ``weights``: where the large initializers of ``model`` (stubs in it) were set aside as loaded.
     Raises NoGradientError naming a node without a gradient, UnreachedError (a NoGradientError) listing the
     parameters no gradient reaches."""
     folder = Path(artifact_directory)
     built = build_models(model, list(requires_grad), list(frozen_params or []), loss,
                          list(loss_input_names) if loss_input_names else None, list(additional_output_names or []))
-    _save(built.training, folder / f"{prefix}training_model.onnx")
-    _save(built.eval, folder / f"{prefix}eval_model.onnx")
-    write_checkpoint(folder / f"{prefix}checkpoint", built.trainable, built.frozen)
+    _save(built.training, folder / f"{prefix}training_model.onnx", weights)
+    _save(built.eval, folder / f"{prefix}eval_model.onnx", weights)
+    trainable, frozen = (built.trainable, built.frozen) if weights is None else (
+        weights.originals(built.trainable), weights.originals(built.frozen))
+    base = None if weights is None or weights.base is None else str(weights.base)
+    write_checkpoint(folder / f"{prefix}checkpoint", trainable, frozen, external_data_dir=base)
     if nominal_checkpoint:
-        write_checkpoint(folder / f"{prefix}nominal_checkpoint", built.trainable, built.frozen, nominal=True)
+        write_checkpoint(folder / f"{prefix}nominal_checkpoint", trainable, frozen, nominal=True,
+                         external_data_dir=base)
     if optimizer is not None:
         opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
         # Named on from the loss block's names, as ONNX Runtime's generator names it.
@@ -64,13 +71,22 @@ class BuilderBackend:
         self.versions = {"onnx": onnx.__version__, "ort_cffi": __version__}
         # What the builder differentiates itself: graph preparation leaves those operators as they are.
         self.native_ops = frozenset(r.op for r in registered() if r.domain in ("", "ai.onnx"))
+        self.weights: Optional[WeightStore] = None
+
+    def load_model(self, path: str) -> onnx.ModelProto:
+        """The model at ``path`` with its large initializers set aside (external data left on disk): the
+        graph work copies no weights."""
+        model = onnx.load(path, load_external_data=False)
+        self.weights = WeightStore(Path(path).resolve().parent)
+        self.weights.set_aside(model)
+        return model
 
     def generate(self, model: onnx.ModelProto, requires_grad: Sequence[str], frozen_params: Optional[Sequence[str]],
                  loss: Optional[str], optimizer: Optional[str], out: str, prefix: str,
                  additional_output_names: Optional[Sequence[str]], nominal_checkpoint: bool,
                  loss_input_names: Optional[Sequence[str]]) -> None:
         generate_artifacts(model, requires_grad, frozen_params, loss, optimizer, out, prefix, additional_output_names,
-                           nominal_checkpoint, loss_input_names)
+                           nominal_checkpoint, loss_input_names, self.weights)
 
     def unreached(self, error: BaseException) -> List[str]:
         """The parameters a failed generation could drop and retry without (no gradient reaches them)."""

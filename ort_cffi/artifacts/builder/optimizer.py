@@ -3,9 +3,10 @@
 An optimizer model is one ``com.microsoft`` node over the training session's tensor sequences. Its inputs are
 fixed by the runtime, which feeds them by name ("Invalid graph inputs" otherwise): ``learning_rate``
 (float[1]), ``step`` (int64[1]), then ``params``, ``gradients``, ``first_order_moments`` and, for AdamW,
-``second_order_moments``, each a sequence of float tensors. Its one output is a bool[1] "updated" flag; the
-runtime advances ``step`` when it is true. The model does not depend on the parameters: the runtime feeds
-every trainable parameter of the checkpoint through the sequences.
+``second_order_moments``, each a sequence of float tensors (the generator writes the first trainable
+parameter's element type there: float for every model ort_cffi trains). Its one output is a bool[1]
+"updated" flag; the runtime advances ``step`` when it is true. The model does not depend on the parameters:
+the runtime feeds every trainable parameter of the checkpoint through the sequences.
 
 ONNX Runtime's generator names the node and its output with a counter it shares with the loss it built
 before (``onnx::AdamWOptimizer::6`` and ``onnx::adamw.updated_flag::5`` after its default cross-entropy loss).
@@ -42,7 +43,8 @@ class OptimizerModelError(ValueError):
     """An optimizer or setting the runtime's optimizer kernels do not take."""
 
 
-def optimizer_model(kind: str, *, opset: int = DEFAULT_OPSET, name_counter: int = GENERATOR_NAME_COUNTERS["cross-entropy"],
+def optimizer_model(kind: str, *, opset: int = DEFAULT_OPSET,
+                    name_counter: int = GENERATOR_NAME_COUNTERS["cross-entropy"],
                     betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0,
                     bias_correction: bool = True) -> onnx.ModelProto:
     """The optimizer model of ``kind`` ("AdamW" or "SGD", any case), at IR version 10 and default-domain
@@ -86,9 +88,9 @@ def optimizer_model(kind: str, *, opset: int = DEFAULT_OPSET, name_counter: int 
     return model
 
 
-def write_optimizer_model(path: PathLike, kind: str, **settings: object) -> onnx.ModelProto:
+def write_optimizer_model(path: PathLike, kind: str, **settings: Any) -> onnx.ModelProto:
     """Write ``optimizer_model(kind, **settings)`` to ``path`` and return it."""
-    model = optimizer_model(kind, **settings)  # type: ignore[arg-type]
+    model = optimizer_model(kind, **settings)
     with open(path, "wb") as stream:
         stream.write(model.SerializeToString())
     return model

@@ -268,3 +268,18 @@ def fast_gelu(g: GradientContext, node: NodeView) -> Grads:
     bias = node.inputs[1]
     dx = g.ms("FastGeluGrad", dy, g.op("Add", x, bias))[0]
     return [dx if node.wants(0) else None, g.unbroadcast(dx, bias, node.outputs[0]) if node.wants(1) else None]
+
+
+@gradient("BiasGelu", domain=MICROSOFT)
+def bias_gelu(g: GradientContext, node: NodeView) -> Grads:
+    """BiasGelu(A, B) = Gelu(A + B), which ONNX Runtime's optimizer writes: GeluGrad at A + B, the
+    bias's gradient summed back over the axes it was broadcast along."""
+    a, bias = node.inputs[:2]
+    da = g.ms("GeluGrad", node.dy(), g.op("Add", a, bias))[0]
+    return [da if node.wants(0) else None, g.unbroadcast(da, bias, node.outputs[0]) if node.wants(1) else None]
+
+
+@gradient("QuickGelu", domain=MICROSOFT)
+def quick_gelu(g: GradientContext, node: NodeView) -> Grads:
+    """x sigmoid(alpha x), through ONNX Runtime's QuickGeluGrad kernel, as its builder emits it."""
+    return [g.ms("QuickGeluGrad", node.dy(), node.inputs[0], alpha=float(node.attr("alpha", 1.702)))[0]]

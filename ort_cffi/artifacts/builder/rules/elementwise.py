@@ -154,15 +154,14 @@ def clip(g: GradientContext, node: NodeView) -> Grads:
             below_high = g.op("LessOrEqual", x, high)
             inside = below_high if inside is None else g.op("And", inside, below_high)
         grads[0] = dy if inside is None else g.op("Mul", dy, _mask(g, inside, x))
-    zero = g.scalar(0.0, y)
     if node.wants(1) and low is not None:
         clipped_low = g.op("Less", x, low)
         if high is not None:
             clipped_low = g.op("And", clipped_low, g.op("LessOrEqual", low, high))
-        grads[1] = _sum_to(g, g.op("Where", clipped_low, dy, zero), low, y)
+        grads[1] = _sum_to(g, g.op("Where", clipped_low, dy, g.scalar(0.0, y)), low, y)
     if node.wants(2) and high is not None:
         raised = x if low is None else g.op("Max", x, low)
-        grads[2] = _sum_to(g, g.op("Where", g.op("Greater", raised, high), dy, zero), high, y)
+        grads[2] = _sum_to(g, g.op("Where", g.op("Greater", raised, high), dy, g.scalar(0.0, y)), high, y)
     return grads
 
 

@@ -1,9 +1,12 @@
-"""Loss operators: the gradient kernels ONNX Runtime has for them."""
+"""Loss operators: SoftmaxCrossEntropyLoss through ONNX Runtime's gradient kernel, as its builder
+emits it; NegativeLogLikelihoodLoss (which its builder has no rule for) in standard operators."""
 from __future__ import annotations
 
 from typing import List, Optional
 
-from ort_cffi.artifacts.builder.context import GradientContext, NodeView
+import numpy as np
+
+from ort_cffi.artifacts.builder.context import BuilderError, GradientContext, NodeView
 from ort_cffi.artifacts.builder.registry import gradient
 
 Grads = List[Optional[str]]
@@ -11,10 +14,9 @@ Grads = List[Optional[str]]
 
 @gradient("SoftmaxCrossEntropyLoss", inputs=(0,))
 def softmax_cross_entropy(g: GradientContext, node: NodeView) -> Grads:
-    """Needs the log-probabilities output (the loss block declares it)."""
+    """Needs the log-probabilities output (the loss block declares it). Weights, ignore_index and every
+    reduction are the kernel's own attributes and inputs, passed on."""
     if len(node.outputs) < 2 or not node.outputs[1]:
-        from ort_cffi.artifacts.builder.context import BuilderError
-
         raise BuilderError(f"{node.describe()}: its gradient reads the log-probabilities, its second output, "
                            "which the node does not declare")
     inputs = [node.dy(), node.outputs[1], node.inputs[1]] + ([node.inputs[2]] if node.has_input(2) else [])
@@ -22,3 +24,37 @@ def softmax_cross_entropy(g: GradientContext, node: NodeView) -> Grads:
     if node.attr("ignore_index") is not None:
         attributes["ignore_index"] = node.attr("ignore_index")
     return [g.ms("SoftmaxCrossEntropyLossGrad", *inputs, **attributes)[0]]
+
+
+@gradient("NegativeLogLikelihoodLoss", inputs=(0,))
+def negative_log_likelihood(g: GradientContext, node: NodeView) -> Grads:
+    """loss[n, d...] = -w[t] x[n, t, d...] with t = target[n, d...]; so dX is -w[t] times the loss
+    element's gradient at class t, 0 at the other classes. Ignored targets weigh 0; the mean divides by
+    the sum of the weights of the targets not ignored (ONNX's definition)."""
+    x, target = node.inputs[:2]
+    dy = node.dy()
+    reduction = node.attr("reduction", "mean")
+    if reduction not in ("none", "sum", "mean"):
+        raise BuilderError(f"{node.describe()}: reduction {reduction!r} is not defined")
+    ignore_index = node.attr("ignore_index")
+    index = target
+    weight: Optional[str] = None  # the weight of each loss element, None where all weigh 1
+    if ignore_index is not None:
+        kept = g.op("Not", g.op("Equal", target, g.const(np.array(ignore_index), target)))
+        index = g.op("Where", kept, target, g.const(np.array(0), target))
+        weight = g.op("Cast", kept, to=g.elem_type(x))
+    if node.has_input(2):
+        class_weight = g.op("Gather", node.inputs[2], index, axis=0)
+        weight = class_weight if weight is None else g.op("Mul", class_weight, weight)
+    if reduction == "mean":
+        if weight is None:
+            count = g.op("Cast", g.op("Size", target), to=g.elem_type(x))
+            dy = g.op("Div", dy, count)
+        else:
+            dy = g.op("Div", dy, g.reduce_sum(weight, keepdims=0))
+    share = dy if weight is None else g.op("Mul", dy, weight)
+    if reduction != "none" and weight is None:
+        share = g.op("Expand", share, g.shape(target))
+    depth = g.op("Slice", g.shape(x), g.ints([1]), g.ints([2]))
+    minus_one_hot = g.op("OneHot", index, depth, g.const(np.array([0.0, -1.0]), x), axis=1)
+    return [g.same_type(g.op("Mul", minus_one_hot, g.unsqueeze(share, [1])), x)]
