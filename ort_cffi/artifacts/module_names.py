@@ -93,7 +93,8 @@ def _input_name(onnx, node, position, opset):
 
 def module_names(onnx, model):
     """{initializer name: its torch name} for the floating-point initializers of ``model`` that torch's
-    default exporter renamed (the module docstring says how they are found); {} for a model without its metadata."""
+    default exporter renamed (the module docstring says how they are found); {} for a model without its
+    metadata."""
     targets = signature_targets(model)
     graph = model.graph
     own_names = set(i.name for i in graph.initializer)

@@ -75,8 +75,8 @@ def test_layers_chosen_by_module_path_are_listed_with_both_names(tmp_path: Path,
     linear1 = next(n for n, t in names.items() if t == "encoder.layers.1.linear1.weight")
     assert manifest["module_names"][linear1] == "encoder.layers.1.linear1.weight"
     in_proj = next(n for n, t in names.items() if t == "encoder.layers.1.self_attn.in_proj_weight")
-    assert re.search(rf"^ {{12}}{in_proj} \(encoder\.layers\.1\.self_attn\.in_proj_weight\) +float32 \[32, 96\] +3,072$",
-                     out, re.M), out
+    listed = rf"^ {{12}}{in_proj} \(encoder\.layers\.1\.self_attn\.in_proj_weight\) +float32 \[32, 96\] +3,072$"
+    assert re.search(listed, out, re.M), out
     assert "classifier.weight" in out and "encoder.layers.0" not in out
 
 
