@@ -462,11 +462,14 @@ def generate(request, backend=None):
     initializers = list(model.graph.initializer)
     uses = _consumers(model.graph)
     graph_outputs = set(o.name for o in model.graph.output)
-    renamed = load_sibling("module_names").module_names(onnx, model)  # torch's names of what its exporter renamed
+    torch_names = load_sibling("module_names")
+    renamed = torch_names.module_names(onnx, model)  # torch's names of what its default exporter renamed
     frozen = resolve(onnx, request.get("frozen_params") or [], "frozen_params", initializers, renamed)
     patterns = request.get("requires_grad")
-    if patterns is None:
-        wanted = dict((i.name, False) for i in initializers if i.data_type in FLOAT_TYPES and i.name not in frozen)
+    if patterns is None:  # every parameter, not the numbers torch's default exporter wrote as initializers
+        constants = torch_names.exporter_constants(onnx, model, renamed)
+        wanted = dict((i.name, False) for i in initializers
+                      if i.data_type in FLOAT_TYPES and i.name not in frozen and i.name not in constants)
     else:
         wanted = resolve(onnx, patterns, "requires_grad", initializers, renamed)
         both = [name for name in wanted if name in frozen]

@@ -21,22 +21,25 @@ A renamed initializer's torch name is found at the first node that reads it: the
 torch operation read that no initializer of the model is named after (``encoder.layers.0.linear1.weight``).
 Where the operation read several (an LSTM's eight), the tensor holds parts of several parameters, and is
 named by the module and the ONNX operator's input it feeds: ``lstm.W``, ``lstm.R``, ``lstm.B``. An
-initializer whose reader read no renamed parameter is a constant the exporter made, and gets no name.
-Models without this metadata (the TorchScript exporter, other exporters) get no names.
+initializer whose reader read no renamed parameter is a constant the exporter made, and gets no name; the
+graph signature tells such constants (``exporter_constants``) from the module's parameters and buffers, and
+they are left out of the default selection. Models without this metadata (the TorchScript exporter, other
+exporters) get no names, and every floating-point initializer is a parameter, as before.
 
 Python 3.8 syntax, the standard library at import time and ``onnx`` (its operator schemas) inside
 ``module_names``, as the other modules the artifacts child loads (graph_facts.py says why).
 """
 import ast
 import re
-from typing import Dict, List
+from typing import Dict, List, Set
 
 SIGNATURE_KEY = "pkg.torch.export.ExportedProgram.graph_signature"
 FX_NODE_KEY = "pkg.torch.onnx.fx_node"
 NAMESPACE_KEY = "namespace"
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 # "p_fc_weight: PARAMETER target='fc.weight'"; buffers and constant tensors are placeholders the same way
-SIGNATURE_LINE = re.compile(r"^\s*(\w+): (?:PARAMETER|BUFFER|CONSTANT_TENSOR)\b[^\n]*?target='([^']+)'", re.M)
+SIGNATURE_LINE = re.compile(r"^\s*(\w+): (PARAMETER|BUFFER|CONSTANT_TENSOR)\b[^\n]*?target='([^']+)'", re.M)
+MODULE_STATE = ("PARAMETER", "BUFFER")
 PLACEHOLDER = re.compile(r"%(\w+)")
 
 
@@ -47,8 +50,32 @@ def signature_targets(model):
     for props in (model.metadata_props, getattr(model.graph, "metadata_props", ())):
         for prop in props:
             if prop.key == SIGNATURE_KEY:
-                targets.update(SIGNATURE_LINE.findall(prop.value))
+                targets.update((placeholder, target) for placeholder, _, target in SIGNATURE_LINE.findall(prop.value))
     return targets
+
+
+def module_state(model):
+    """The torch names of the module's parameters and buffers, from the graph signature; empty without one."""
+    state: Set[str] = set()
+    for props in (model.metadata_props, getattr(model.graph, "metadata_props", ())):
+        for prop in props:
+            if prop.key == SIGNATURE_KEY:
+                state.update(target for _, kind, target in SIGNATURE_LINE.findall(prop.value) if kind in MODULE_STATE)
+    return state
+
+
+def exporter_constants(onnx, model, names):
+    """The floating-point initializers of a model from torch's default exporter that hold none of the module's
+    parameters or buffers: neither named after one nor renamed from one (``names``, from ``module_names``).
+    They are numbers the exporter wrote as initializers where the TorchScript exporter writes Constant nodes
+    (attention's scale, a divisor taken from a shape, the zeros an LSTM's state starts from), and they stay
+    constants unless a pattern names them. Empty for a model without the exporter's graph signature."""
+    state = module_state(model)
+    if not state:
+        return set()
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)
+    return set(i.name for i in model.graph.initializer
+               if i.data_type in floats and i.name not in state and i.name not in names)
 
 
 def module_path(metadata):

@@ -116,3 +116,25 @@ def test_a_torch_name_that_no_tensor_carries_is_refused_listing_both_names(tmp_p
     with pytest.raises(ArtifactsInputError, match=r"pattern 'lstm\.\*' matches no initializer"):
         generate_artifacts(ZOO_DIR / "bilstm_tagger.onnx", requires_grad=["lstm.*"], loss_input_names=["logits"],
                            artifact_directory=tmp_path / "ts")
+
+
+@pytest.mark.parametrize("name", ["einsum_attention", "atan_cumsum", "transformer"])
+def test_by_default_the_exporters_numbers_stay_constants(name: str, tmp_path: Path) -> None:
+    """torch's default exporter writes numbers as initializers (attention's scale, the divisor x.shape[1])
+    where the TorchScript exporter writes Constant nodes: by default they are not trained, so both exports
+    of a model train the same parameters, those of the torch module."""
+    dynamo = ZOO[f"{name}_dynamo"]
+    made = generate_artifacts(ZOO_DIR / dynamo["file"], loss=dynamo["loss"], loss_input_names=[dynamo["loss_reads"]],
+                              artifact_directory=tmp_path / "dynamo")
+    model = load(ZOO_DIR / dynamo["file"])
+    assert {p.module_name or p.name for p in made.trainable} == set(signature_targets(model).values())
+    assert [(p.size, p.module_name) for p in made.constants] == [(1, None)]  # the one number, kept as it is
+    if name in ZOO:  # the TorchScript export of the same module trains as many parameters
+        script = ZOO[name]
+        other = generate_artifacts(ZOO_DIR / script["file"], loss=script["loss"], loss_input_names=[script["loss_reads"]],
+                                   artifact_directory=tmp_path / "script")
+        assert made.trainable_parameters == other.trainable_parameters == script["float_parameters"]
+    named = generate_artifacts(ZOO_DIR / dynamo["file"], requires_grad=[made.constants[0].name],
+                               loss=dynamo["loss"], loss_input_names=[dynamo["loss_reads"]],
+                               artifact_directory=tmp_path / "named")
+    assert [p.name for p in named.trainable] == [made.constants[0].name]  # a pattern may still choose it
