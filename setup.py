@@ -8,7 +8,7 @@ TRAINING_RUNTIME = "1.19.2"  # the last training build on PyPI; the table layout
 CPU_WHEEL = f"onnxruntime-training-cpu=={TRAINING_RUNTIME}; python_version < '3.13' and platform_machine == 'x86_64'"
 CUDA_WHEEL = f"onnxruntime-training=={TRAINING_RUNTIME}; python_version < '3.12' and platform_machine == 'x86_64'"
 # What the training wheel's Python package needs to run the generator, for interpreters where that package
-# comes from the runtime store (3.13 and later, see "artifacts" below); elsewhere the wheel brings them as its
+# comes from the runtime store (3.13 and later, see "onnxruntime-generator" below); elsewhere the wheel brings them as its
 # own dependencies. Measured on 3.13: generating imports onnx, protobuf and flatbuffers; the others are the
 # wheel's dependencies that other modules of its layer import (kept so that its whole layer works as pip
 # would have installed it).
@@ -87,15 +87,17 @@ setup(
         ],
         # The documentation site (scripts/docs.sh).
         "docs": DOCS,
-        # ort_cffi.artifacts / ort-cffi-artifacts (and scripts/make_artifacts.py): ONNX Runtime's generator,
-        # run in a child process, needs its Python training layer and onnx. No torch: the child bypasses the
-        # package init that imports it. onnx from 1.14 (tested: 1.16, 1.18, 1.23): what a newer onnx writes is
-        # brought down to IR version 10 and opset 21, which 1.19 accepts (the artifacts then match 1.16's byte
-        # for byte). On 3.13 and later the training layer is the one `ort-cffi-runtime install` keeps from
-        # the fetched wheel (pip cannot install that wheel there): pip then installs what the wheel's Python
-        # package imports itself, which it would have pulled in as its dependencies, and an onnx with wheels
-        # for the interpreter (1.18 is the first for 3.13), so that no compiler is needed.
-        "artifacts": [CPU_WHEEL, "onnx>=1.14,<1.24; python_version < '3.13'"] + GENERATOR_DEPENDENCIES,
+        # ort_cffi.artifacts / ort-cffi-artifacts: ort_cffi's own gradient builder works on the onnx protobuf, in
+        # this process, on every interpreter: onnx is all it needs (the runtime, where pip can install it, checks
+        # that the artifacts load). onnx from 1.14 (tested: 1.16, 1.18, 1.23; pip takes the newest with wheels for
+        # the interpreter, 1.23 on 3.14 and 3.15): what it writes is kept to IR version 10 and opset 21.
+        "artifacts": [CPU_WHEEL, "onnx>=1.14,<1.24"],
+        # ONNX Runtime's own generator (generate_artifacts(generator="onnxruntime")), run in a child process: its
+        # Python training layer, from the training wheel on 3.8-3.12; on 3.13 the one `ort-cffi-runtime install`
+        # keeps from the fetched wheel (pip cannot install that wheel there), with what that layer imports
+        # itself, which pip would have pulled in as the wheel's dependencies. No torch: the child bypasses the
+        # package init that imports it. The tests use it as the oracle of ort_cffi's builder.
+        "onnxruntime-generator": [CPU_WHEEL, "onnx>=1.14,<1.24; python_version < '3.13'"] + GENERATOR_DEPENDENCIES,
     },
     entry_points={
         "console_scripts": [

@@ -62,9 +62,9 @@ FULL_SUITE_VERSION=3.11  # the interpreter whose environment is .venv (the scrip
 if [ "$PY_VERSION" = "$FULL_SUITE_VERSION" ]; then
   VENV=.venv; EXTRA=test
 elif [ "$SCOPE" = all ]; then
-  VENV=.venv-$PY_VERSION; EXTRA=test,artifacts  # artifacts: what the stored generator imports on 3.13+
+  VENV=.venv-$PY_VERSION; EXTRA=test,artifacts,onnxruntime-generator  # what the stored generator imports on 3.13+
 else
-  VENV=.venv-$PY_VERSION; EXTRA=test-core,artifacts
+  VENV=.venv-$PY_VERSION; EXTRA=test-core,artifacts,onnxruntime-generator
 fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 VENV_PY=$VENV/bin/python

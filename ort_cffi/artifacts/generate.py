@@ -5,13 +5,14 @@ From an inference model it writes the four files a training session needs: ``che
 parameters), ``training_model.onnx`` (forward, loss and gradient graphs), ``eval_model.onnx`` (forward and
 loss) and ``optimizer_model.onnx``, plus ``artifacts.json``, which records what they were made from.
 
-ONNX Runtime's own generator does the work, byte for byte: it runs in a child process
-(``_child.py``), with the package inits that import torch bypassed, so this process imports
-neither ``onnxruntime`` nor torch. The child needs ONNX Runtime's Python training layer and ``onnx``
-(ort_cffi's ``[artifacts]`` extra). On Python 3.8-3.12 the layer is the installed training wheel's; on 3.13
-and later, where that wheel does not install, it is the one ``ort-cffi-runtime install`` keeps in the runtime
-store, run by this same interpreter (``runner``). ``python=`` or ``ORT_CFFI_ARTIFACTS_PYTHON`` name
-another interpreter instead.
+ort_cffi's own gradient builder (``builder/``) does the work by default, in this process, with ``onnx`` only
+(ort_cffi's ``[artifacts]`` extra), on every interpreter; its checkpoint, eval and optimizer models are ONNX
+Runtime's files byte for byte, and its training model trains bit-identically wherever ONNX Runtime's generator
+would emit the same gradient kernels. ``generator="onnxruntime"`` runs ONNX Runtime's own generator instead,
+in a child process (``_child.py``), with the package inits that import torch bypassed: it needs ONNX Runtime's
+Python training layer (``[onnxruntime-generator]``), the training wheel's on Python 3.8-3.12, on 3.13 the one
+``ort-cffi-runtime install`` keeps in the runtime store, run by this same interpreter (``runner``); ``python=``
+or ``ORT_CFFI_ARTIFACTS_PYTHON`` name another interpreter.
 
 This is an application on top of the facade: it uses ``OrtEnvironment`` only to check that what it wrote
 loads in the runtime.
@@ -144,9 +145,9 @@ def generate_artifacts(
     """Write the training artifacts of ``model`` into ``artifact_directory`` (created if missing; default:
     the current folder) and return what was written and made trainable.
 
-    ONNX Runtime's ``onnxruntime.training.artifacts.generate_artifacts`` does the work, in a child process
-    (this one imports neither onnxruntime nor torch), and its files are byte for byte what it writes when
-    called directly. The parameters are ONNX Runtime's, with these defaults and additions:
+    ort_cffi's own gradient builder does the work, in this process (``generator``, below). The parameters are
+    those of ONNX Runtime's ``onnxruntime.training.artifacts.generate_artifacts``, with these defaults and
+    additions:
 
     - ``model``: a path, bytes or an ``onnx.ModelProto``. A model saved by a newer ``onnx`` (IR version
       above 10, opset above 21) is brought down to what ONNX Runtime 1.19 accepts, or refused with a reason.
@@ -165,19 +166,22 @@ def generate_artifacts(
     - ``loss_input_names``: the output the loss reads (needed when the model has several), and optionally
       the name of the input the loss adds.
     - ``nominal_checkpoint``: also write ``nominal_checkpoint`` (shapes only). ``prefix``: file-name prefix.
-    - ``python``: the interpreter that runs the generator (default ``$ORT_CFFI_ARTIFACTS_PYTHON``, else this
-      one); it needs ``onnxruntime-training-cpu==1.19.2`` and ``onnx``. This one, on Python 3.13 and later,
+    - ``generator``: ``"ort_cffi"`` (its own builder, the default) or ``"onnxruntime"`` (ONNX Runtime's own
+      generator, in a child process; the default when ``python`` is given).
+    - ``python``: the interpreter that runs ONNX Runtime's generator (default ``$ORT_CFFI_ARTIFACTS_PYTHON``,
+      else this one); it needs ``onnxruntime-training-cpu==1.19.2`` and ``onnx``. This one, on Python 3.13,
       uses the Python layer of the runtime ``ort-cffi-runtime install`` fetched.
+    - ``class_axis``: the axis of the scores that holds the classes, for cross-entropy (default: found from the
+      operator that computes them); recorded with the options.
     - ``check``: open the written artifacts in a training session through ort_cffi (needs the runtime here).
     - ``overwrite``: replace artifacts of another model or other options. Without it, a folder whose
       ``artifacts.json`` records another model or other options, or that holds artifact files no
       ``artifacts.json`` describes, is refused before anything is written; generating the same model with
       the same options again is allowed.
-    - ``prepare``: change what stands in the gradient builder's way first (``ort_cffi.artifacts.rewrites``:
-      operators without a gradient rewritten, optional outputs declared, the loss's reading fitted; listed
-      in ``preparation`` and ``artifacts.json``). A model that needs nothing is handed over unchanged, and
-      its artifacts are byte for byte ONNX Runtime's. False: every model as it is, as ONNX Runtime's own
-      generator takes it.
+    - ``prepare``: fit what would train wrongly first (the loss's reading, BatchNorm's running statistics;
+      for ONNX Runtime's generator also its missing gradients, ``ort_cffi.artifacts.rewrites``); listed in
+      ``preparation`` and ``artifacts.json``. A model that needs nothing is handed over unchanged. False:
+      every model as it is.
     - ``external_data_anywhere``: by default a model's external data must be a regular file inside the
       model's folder (symlinks resolved), within the file's size, and a model given as bytes may have none:
       anything else is refused before any of it is read (docs/guides/guarantees.md). True lets a trusted

@@ -410,9 +410,15 @@ def _gather_leading_one(prep, node):
 # docs/internals/runtime.md §8.
 STATIC_SHAPE_POOLS = {"MaxPool": 1, "AveragePool": 0}
 # Recurrent operators whose gradient kernels run the forward direction only (GRUGrad, LSTMGrad in 1.19.2:
-# "only supports the forward direction for now"): a reverse or bidirectional one is refused before
-# generation, not by the runtime's assertion once the artifacts are loaded.
+# "only supports the forward direction for now"): for ONNX Runtime's generator, a reverse or bidirectional one
+# is refused before generation, not by the runtime's assertion once the artifacts are loaded. ort_cffi's
+# builder (``native``) trains every direction (builder/rules/recurrent.py).
 FORWARD_ONLY_RECURRENT = frozenset(["GRU", "LSTM"])
+
+
+def _has_peepholes(node):
+    """Whether ``node`` is an LSTM with peephole weights (its input 7)."""
+    return node.op_type == "LSTM" and len(node.input) > 7 and bool(node.input[7])
 
 
 UNKNOWABLE = "unknowable"  # _static_shape_hint: no inference can tell the sizes the gradient kernel reads
@@ -459,7 +465,8 @@ def _may_need_a_rule(node, native=frozenset()):
     if op in ("LayerNormalization", "Dropout", "BatchNormalization", "Gather") or op in STATIC_SHAPE_POOLS:
         return True  # _declare_outputs, _gather_leading_one and _static_shape_hint decide
     if op in FORWARD_ONLY_RECURRENT:
-        return graph_facts.attribute(node, "direction", b"forward") not in (b"forward", "forward")
+        return (graph_facts.attribute(node, "direction", b"forward") not in (b"forward", "forward")
+                or _has_peepholes(node))
     if op == "Transpose" and not any(a.name == "perm" for a in node.attribute):
         return True
     reads = [name for name in node.input if name]
@@ -548,6 +555,9 @@ def prepare(model, requires_grad=None, outputs=None, native=frozenset()):
         if op in FORWARD_ONLY_RECURRENT:
             direction = graph_facts.attribute(node, "direction", b"forward")
             direction = direction.decode() if isinstance(direction, bytes) else direction
+            if _has_peepholes(node):
+                raise prep.refuse(node, "ONNX Runtime 1.19.2's LSTM gradient does not read the peephole weights "
+                                        "(LSTMGrad has no such input): it would train the model as if it had none")
             if direction != "forward":
                 raise prep.refuse(node, "ONNX Runtime 1.19.2's {0} gradient runs the forward direction only, and this "
                                         "{0} is {1} (export it unidirectional: torch's bidirectional=False)".format(op, direction))

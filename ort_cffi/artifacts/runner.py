@@ -25,7 +25,7 @@ ENV_PYTHON = "ORT_CFFI_ARTIFACTS_PYTHON"
 GENERATOR_PACKAGES = "onnxruntime-training-cpu==1.19.2 onnx"
 CHILD = Path(__file__).with_name("_child.py")
 # What ONNX Runtime's Python package imports besides itself, on interpreters where it comes from the runtime
-# store (setup.py's GENERATOR_DEPENDENCIES: the [artifacts] extra installs them there).
+# store (setup.py's GENERATOR_DEPENDENCIES: the [onnxruntime-generator] extra installs them there).
 STORED_LAYER_PACKAGES = "onnx flatbuffers protobuf sympy packaging coloredlogs"
 NEWEST_WHEEL = (3, 12)  # the newest CPython onnxruntime-training-cpu 1.19.2 was published for
 
@@ -92,7 +92,7 @@ def find_generator(python: Optional[Union[str, os.PathLike[str]]] = None) -> Gen
         f"cannot generate training artifacts with this interpreter (Python {version}, {interpreter}): ONNX "
         "Runtime's Python training layer, where the gradient builder lives, was published for Python 3.8 to 3.12 "
         "only, and the runtime store holds none. Run `ort-cffi-runtime install`: it keeps that layer from the "
-        "training wheel it fetches, and ort_cffi runs it in this interpreter (with ort_cffi's [artifacts] extra "
+        "training wheel it fetches, and ort_cffi runs it in this interpreter (with ort_cffi's [onnxruntime-generator] extra "
         f"installed: {STORED_LAYER_PACKAGES}). Or name an interpreter that has it with --python PATH (python=PATH) "
         f"or {ENV_PYTHON}=PATH."
     )
@@ -104,7 +104,7 @@ def _unavailable(message: str, generator: Generator, version: str) -> GeneratorU
         return GeneratorUnavailableError(
             f"cannot generate training artifacts with this interpreter (Python {version}, {python}) and ONNX "
             f"Runtime's Python layer from the runtime store ({generator.layer}): {message}. Install what that layer "
-            f"imports: ort_cffi's [artifacts] extra (`{python} -m pip install {STORED_LAYER_PACKAGES}`)."
+            f"imports: ort_cffi's [onnxruntime-generator] extra (`{python} -m pip install {STORED_LAYER_PACKAGES}`)."
         )
     if how == "this interpreter":
         return GeneratorUnavailableError(

@@ -236,15 +236,18 @@ def recurrent(op: str, direction: str) -> onnx.ModelProto:
     return model
 
 
+@pytest.mark.needs_onnxruntime_generator
 @pytest.mark.parametrize("op", ["GRU", "LSTM"])
 def test_a_recurrent_layer_the_gradient_cannot_run_backwards_is_refused_before_generation(tmp_path: Path, op: str) -> None:
     """ONNX Runtime 1.19.2's GRU and LSTM gradients run the forward direction only: a bidirectional one made
-    artifacts that the runtime then refused at load with its kernel's assertion. It is refused before
-    generation, naming the node; a forward one is left to ONNX Runtime, unchanged."""
+    artifacts that the runtime then refused at load with its kernel's assertion. ONNX Runtime's generator
+    refuses it before generation, naming the node (ort_cffi's builder, the default, trains it: each direction
+    as a forward one); a forward one is left to ONNX Runtime, unchanged."""
     with pytest.raises(ArtifactsInputError, match=rf"{op} node 'rnn' lies on the gradient path .* {op} gradient runs "
                                                     r"the forward direction only, and this .* is bidirectional"):
-        generate_artifacts(recurrent(op, "bidirectional"), artifact_directory=tmp_path / "bi")
+        generate_artifacts(recurrent(op, "bidirectional"), artifact_directory=tmp_path / "bi", generator="onnxruntime")
     assert not (tmp_path / "bi").exists()
+    generate_artifacts(recurrent(op, "bidirectional"), artifact_directory=tmp_path / "native")
     forward = recurrent(op, "forward")
     assert prepare(forward)[0] is forward  # no rule applies: what ONNX Runtime does with it is its own
 
@@ -280,3 +283,16 @@ def test_class_axis_says_it_and_is_recorded(tmp_path: Path) -> None:
         generate_artifacts(language_model_head(), artifact_directory=tmp_path / "b", class_axis=0)
     with pytest.raises(ArtifactsInputError, match="for the cross-entropy loss; the loss here is mse"):
         generate_artifacts(language_model_head(), artifact_directory=tmp_path / "c", class_axis=2, loss="mse")
+
+
+@pytest.mark.needs_onnxruntime_generator
+def test_an_lstm_with_peepholes_is_refused_as_its_gradient_ignores_them(tmp_path: Path) -> None:
+    """1.19.2's LSTMGrad has no input for the peephole weights: artifacts would train without them (measured
+    against finite differences in tests/builder/test_recurrent.py). Both generators refuse it, naming it."""
+    model = recurrent("LSTM", "forward")
+    model.graph.node[0].input.extend(["", "", "", "", "P"])
+    model.graph.initializer.append(numpy_helper.from_array(np.full((1, 12), 0.1, np.float32), "P"))
+    with pytest.raises(ArtifactsInputError, match="LSTM node 'rnn' lies on the gradient path .* peephole weights"):
+        generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime")
+    with pytest.raises(ArtifactsError, match="'rnn' has peephole weights"):
+        generate_artifacts(model, artifact_directory=tmp_path / "ours")

@@ -25,7 +25,10 @@ CASES: Dict[str, List[Case]] = {
                case("matmul_batched_weight", "MatMul", [("a", f32(2, 3, 4)), ("b", f32(4, 5))], ["a", "b"]),
                case("matmul_broadcast", "MatMul", [("a", f32(2, 3, 4)), ("b", f32(1, 4, 5))], ["a", "b"]),
                case("matmul_vector_right", "MatMul", [("a", f32(2, 3, 4)), ("b", f32(4))], ["a", "b"]),
-               case("matmul_vector_left", "MatMul", [("a", f32(4)), ("b", f32(2, 4, 5))], ["a", "b"])],
+               case("matmul_vector_left", "MatMul", [("a", f32(4)), ("b", f32(2, 4, 5))], ["a", "b"]),
+               Case("matmul_sizes_unknown", [helper.make_node("Reshape", ["a_flat", "a_shape"], ["a"]),
+                                             helper.make_node("MatMul", ["a", "b"], ["y0"])],
+                    {"a_flat": f32(24), "b": f32(2, 4, 5)}, {"a_shape": np.array([2, 3, 4], np.int64)})],
 }
 
 

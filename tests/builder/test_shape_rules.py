@@ -1,5 +1,5 @@
-"""What the shape and indexing rules refuse, with a message naming the node, and where a gradient path
-ends (shapes, comparisons): checked on the built graph, before any session."""
+"""What the shape, indexing and control-flow rules refuse, with a message naming the node, and where a
+gradient path ends (shapes, comparisons): checked on the built graph, before any session."""
 from __future__ import annotations
 
 from typing import Any, List, Sequence
@@ -35,10 +35,12 @@ def test_resize_cropping_is_refused_naming_the_node() -> None:
         _build(nodes, ["x"], [4, 4], x=np.ones((2, 2), np.float32))
 
 
-def test_resize_with_run_time_scales_is_refused() -> None:
-    nodes = [helper.make_node("Resize", ["x", "", "s"], ["y0"], name="up", mode="linear")]
-    with pytest.raises(BuilderError, match="Resize node 'up'.*before run time"):
-        _build(nodes, ["x"], [4, 4], x=np.ones((2, 2), np.float32), s=np.array([2, 2], np.float32))
+def test_resize_keeping_the_aspect_ratio_is_refused() -> None:
+    nodes = [_constant("sizes", np.array([4, 4], np.int64)),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y0"], name="fit", mode="linear",
+                              keep_aspect_ratio_policy="not_larger")]
+    with pytest.raises(BuilderError, match="Resize node 'fit'.*not_larger"):
+        _build(nodes, ["x"], [4, 2], opset=18, x=np.ones((2, 1), np.float32))
 
 
 @pytest.mark.parametrize("reduction", ["mul", "max", "min"])
@@ -49,10 +51,11 @@ def test_scatter_with_a_multiplying_or_selecting_reduction_is_refused(reduction:
                u=np.ones(1, np.float32))
 
 
-def test_reflect_pad_with_run_time_pads_is_refused() -> None:
-    nodes = [helper.make_node("Pad", ["x", "pads"], ["y0"], name="mirror", mode="reflect")]
-    with pytest.raises(BuilderError, match="Pad node 'mirror'.*constant pads"):
-        _build(nodes, ["x"], [5], x=np.ones(3, np.float32), pads=np.array([1, 1], np.int64))
+def test_reflect_pad_with_run_time_axes_is_refused() -> None:
+    nodes = [helper.make_node("Pad", ["x", "pads", "", "axes"], ["y0"], name="mirror", mode="reflect")]
+    with pytest.raises(BuilderError, match="Pad node 'mirror'.*axes before run time"):
+        _build(nodes, ["x"], [2, 5], opset=18, x=np.ones((2, 3), np.float32), pads=np.array([1, 1], np.int64),
+               axes=np.array([1], np.int64))
 
 
 def test_a_parameter_read_only_through_its_shape_takes_no_gradient() -> None:
@@ -69,3 +72,17 @@ def test_an_arg_max_beside_the_value_path_carries_nothing() -> None:
     c = Case("arg_max", nodes, {"p": np.array([-1.0, 2.0, 0.5], np.float32)})
     comparisons = check(c)
     assert comparisons and all(x.ok(c.rtol, c.atol) for x in comparisons)
+
+
+def test_an_if_branch_drawing_random_numbers_is_refused() -> None:
+    """Its gradient recomputes the branch: a Dropout there would drop other elements than the forward did."""
+    then_branch = helper.make_graph(
+        [helper.make_node("Dropout", ["p", "ratio", "training"], ["dropped"], name="drop")], "then", [],
+        [helper.make_tensor_value_info("dropped", onnx.TensorProto.FLOAT, None)])
+    else_branch = helper.make_graph([helper.make_node("Identity", ["p"], ["same"])], "else", [],
+                                    [helper.make_tensor_value_info("same", onnx.TensorProto.FLOAT, None)])
+    nodes = [_constant("ratio", np.array(0.5, np.float32)), _constant("training", np.array(True)),
+             helper.make_node("If", ["cond"], ["y0"], name="branching", then_branch=then_branch,
+                              else_branch=else_branch)]
+    with pytest.raises(BuilderError, match="If node 'branching'.*random.*Dropout 'drop'"):
+        _build(nodes, ["p"], [3], p=np.ones(3, np.float32), cond=np.array(True))

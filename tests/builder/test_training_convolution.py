@@ -3,6 +3,8 @@ ort_cffi's artifacts (symbolic batch): the loss falls, every parameter moves, an
 generator accepts the model the losses equal those of its artifacts bit for bit."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -119,6 +121,51 @@ def test_layer_norm_dropout_and_log_softmax_train(tmp_path: Path) -> None:
     assert np.mean(losses[-4:]) < 0.5 * np.mean(losses[:4]), losses
 
 
+def pools(path: Path) -> Path:
+    """Conv, then an AveragePool with pads and a MaxPool whose inputs have a symbolic batch: ONNX Runtime's
+    AveragePoolGrad dies of SIGFPE and its MaxPoolGrad segfaults there (docs/internals/runtime.md §8)."""
+    rng = np.random.default_rng(4)
+    weights = {"conv.weight": rng.normal(0, 0.4, (4, 3, 3, 3)), "fc.weight": rng.normal(0, 0.3, (4, 4)),
+               "fc.bias": rng.normal(0, 0.1, 4)}
+    nodes = [helper.make_node("Conv", ["input", "conv.weight"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("AveragePool", ["c"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["a"], ["m"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("GlobalMaxPool", ["m"], ["g"]),
+             helper.make_node("ReduceSum", ["g", "axes"], ["flat"], keepdims=0),
+             helper.make_node("Gemm", ["flat", "fc.weight", "fc.bias"], ["logits"], transB=1)]
+    path = _save(path, nodes, [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                 helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4]), weights)
+    model = onnx.load(path)
+    model.graph.initializer.append(numpy_helper.from_array(np.array([2, 3], dtype=np.int64), "axes"))
+    onnx.save(model, path)
+    return path
+
+
+def test_pools_under_a_symbolic_batch_train_in_a_child(tmp_path: Path) -> None:
+    """The rules keep the pools off the kernels that would crash: a child process trains at batch sizes 3
+    and 5 in one session (a crash would kill only the child), with the model as it is (no preparation)."""
+    generate_artifacts(pools(tmp_path / "pools.onnx"), artifact_directory=tmp_path / "out", prepare=False)
+    training = onnx.load(tmp_path / "out" / "training_model.onnx")
+    assert not {"AveragePoolGrad", "MaxPoolGrad"} & {n.op_type for n in training.graph.node}
+    code = f"""
+import numpy as np
+from ort_cffi import OrtEnvironment
+folder = {str(tmp_path / "out")!r}
+env = OrtEnvironment.getEnvironment()
+with env.createTrainingSession(folder + "/checkpoint", folder + "/training_model.onnx",
+                               folder + "/eval_model.onnx", folder + "/optimizer_model.onnx") as session:
+    for size in (3, 5, 3):
+        feeds = {{"input": np.ones((size, 3, 8, 8), np.float32), "labels": np.zeros(size, np.int64)}}
+        with session.trainStep(feeds) as result:
+            print(float(result.get(0).getValue()))
+        session.optimizerStep()
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    losses = [float(v) for v in done.stdout.split()]
+    assert len(losses) == 3 and all(np.isfinite(losses)), done.stdout
+
+
 @pytest.mark.needs_onnxruntime_generator
 def test_cnn_losses_equal_onnx_runtime_artifacts(tmp_path: Path) -> None:
     """ConvGrad, BatchNormInternal and BatchNormalizationGrad, the scale of GlobalAveragePool as ONNX
@@ -129,3 +176,50 @@ def test_cnn_losses_equal_onnx_runtime_artifacts(tmp_path: Path) -> None:
     generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime")
     batches = image_batches()
     assert train(tmp_path / "ours", batches, 20) == train(tmp_path / "theirs", batches, 20)
+
+
+@pytest.mark.needs_onnxruntime_generator
+def test_layer_norm_and_softmax_losses_equal_onnx_runtime_artifacts(tmp_path: Path) -> None:
+    """LayerNormalizationGrad (its mean and inverse std-dev declared on the node) and SoftmaxGrad_13 as
+    ONNX Runtime's builder emits them: the same 20 losses."""
+    rng = np.random.default_rng(5)
+    weights = {"fc1.weight": rng.normal(0, 0.4, (16, 8)), "fc1.bias": rng.normal(0, 0.1, 16),
+               "ln.weight": rng.uniform(0.8, 1.2, 16), "ln.bias": rng.normal(0, 0.1, 16),
+               "fc2.weight": rng.normal(0, 0.3, (4, 16)), "fc2.bias": rng.normal(0, 0.1, 4)}
+    nodes = [helper.make_node("Gemm", ["x", "fc1.weight", "fc1.bias"], ["h"], transB=1),
+             helper.make_node("LayerNormalization", ["h", "ln.weight", "ln.bias"], ["n"]),
+             helper.make_node("Softmax", ["n"], ["s"], axis=-1),
+             helper.make_node("Gemm", ["s", "fc2.weight", "fc2.bias"], ["logits"], transB=1)]
+    model = _save(tmp_path / "ln.onnx", nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                  helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4]), weights)
+    generate_artifacts(model, artifact_directory=tmp_path / "ours")
+    generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime")
+    x = rng.normal(size=(12, 8)).astype(np.float32)
+    batches = [{"x": x, "labels": np.argmax(x[:, :4], axis=1).astype(np.int64)}]
+    assert train(tmp_path / "ours", batches, 20) == train(tmp_path / "theirs", batches, 20)
+
+
+@pytest.mark.parametrize("op,attributes,why", [
+    ("MaxPool", {"kernel_shape": [2, 2, 2], "storage_order": 1}, "storage_order=1"),
+    ("ConvTranspose", {"output_shape": [9, 9], "strides": [2, 2]}, "output_shape"),
+    ("ConvTranspose", {"auto_pad": "SAME_UPPER", "strides": [2, 2]}, "auto_pad=SAME_UPPER"),
+])
+def test_what_a_rule_cannot_differentiate_is_refused_by_name(op: str, attributes: Dict[str, object],
+                                                            why: str) -> None:
+    """A configuration a rule cannot differentiate is refused before any file is written, naming the node
+    and why; never a wrong gradient. (A ConvTranspose's pads from output_shape or auto_pad need the input's
+    spatial sizes: here they are symbolic.)"""
+    from ort_cffi.artifacts.builder.context import BuilderError
+    from ort_cffi.artifacts.builder.training_model import build_models
+
+    node = helper.make_node(op, ["x", "w"] if op == "ConvTranspose" else ["x"], ["y"], name="the_node", **attributes)
+    if op == "ConvTranspose":
+        inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, "H", "W"])]
+        weights, trained = {"w": np.ones((2, 2, 3, 3), np.float32)}, ["w"]
+    else:  # the pool's input is the parameter
+        inputs, weights, trained = [], {"x": np.ones((1, 2, 4, 4, 4), np.float32)}, ["x"]
+    graph = helper.make_graph([node], "refused", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(BuilderError, match=f"the_node.*{why}"):
+        build_models(model, trained, [], "MSELoss")

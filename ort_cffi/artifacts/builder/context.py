@@ -94,6 +94,10 @@ class GradientContext:
         self._taken.add(name)
         return name
 
+    def reserve(self, name: str) -> None:
+        """Keep ``name`` from ``fresh``: a name the engine gives a value later (``<parameter>_grad``)."""
+        self._taken.add(name)
+
     # --- nodes ---------------------------------------------------------------------------------------------
     def node(self, op: str, inputs: Sequence[Optional[str]], outputs: Union[int, Sequence[str]] = 1,
              domain: str = "", **attributes: Any) -> List[str]:

@@ -113,14 +113,17 @@ class Engine:
                  final_name: Optional[str] = "{}_grad") -> Tuple[Dict[str, str], List[str]]:
         """Emit the backward pass from ``seeds`` ({value: the name of its gradient}) to ``parameters``.
         Returns the gradients found ({parameter: name}, named ``final_name`` formatted with the parameter,
-        a fresh name when None) and the parameters no gradient reaches. A subgraph's rule (If) runs
-        this on the branch's own graph."""
+        a fresh name when None) and the parameters no gradient reaches. A subgraph's rule (If, Loop) runs
+        this on the subgraph's own nodes."""
         graph = self.g.model.graph
         nodes = list(graph.node)
         on_path = path_nodes(nodes, parameters, list(seeds))
         reached = set(parameters)
         for index in on_path:
             reached.update(nodes[index].output)
+        if final_name:  # kept free, so that no rule's fresh name for an intermediate value takes one
+            for parameter in parameters:
+                self.g.reserve(final_name.format(parameter))
         self._contributions = {}
         for value, seed in seeds.items():
             self._contributions.setdefault(value, []).append(seed)

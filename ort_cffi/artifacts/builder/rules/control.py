@@ -1,14 +1,16 @@
-"""Control flow: If. Its gradient is an If on the same condition whose branches are the forward branches'
+"""Control flow: If, Loop and Scan. If's gradient is an If on the same condition whose branches are the forward branches'
 own backward passes: each branch is recomputed (its values are not visible outside it) and differentiated
 by the engine, from the If's output gradients to the values the branch reads from the enclosing graph.
-A value one branch does not read (or cannot pass a gradient to) gets zeros from that branch.
+A value one branch does not read (or cannot pass a gradient to) gets zeros from that branch. Loop's
+and Scan's gradients are a Loop running backwards over the iterations (``loop``, ``scan``).
 """
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import onnx
-from onnx import helper
+from onnx import TensorProto, helper
 
 from ort_cffi.artifacts.builder.context import BuilderError, GradientContext, NodeView, infer_types
 from ort_cffi.artifacts.builder.registry import gradient
@@ -71,33 +73,315 @@ def branch_backward(g: GradientContext, node: NodeView, branch: onnx.GraphProto,
                     wanted: Sequence[str]) -> onnx.GraphProto:
     """The backward branch: ``branch`` recomputed, then the gradients of ``wanted`` (outer values), in
     that order, as its outputs."""
-    from ort_cffi.artifacts.builder.engine import Engine, graph_reads  # the engine imports every rule
+    from ort_cffi.artifacts.builder.engine import graph_reads  # the engine imports every rule
 
     if branch.input:
         raise BuilderError(f"{node.describe()}: an If branch with inputs is not valid ONNX")
+    _refuse_random(g, node, branch)
     forward, outputs = _recomputed(g, branch)
-    reads = list(dict.fromkeys(graph_reads(forward)))
-    wrapper = helper.make_graph(list(forward.node), forward.name or "branch", [_value_info(g, r, r) for r in reads],
-                                [_value_info(g, o, node.outputs[i]) for i, o in enumerate(outputs)])
-    model = helper.make_model(wrapper, opset_imports=list(g.model.opset_import))
-    model.ir_version = g.model.ir_version
-    sub = g.subgraph(model, infer_types(model))
     seeds: Dict[str, str] = {}
     for i, out in enumerate(outputs):
         dy = node.grad(i)
         if dy is not None:
             seeds[out] = g.op("Sum", seeds[out], dy) if out in seeds else dy
-    targets = [w for w in wanted if w in reads]
-    found: Dict[str, str] = {}
-    if seeds and targets:
-        found, _ = Engine(sub).backward(seeds, targets, final_name=None)
+    reads = set(graph_reads(forward))
+    outputs_info = [_value_info(g, o, node.outputs[i]) for i, o in enumerate(outputs)]
+    sub, nodes, found = differentiate(g, forward.name or "branch", list(forward.node), outputs_info, seeds,
+                                      [w for w in wanted if w in reads])
     results = []
     for name in wanted:
         if name in found:
             results.append(found[name])
         else:  # a value this branch leaves alone, or reads only through shapes: no gradient from it
             results.append(sub.op("Identity", zeros_like(sub, name)))
-    g.initializers.extend(sub.initializers)  # constants live in the enclosing graph, visible to the branch
+    _hoist_constants(g, sub)
+    return helper.make_graph(nodes + sub.nodes, g.fresh(f"{forward.name or 'branch'}_grad"), [],
+                             [_value_info(sub, r, name) for r, name in zip(results, wanted)],
+                             value_info=sub.value_infos)
+
+
+def differentiate(g: GradientContext, name: str, nodes: List[onnx.NodeProto],
+                  outputs_info: List[onnx.ValueInfoProto], seeds: Dict[str, str],
+                  targets: Sequence[str]) -> Tuple[GradientContext, List[onnx.NodeProto], Dict[str, str]]:
+    """The engine's backward pass over ``nodes`` (a subgraph's, with fresh names), from ``seeds`` to
+    ``targets``, in a context of its own. Returns that context (its nodes: the backward pass), the forward
+    nodes as the rules left them (a rule may name an optional output it reads, LayerNormalization's mean),
+    and the gradients found."""
+    from ort_cffi.artifacts.builder.engine import Engine, graph_reads  # the engine imports every rule
+
+    reads = list(dict.fromkeys(graph_reads(helper.make_graph(nodes, name, [], outputs_info))))
+    wrapper = helper.make_graph(nodes, name, [_value_info(g, r, r) for r in reads], outputs_info)
+    model = helper.make_model(wrapper, opset_imports=list(g.model.opset_import))
+    model.ir_version = g.model.ir_version
+    sub = g.subgraph(model, infer_types(model))
+    found: Dict[str, str] = {}
+    if seeds and targets:
+        found, _ = Engine(sub).backward(seeds, targets, final_name=None)
+    return sub, list(model.graph.node), found
+
+
+def _hoist_constants(g: GradientContext, sub: GradientContext) -> None:
+    """Constants made for a subgraph live in the enclosing graph, which the subgraph sees."""
+    g.initializers.extend(sub.initializers)
     g.types.update({i.name: sub.types[i.name] for i in sub.initializers if i.name in sub.types})
-    return helper.make_graph(list(forward.node) + sub.nodes, g.fresh(f"{forward.name or 'branch'}_grad"), [],
-                             [_value_info(sub, r, name) for r, name in zip(results, wanted)])
+
+
+def _refuse_random(g: GradientContext, node: NodeView, graph: onnx.GraphProto) -> None:
+    drawn = _random_node(g, graph)
+    if drawn:
+        raise BuilderError(f"{node.describe()}: its subgraph draws random numbers ({drawn}); the gradient "
+                           "recomputes the subgraph, which would draw others")
+
+
+_RANDOM = ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli")
+
+
+def _random_node(g: GradientContext, graph: onnx.GraphProto) -> Optional[str]:
+    """The first node of ``graph`` (or its subgraphs) that draws random numbers: a random operator, or a
+    Dropout with a training-mode input not known to be false."""
+    for inner in graph.node:
+        training = inner.input[2] if inner.op_type == "Dropout" and len(inner.input) > 2 else ""
+        known = g.constant_value(training) if training else None
+        if inner.op_type in _RANDOM or (training and (known is None or bool(known.reshape(-1)[0]))):
+            return f"{inner.op_type} {inner.name!r}" if inner.name else inner.op_type
+        for attribute in inner.attribute:
+            for nested in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                found = _random_node(g, nested)
+                if found:
+                    return found
+    return None
+
+
+_FLOATS = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
+
+
+@gradient("Loop")
+def loop(g: GradientContext, node: NodeView) -> Grads:
+    """The forward Loop also stacks each iteration's loop-carried values (new scan outputs of its body); the
+    backward Loop runs as many iterations in reverse: at step t it takes the values carried into t, runs the
+    body again and the body's backward pass, from the carried values' gradients and the scan outputs'
+    gradients at t, to the carried values (carried on) and the values the body reads from the enclosing
+    graph (summed over the steps)."""
+    count = len(node.inputs)
+    carried = node.inputs[2:]
+    wanted_outer = [name for k, name in enumerate(node.outer_inputs) if node.wants(count + k)]
+    if not any(node.wants(2 + k) for k in range(len(carried))) and not wanted_outer:
+        return []
+    body = next(a for a in node.proto.attribute if a.name == "body").g
+    _refuse_random(g, node, body)
+    scans = len(body.output) - 1 - len(carried)
+    stacked, iterations = _stack_states(g, node, body, first_state=2, extra_iteration_count=True)
+    steps = _scalar_int(g, g.op("Gather", g.op("Shape", iterations), g.const(np.array(0, dtype=np.int64)), axis=0))
+    back = _Backwards(g, node, body, steps)
+    inputs = back.inputs
+    back.prelude += [helper.make_node("Identity", [back.t], [inputs[0]]),
+                     helper.make_node("Identity", [back.true], [inputs[1]])]
+    for k in range(len(carried)):  # the values carried into step t
+        back.prelude.append(helper.make_node("Gather", [stacked[k], back.t], [inputs[2 + k]], axis=0))
+    differentiable = [k for k, name in enumerate(carried) if g.elem_type(name) in _FLOATS]
+    for k in differentiable:
+        back.carry(inputs[2 + k], carried[k], back.outputs[1 + k], node.grad(k))
+    for s in range(scans):
+        back.seed_at(back.outputs[1 + len(carried) + s], node.grad(len(carried) + s), back.t, 0)
+    likes = list(carried) + node.outputs[len(carried):]
+    ends, sums, _ = back.run(wanted_outer, [], likes)
+    grads: Grads = [None] * (count + len(node.outer_inputs))
+    for position, k in enumerate(differentiable):
+        grads[2 + k] = g.same_type(ends[position], carried[k])
+    for outer, total in zip(wanted_outer, sums):
+        grads[count + node.outer_inputs.index(outer)] = g.same_type(total, outer)
+    return grads
+
+
+@gradient("Scan")
+def scan(g: GradientContext, node: NodeView) -> Grads:
+    """As Loop's (a backward Loop over the steps in reverse, the states carried into each step stacked by the
+    forward Scan), with the scan inputs' slices and the scan outputs' gradients taken at each step's
+    position along their axes and directions, and the scan inputs' gradients stacked step by step."""
+    if g.opset < 9:
+        raise BuilderError(f"{node.describe()}: Scan-8 (with sequence lengths) has no gradient rule")
+    count = len(node.inputs)
+    scanned_count = int(node.attr("num_scan_inputs"))
+    states = node.inputs[:count - scanned_count]
+    scanned = node.inputs[count - scanned_count:]
+    wanted_outer = [name for k, name in enumerate(node.outer_inputs) if node.wants(count + k)]
+    if not any(node.wants(k) for k in range(count)) and not wanted_outer:
+        return []
+    body = next(a for a in node.proto.attribute if a.name == "body").g
+    _refuse_random(g, node, body)
+    scans = len(body.output) - len(states)
+    input_axes = list(node.attr("scan_input_axes") or [0] * scanned_count)
+    input_directions = list(node.attr("scan_input_directions") or [0] * scanned_count)
+    output_axes = list(node.attr("scan_output_axes") or [0] * scans)
+    output_directions = list(node.attr("scan_output_directions") or [0] * scans)
+    stacked, _ = _stack_states(g, node, body, first_state=0, extra_iteration_count=False)
+    steps = _scalar_int(g, g.op("Gather", g.op("Shape", scanned[0]),
+                                g.const(np.array(input_axes[0], dtype=np.int64)), axis=0))
+    back = _Backwards(g, node, body, steps)
+    inputs = back.inputs
+    for k in range(len(states)):
+        back.prelude.append(helper.make_node("Gather", [stacked[k], back.t], [inputs[k]], axis=0))
+    for j in range(scanned_count):
+        at = back.t if not input_directions[j] else back.step_in
+        back.prelude.append(helper.make_node("Gather", [scanned[j], at], [inputs[len(states) + j]],
+                                             axis=input_axes[j]))
+    differentiable = [k for k, name in enumerate(states) if g.elem_type(name) in _FLOATS]
+    for k in differentiable:
+        back.carry(inputs[k], states[k], back.outputs[k], node.grad(k))
+    for n in range(scans):
+        at = back.t if not output_directions[n] else back.step_in
+        back.seed_at(back.outputs[len(states) + n], node.grad(len(states) + n), at, output_axes[n])
+    sliced = [j for j in range(scanned_count) if node.wants(len(states) + j)]
+    likes = list(states) + node.outputs[len(states):]
+    ends, sums, slices = back.run(wanted_outer, [inputs[len(states) + j] for j in sliced], likes)
+    grads: Grads = [None] * (count + len(node.outer_inputs))
+    for position, k in enumerate(differentiable):
+        grads[k] = g.same_type(ends[position], states[k])
+    for outer, total in zip(wanted_outer, sums):
+        grads[count + node.outer_inputs.index(outer)] = g.same_type(total, outer)
+    for j, per_step in zip(sliced, slices):  # stacked in backward order: step i holds position T-1-i
+        x = scanned[j]
+        if not input_directions[j]:
+            per_step = g.op("Slice", per_step, g.ints([-1]), g.ints([-2 ** 63]), g.ints([0]), g.ints([-1]))
+        rank = g.rank(x)
+        axis = input_axes[j] % rank if rank is not None else input_axes[j]
+        if axis != 0:
+            if rank is None:
+                raise BuilderError(f"{node.describe()}: the gradient of a scan input along axis {axis} needs its rank")
+            perm = [p + 1 if p < axis else (0 if p == axis else p) for p in range(rank)]
+            per_step = g.op("Transpose", per_step, perm=perm)
+        grads[len(states) + j] = g.same_type(per_step, x)
+    return grads
+
+
+def _scalar_int(g: GradientContext, name: str) -> str:
+    g.types[name] = (TensorProto.INT64, ())
+    return name
+
+
+class _Backwards:
+    """The backward Loop of a Loop or a Scan: its body recomputes the forward body at step t = T-1-i (the
+    caller adds to ``prelude`` the nodes that make the body's inputs at t), seeded with the gradients of the
+    body's outputs at t, and runs the engine's backward pass over it."""
+
+    def __init__(self, g: GradientContext, node: NodeView, body: onnx.GraphProto, steps: str):
+        self.g, self.node, self.steps = g, node, steps
+        self.step_in, self.cond_in = g.fresh("loop_grad_step"), g.fresh("loop_grad_cond")
+        g.types[self.step_in], g.types[self.cond_in] = (TensorProto.INT64, ()), (TensorProto.BOOL, ())
+        last_step = _scalar_int(g, g.op("Sub", steps, g.const(np.array(1, dtype=np.int64))))
+        copy = onnx.GraphProto()
+        copy.CopyFrom(body)
+        names = [i.name for i in copy.input] + [out for n in copy.node for out in n.output if out]
+        mapping = {name: g.fresh(f"{name}_recomputed") for name in names}
+        _rename(copy, mapping)
+        for n in copy.node:
+            n.name = g.fresh(f"{n.name or n.op_type}_recomputed")
+        self.copy = copy
+        self.inputs = [mapping[i.name] for i in copy.input]
+        self.outputs = [o.name for o in copy.output]
+        self.true = g.const(np.array(True))
+        self.t = g.fresh("loop_grad_t")
+        self.prelude = [helper.make_node("Sub", [last_step, self.step_in], [self.t])]
+        self.seeds: Dict[str, str] = {}
+        self.carried: List[Tuple[str, str, str, Optional[str]]] = []  # (body input, like, grad in, initial)
+
+    def seed(self, value: str, gradient_value: str) -> None:
+        if value in self.seeds:
+            total = self.g.fresh(f"{value}_grad_total")
+            self.prelude.append(helper.make_node("Add", [self.seeds[value], gradient_value], [total]))
+            gradient_value = total
+        self.seeds[value] = gradient_value
+
+    def seed_at(self, value: str, stacked_gradient: Optional[str], position: str, axis: int) -> None:
+        """Seed ``value`` (a per-step output) with its stacked gradient's slice at ``position``."""
+        if stacked_gradient is not None:
+            at = self.g.fresh(f"{value}_grad_at_t")
+            self.prelude.append(helper.make_node("Gather", [stacked_gradient, position], [at], axis=axis))
+            self.seed(value, at)
+
+    def carry(self, body_input: str, like: str, body_output: str, final_gradient: Optional[str]) -> None:
+        """A carried value: its gradient flows from ``body_output`` back to ``body_input`` step by step,
+        starting from the final value's gradient."""
+        grad_in = self.g.same_type(self.g.fresh(f"{like}_grad_in"), like)
+        self.carried.append((body_input, like, grad_in, final_gradient))
+        self.seed(body_output, grad_in)
+
+    def run(self, wanted_outer: Sequence[str], sliced: Sequence[str],
+            likes: Sequence[str]) -> Tuple[List[str], List[str], List[str]]:
+        """Emit the backward Loop. Returns the carried values' gradients (at the start), the sums of the
+        enclosing graph's values' gradients, and, stacked step by step, the gradients of ``sliced`` (body
+        inputs)."""
+        g = self.g
+        sums_in = {name: g.same_type(g.fresh(f"{name}_grad_sum"), name) for name in wanted_outer}
+        condition = len(self.outputs) - len(likes)  # a Loop body's first output, a Scan body has none
+        outputs_info = [helper.make_tensor_value_info(o, TensorProto.BOOL, []) for o in self.outputs[:condition]]
+        outputs_info += [helper.make_tensor_value_info(o, g.elem_type(like), None)
+                         for o, like in zip(self.outputs[condition:], likes)]
+        targets = [c[0] for c in self.carried] + list(wanted_outer) + list(sliced)
+        sub, nodes, found = differentiate(g, f"{self.copy.name or 'body'}_grad", self.prelude + list(self.copy.node),
+                                          outputs_info, self.seeds, targets)
+        results = [sub.op("Identity", self.true)]
+        for body_input, _, _, _ in self.carried:
+            results.append(found.get(body_input) or sub.op("Identity", zeros_like(sub, body_input)))
+        for outer in wanted_outer:
+            results.append(sub.op("Add", sums_in[outer], found[outer]) if outer in found else
+                           sub.op("Identity", sums_in[outer]))
+        for value in sliced:
+            results.append(found.get(value) or sub.op("Identity", zeros_like(sub, value)))
+        _hoist_constants(g, sub)
+        graph_inputs = ([helper.make_tensor_value_info(self.step_in, TensorProto.INT64, []),
+                         helper.make_tensor_value_info(self.cond_in, TensorProto.BOOL, [])]
+                        + [_value_info(g, c[2], c[1]) for c in self.carried]
+                        + [_value_info(g, sums_in[o], o) for o in wanted_outer])
+        result_likes = [self.cond_in] + [c[1] for c in self.carried] + list(wanted_outer)
+        result_info = [_value_info(sub, r, like) for r, like in zip(results, result_likes)]
+        result_info += [helper.make_tensor_value_info(r, sub.elem_type(v), None)
+                        for r, v in zip(results[len(result_likes):], sliced)]
+        body = helper.make_graph(nodes + sub.nodes, g.fresh(f"{self.copy.name or 'body'}_grad"), graph_inputs,
+                                 result_info, value_info=sub.value_infos)
+        initial = [c[3] or zeros_like(g, c[1]) for c in self.carried] + [zeros_like(g, o) for o in wanted_outer]
+        loop_inputs: List[Optional[str]] = [self.steps, None]
+        loop_inputs.extend(initial)
+        ends = g.node("Loop", loop_inputs, len(initial) + len(sliced), body=body)
+        carried_count = len(self.carried)
+        return (ends[:carried_count], ends[carried_count:carried_count + len(wanted_outer)],
+                ends[carried_count + len(wanted_outer):])
+
+
+def _stack_states(g: GradientContext, node: NodeView, body: onnx.GraphProto, first_state: int,
+                  extra_iteration_count: bool) -> Tuple[List[str], str]:
+    """Make the forward Loop or Scan (the training graph's node) also output, stacked over its iterations,
+    the values carried into each iteration (and for a Loop the iteration numbers): new scan outputs of its
+    body, along axis 0, forwards."""
+    carried = node.inputs[first_state:] if first_state else node.inputs[:len(node.inputs) - int(node.attr("num_scan_inputs"))]
+    proto = node.proto
+    declared = len(body.output) - (1 if first_state else 0)  # the final carried values, then the scan outputs
+    while len(proto.output) < declared:  # trailing outputs left out: named, so that new ones line up
+        proto.output.append(g.fresh(f"{proto.name or proto.op_type}_unused_output"))
+    body_inputs = [i.name for i in body.input]
+    added = []
+    stacked = []
+    for k, name in enumerate(carried):
+        inner = g.fresh(f"{body_inputs[first_state + k]}_stacked")
+        body.node.append(helper.make_node("Identity", [body_inputs[first_state + k]], [inner]))
+        body.output.append(helper.make_tensor_value_info(inner, g.elem_type(name), None))
+        outer = g.fresh(f"{name}_per_iteration")
+        proto.output.append(outer)
+        dims = g.dims(name)
+        g.types[outer] = (g.elem_type(name), None if dims is None else (None,) + tuple(dims))
+        stacked.append(outer)
+        added.append(outer)
+    iterations = ""
+    if extra_iteration_count:
+        inner = g.fresh(f"{body_inputs[0]}_stacked")
+        body.node.append(helper.make_node("Identity", [body_inputs[0]], [inner]))
+        body.output.append(helper.make_tensor_value_info(inner, TensorProto.INT64, None))
+        iterations = g.fresh(f"{proto.name or 'loop'}_iterations")
+        proto.output.append(iterations)
+        g.types[iterations] = (TensorProto.INT64, (None,))
+        added.append(iterations)
+    for attribute in proto.attribute:  # a Scan's per-output axes and directions: the new ones are 0
+        if attribute.name in ("scan_output_axes", "scan_output_directions"):
+            attribute.ints.extend([0] * len(added))
+    node.outputs = list(proto.output)
+    return stacked, iterations

@@ -8,6 +8,8 @@ gradient is a Conv and a ConvGrad (a ConvTranspose is the adjoint of a Conv with
 scatters the incoming gradient through the pool's indices (bit-identical to MaxPoolGrad, which does the
 same additions in the same order); AveragePool's is AveragePoolGrad where its kernel is given a static
 shape and computes what the forward did, else the gradient of the equal depthwise convolution (ConvGrad).
+LpPool's gradient goes through the same depthwise window sum; GlobalMaxPool's and LRN's are written out.
+ConvGrad mishandles auto_pad SAME_*: Conv's gradient gets explicit pads there.
 """
 from __future__ import annotations
 
@@ -49,20 +51,42 @@ def conv(g: GradientContext, node: NodeView) -> Grads:
     return [name or None for name in outputs]
 
 
-def _spatial_attributes(g: GradientContext, node: NodeView, what: str) -> Tuple[List[int], List[int], List[int]]:
-    """(strides, dilations, pads) of a convolution or pool with explicit padding (auto_pad NOTSET or
-    VALID)."""
-    kernel = node.attr("kernel_shape")
-    rank = g.rank(node.inputs[0])
-    spatial = len(kernel) if kernel else (rank - 2 if rank is not None else None)
-    if spatial is None:
-        raise BuilderError(f"{node.describe()}: {what} needs the rank of its input, which shape inference could "
-                           "not tell")
+def _transpose_pads(g: GradientContext, node: NodeView) -> Tuple[List[int], List[int], List[int]]:
+    """(strides, dilations, pads) of a ConvTranspose, its pads explicit: with output_shape or auto_pad
+    SAME_*, the total padding s (in - 1) + output_padding + (k - 1) d + 1 - out worked out from the static
+    sizes and split as ONNX Runtime's forward splits it (measured): the odd one at the tail for SAME_UPPER,
+    at the head for SAME_LOWER and for output_shape."""
+    w_dims = g.static_shape(node.inputs[1])
+    kernel = node.attr("kernel_shape") or (list(w_dims[2:]) if w_dims is not None else None)
+    if kernel is None:
+        raise BuilderError(f"{node.describe()}: ConvTranspose's gradient needs the kernel's sizes, which shape "
+                           "inference could not tell")
+    spatial = len(kernel)
+    strides = [int(v) for v in node.attr("strides", [1] * spatial)]
+    dilations = [int(v) for v in node.attr("dilations", [1] * spatial)]
     auto_pad = node.attr("auto_pad", "NOTSET")
-    if auto_pad not in ("NOTSET", "VALID"):
-        raise BuilderError(f"{node.describe()}: {what} needs explicit pads, and the node sets auto_pad={auto_pad}")
-    pads = [0] * (2 * spatial) if auto_pad == "VALID" else list(node.attr("pads", [0] * (2 * spatial)))
-    return (list(node.attr("strides", [1] * spatial)), list(node.attr("dilations", [1] * spatial)), pads)
+    output_shape = node.attr("output_shape")
+    if output_shape is None and auto_pad == "NOTSET":
+        return strides, dilations, [int(p) for p in node.attr("pads", [0] * (2 * spatial))]
+    if output_shape is None and auto_pad == "VALID":
+        return strides, dilations, [0] * (2 * spatial)
+    sizes = _spatial_sizes(g, node.inputs[0])
+    if sizes is None:
+        raise BuilderError(f"{node.describe()}: ConvTranspose's gradient needs explicit pads, and "
+                           f"{'output_shape' if output_shape is not None else f'auto_pad={auto_pad}'} leaves them to "
+                           "the input's sizes, which shape inference could not tell")
+    adjust = [int(v) for v in node.attr("output_padding", [0] * spatial)]
+    if output_shape is not None:
+        outs = [int(v) for v in output_shape][-spatial:]
+    else:
+        outs = [n * s for n, s in zip(sizes, strides)]
+    heads, tails = [], []
+    for n, k, s, d, a, out in zip(sizes, kernel, strides, dilations, adjust, outs):
+        total = max(0, s * (n - 1) + a + (int(k) - 1) * d + 1 - out)
+        head = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+        heads.append(head)
+        tails.append(total - head)
+    return strides, dilations, heads + tails
 
 
 @gradient("ConvTranspose")
@@ -71,10 +95,7 @@ def conv_transpose(g: GradientContext, node: NodeView) -> Grads:
     groups. So dX = Conv(dY, W), and <Y, dY> = <X, Conv(dY, W)> makes dW the weight gradient of that Conv
     with input dY and output gradient X: ConvGrad(X, dY, W)'s second output. output_padding only adds
     trailing rows that no window of the Conv starts in."""
-    if node.attr("output_shape") is not None:
-        raise BuilderError(f"{node.describe()}: ConvTranspose's gradient needs explicit pads, and the node gives "
-                           "output_shape instead")
-    strides, dilations, pads = _spatial_attributes(g, node, "ConvTranspose's gradient")
+    strides, dilations, pads = _transpose_pads(g, node)
     x, w = node.inputs[0], node.inputs[1]
     dy = node.dy()
     shared: Dict[str, Any] = {"strides": strides, "dilations": dilations, "pads": pads,
@@ -100,12 +121,12 @@ def conv_transpose(g: GradientContext, node: NodeView) -> Grads:
 def max_pool(g: GradientContext, node: NodeView) -> Grads:
     """dY added into zeros at the pool's indices (output 1, declared where the node leaves it out): each
     index counts over the whole input tensor, so the scatter runs on flattened tensors. ScatterElements
-    with reduction 'add' from opset 16, else ONNX Runtime's GatherElementsGrad (the same scatter-add)."""
-    if node.attr("storage_order", 0) != 0:
-        raise BuilderError(f"{node.describe()}: MaxPool's gradient reads its indices in row-major order, and "
-                           "the node sets storage_order=1")
+    with reduction 'add' from opset 16, else ONNX Runtime's GatherElementsGrad (the same scatter-add).
+    Column-major indices (storage_order=1) are made row-major first."""
     x = node.inputs[0]
     indices = g.forward_output(node, 1, "indices")
+    if node.attr("storage_order", 0) != 0:
+        indices = _row_major_indices(g, node, indices)
     flat = g.ints([-1])
     updates = g.op("Reshape", node.dy(), flat)
     where = g.op("Reshape", indices, flat)
@@ -119,13 +140,33 @@ def max_pool(g: GradientContext, node: NodeView) -> Grads:
     return [g.reshape_like(scattered, x)]
 
 
+def _row_major_indices(g: GradientContext, node: NodeView, indices: str) -> str:
+    """With storage_order=1 a 2-D MaxPool counts its indices column-major within each image, base + w H + h
+    (measured); the same elements' row-major indices, base + h W + w, from the input's static sizes."""
+    sizes = _spatial_sizes(g, node.inputs[0])
+    if sizes is None or len(sizes) > 2:
+        raise BuilderError(f"{node.describe()}: with storage_order=1 MaxPool's gradient needs a 1-D or 2-D pool "
+                           "whose input's spatial sizes shape inference can tell")
+    if len(sizes) == 1:
+        return indices  # one spatial axis: both orders agree
+    height, width = sizes
+
+    def scalar(value: int) -> str:
+        return g.const(np.array(value, dtype=np.int64), hint="ints")
+
+    within = g.op("Mod", indices, scalar(height * width))
+    row, column = g.op("Mod", within, scalar(height)), g.op("Div", within, scalar(height))
+    return g.op("Add", g.op("Sub", indices, within), g.op("Add", g.op("Mul", row, scalar(width)), column))
+
+
 def _kernel_serves_average_pool(g: GradientContext, node: NodeView) -> bool:
     """Whether AveragePoolGrad computes this pool's gradient: its kernel reads the input's declared shape
-    (all sizes static), the begin pads only, no dilations and no ceil_mode, and runs 1-D and 2-D pools."""
+    (all sizes static) and the begin pads (auto_pad SAME's are not in the attributes), takes its windows from
+    dY's shape (ceil_mode's too), knows no dilations, and runs 1-D and 2-D pools."""
     shape = g.static_shape(node.inputs[0])
     if shape is None or len(shape) not in (3, 4):
         return False
-    if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or node.attr("ceil_mode", 0):
+    if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
         return False
     return all(d == 1 for d in node.attr("dilations", [1] * (len(shape) - 2)))
 
@@ -141,18 +182,15 @@ def average_pool(g: GradientContext, node: NodeView) -> Grads:
     return [_average_pool_by_conv(g, node)]
 
 
-def _average_pool_by_conv(g: GradientContext, node: NodeView) -> str:
-    """The gradient of an average pool written as a depthwise convolution with ones: dX =
-    ConvGrad(dY / counts, X, ones), where counts is the number of taps each window divides by (its full
-    size with count_include_pad=1, else the taps inside the input). ceil_mode's extra windows are the
-    convolution's extra end padding."""
-    x = node.inputs[0]
-    dims = g.dims(x)
+def _pool_window(g: GradientContext, node: NodeView) -> Tuple[int, List[int], Dict[str, Any], bool]:
+    """(channels, kernel, the attributes of the depthwise convolution with the pool's windows, whether
+    some windows reach into padding): pads explicit, ceil_mode's extra windows as extra end padding."""
+    dims = g.dims(node.inputs[0])
     kernel = [int(k) for k in node.attr("kernel_shape")]
     spatial = len(kernel)
     channels = dims[1] if dims is not None and len(dims) == spatial + 2 else None
     if not isinstance(channels, int):
-        raise BuilderError(f"{node.describe()}: AveragePool's gradient needs its input's channel count, which "
+        raise BuilderError(f"{node.describe()}: {node.op_type}'s gradient needs its input's channel count, which "
                            "shape inference could not tell")
     strides = [int(s) for s in node.attr("strides", [1] * spatial)]
     dilations = [int(d) for d in node.attr("dilations", [1] * spatial)]
@@ -160,22 +198,100 @@ def _average_pool_by_conv(g: GradientContext, node: NodeView) -> str:
     extra = _ceil_extra(g, node, kernel, strides, dilations, pads)
     conv_pads = pads[:spatial] + [p + e for p, e in zip(pads[spatial:], extra)]
     conv: Dict[str, Any] = {"kernel_shape": kernel, "strides": strides, "dilations": dilations, "pads": conv_pads}
-    ones = g.const(np.ones([channels, 1] + kernel), x)
+    return channels, kernel, conv, any(conv_pads)
+
+
+def _depthwise_back(g: GradientContext, node: NodeView, dy: str, channels: int, kernel: List[int],
+                    conv: Dict[str, Any]) -> str:
+    """The input gradient of the depthwise convolution of ``node``'s input with ones over the pool's
+    windows, for the output gradient ``dy``: each window's value spread over its taps."""
+    x = node.inputs[0]
+    dx = g.fresh(f"{x}_grad")
+    g.node("ConvGrad", [dy, x, g.const(np.ones([channels, 1] + kernel), x)], [dx, ""], "com.microsoft",
+           group=channels, **conv)
+    return dx
+
+
+def _average_pool_by_conv(g: GradientContext, node: NodeView) -> str:
+    """The gradient of an average pool written as a depthwise convolution with ones: dX =
+    ConvGrad(dY / counts, X, ones), where counts is the number of taps each window divides by (its full
+    size with count_include_pad=1, else the taps inside the input)."""
+    x = node.inputs[0]
+    channels, kernel, conv, padded = _pool_window(g, node)
     dy = node.dy()
-    if node.attr("count_include_pad", 0) or not (any(pads) or any(extra)):
+    if node.attr("count_include_pad", 0) or not padded:
         # Every window divides by its full size (ONNX Runtime's pool does so with count_include_pad=1 even
         # for the windows ceil_mode adds past the pads: measured).
         dy = g.op("Mul", dy, g.scalar(1.0 / int(np.prod(kernel)), x))
     else:
         # Each window divides by the number of its taps inside the input: the same windows over ones.
+        spatial = len(kernel)
         sizes = g.op("Slice", g.shape(x), g.ints([2]), g.ints([2 + spatial]), g.ints([0]))
         one = helper.make_tensor("one", g.elem_type(x), [1], [1.0])
         region = g.op("ConstantOfShape", g.op("Concat", g.ints([1, 1]), sizes, axis=0), value=one)
         counts = g.op("Conv", region, g.const(np.ones([1, 1] + kernel), x), **conv)
         dy = g.op("Div", dy, counts)
-    dx = g.fresh(f"{x}_grad")
-    g.node("ConvGrad", [dy, x, ones], [dx, ""], "com.microsoft", group=channels, **conv)
-    return dx
+    return _depthwise_back(g, node, dy, channels, kernel, conv)
+
+
+@gradient("LpPool", inputs=(0,))
+def lp_pool(g: GradientContext, node: NodeView) -> Grads:
+    """Y = (sum over each window of |X|^p)^(1/p), a depthwise convolution of |X|^p with ones, to the power
+    1/p: dX = ConvGrad(dY / Y^(p-1), X, ones) * |X|^(p-1) sign(X). A window of zeros (Y = 0) passes
+    nothing back: its inputs' factor |X|^(p-1) is 0."""
+    x, y = node.inputs[0], node.outputs[0]
+    p = int(node.attr("p", 2))
+    channels, kernel, conv, _ = _pool_window(g, node)
+    dy = node.dy()
+    if p != 1:
+        powered = y if p == 2 else g.op("Pow", y, g.scalar(float(p - 1), y))
+        is_zero = g.op("Equal", powered, g.scalar(0.0, y))
+        dy = g.op("Div", dy, g.op("Where", is_zero, g.scalar(1.0, y), powered))
+    back = _depthwise_back(g, node, dy, channels, kernel, conv)
+    if p == 1:
+        factor = g.op("Sign", x)
+    elif p == 2:
+        factor = x
+    else:
+        factor = g.op("Mul", g.op("Pow", g.op("Abs", x), g.scalar(float(p - 1), x)), g.op("Sign", x))
+    return [g.same_type(g.op("Mul", back, factor), x)]
+
+
+@gradient("LRN", inputs=(0,))
+def lrn(g: GradientContext, node: NodeView) -> Grads:
+    """Y = X D^-beta with D = bias + alpha / size * (sum of X^2 over a window of channels, from
+    c - floor((size-1)/2) to c + ceil((size-1)/2)). dX = dY D^-beta - 2 alpha beta / size * X * (the sum of
+    dY X D^(-beta-1) over the mirrored window): each channel collects from the channels whose window holds
+    it."""
+    x = node.inputs[0]
+    rank = g.rank(x)
+    if rank is None:
+        raise BuilderError(f"{node.describe()}: LRN's gradient needs the rank of its input, which shape inference "
+                           "could not tell")
+    size = int(node.attr("size"))
+    alpha, beta, bias = float(node.attr("alpha", 1e-4)), float(node.attr("beta", 0.75)), float(node.attr("bias", 1.0))
+    below, above = (size - 1) // 2, size - 1 - (size - 1) // 2
+    squares = _channel_window_sum(g, g.op("Mul", x, x), below, above, size, rank)
+    d = g.op("Add", g.op("Mul", squares, g.scalar(alpha / size, x)), g.scalar(bias, x))
+    d_beta = g.op("Pow", d, g.scalar(-beta, x))
+    dy = node.dy()
+    direct = g.op("Mul", dy, d_beta)
+    collected = g.op("Div", g.op("Mul", g.op("Mul", dy, x), d_beta), d)  # dY X D^(-beta-1)
+    mirrored = _channel_window_sum(g, collected, above, below, size, rank)
+    cross = g.op("Mul", g.op("Mul", mirrored, x), g.scalar(-2.0 * alpha * beta / size, x))
+    return [g.same_type(g.op("Add", direct, cross), x)]
+
+
+def _channel_window_sum(g: GradientContext, value: str, below: int, above: int, size: int, rank: int) -> str:
+    """For each channel c, the sum of ``value`` over channels c - below .. c + above (zeros past the ends):
+    ``size`` slices of the channel-padded value, which needs no static channel count."""
+    padded = g.op("Pad", value, g.ints([0, below] + [0] * (rank - 2) + [0, above] + [0] * (rank - 2)))
+    parts = []
+    for k in range(size):
+        end = k - (size - 1)
+        parts.append(g.op("Slice", padded, g.ints([k]), g.ints([end if end < 0 else np.iinfo(np.int64).max]),
+                          g.ints([1])))
+    return parts[0] if len(parts) == 1 else g.op("Sum", *parts)
 
 
 def _pool_pads(g: GradientContext, node: NodeView, kernel: List[int], strides: List[int],

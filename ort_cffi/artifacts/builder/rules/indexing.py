@@ -17,6 +17,7 @@ no_gradient(
     "Shape", "Size", "ConstantOfShape", "Range", "NonZero", "ArgMax", "ArgMin",
     "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf",
     "EyeLike", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli",
+    "NonMaxSuppression",
     family="indexing")
 
 
@@ -94,3 +95,16 @@ def one_hot(g: GradientContext, node: NodeView) -> Grads:
     on = g.reduce_sum(g.op("Mul", dy, mask), keepdims=0)
     off = g.op("Sub", g.reduce_sum(dy, keepdims=0), on)
     return [None, None, g.same_type(g.op("Concat", g.unsqueeze(off, [0]), g.unsqueeze(on, [0]), axis=0), values)]
+
+
+@gradient("Compress", inputs=(0,))
+def compress(g: GradientContext, node: NodeView) -> Grads:
+    """Compress is a Gather of the positions where the condition holds (along ``axis``, or of the flattened
+    input without one): GatherGrad sends dY back to them."""
+    x, condition = node.inputs[:2]
+    positions = g.op("Reshape", g.op("NonZero", condition), g.ints([-1]))
+    axis = node.attr("axis")
+    if axis is not None:
+        return [g.same_type(g.ms("GatherGrad", g.shape(x), positions, node.dy(), axis=int(axis))[0], x)]
+    flat = g.ms("GatherGrad", g.op("Reshape", g.op("Size", x), g.ints([1])), positions, node.dy(), axis=0)[0]
+    return [g.reshape_like(flat, x)]

@@ -127,26 +127,34 @@ def slice_(g: GradientContext, node: NodeView) -> Grads:
         raise BuilderError(f"{node.describe()}: Slice with attributes (opset < 10) is not supported")
     x = node.inputs[0]
     steps = constant_ints(g, node, 4) if node.has_input(4) else []
-    axes_known = not node.has_input(3) or constant_ints(g, node, 3) is not None
-    if (steps is not None and all(step > 0 for step in steps)) or (steps is None and not axes_known):
-        # steps known only at run time with run-time axes: SliceGrad, whose kernel refuses a negative step
+    axes = sliced_axes(g, node)
+    if (steps is not None and all(step > 0 for step in steps)) or (steps is None and axes is None):
+        # (steps known only at run time, axes too: SliceGrad, whose kernel refuses a negative step then)
         inputs = [node.dy(), g.shape(x)] + node.inputs[1:]
         return [g.same_type(g.ms("SliceGrad", *inputs)[0], x)]
-    return [slice_by_gathers(g, node)]
+    if axes is None:
+        raise BuilderError(f"{node.describe()}: the gradient of a Slice with a negative step needs its axes "
+                           "before run time and its input's rank")
+    return [slice_by_gathers(g, node, axes)]
 
 
-def slice_by_gathers(g: GradientContext, node: NodeView) -> str:
+def sliced_axes(g: GradientContext, node: NodeView) -> Optional[List[int]]:
+    """The axes a Slice slices, non-negative, when known before run time (with the input's rank)."""
+    rank = g.rank(node.inputs[0])
+    if node.has_input(3):
+        axes = constant_ints(g, node, 3)
+    else:
+        starts_dims = g.dims(node.inputs[1])
+        count = starts_dims[0] if starts_dims else None
+        axes = list(range(count)) if isinstance(count, int) else None
+    return None if axes is None or rank is None else [a % rank for a in axes]
+
+
+def slice_by_gathers(g: GradientContext, node: NodeView, axes: List[int]) -> str:
     """A Slice is a Gather along each sliced axis, of the positions ``Slice(arange(size), start, end,
     step)`` (the runtime's own Slice does the clamping); dX applies GatherGrad axis by axis in reverse."""
     x, dy = node.inputs[0], node.dy()
-    rank = g.rank(x)
-    starts_dims = g.dims(node.inputs[1])
-    count = starts_dims[0] if starts_dims else None
-    axes = constant_ints(g, node, 3) if node.has_input(3) else (list(range(count)) if isinstance(count, int) else None)
-    if axes is None or rank is None:
-        raise BuilderError(f"{node.describe()}: the gradient of a Slice whose steps may be negative needs its "
-                           "axes known before run time and its input's rank")
-    axes = [a % rank for a in axes]
+    rank = len(g.dims(x) or ())
     x_shape, y_shape = g.op("Shape", x), g.op("Shape", dy)
     zero, one = g.const(np.array(0, dtype=np.int64)), g.const(np.array(1, dtype=np.int64))
     grad = dy
@@ -208,50 +216,73 @@ def pad(g: GradientContext, node: NodeView) -> Grads:
     return [pad_by_gathers(g, node, mode, dy) if node.wants(0) else None, None]
 
 
-_NUMPY_PAD_MODES = {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+_GATHERED_PAD_MODES = ("reflect", "edge", "wrap")
 
 
 def pad_by_gathers(g: GradientContext, node: NodeView, mode: str, dy: str) -> str:
     """Reflect, edge and wrap padding read each output element from one input element: along each padded
-    axis the Pad is a Gather with a fixed index (numpy's pad of ``arange`` gives it), so dX is GatherGrad
-    applied axis by axis in reverse. Needs constant pads and static sizes along the padded axes."""
+    axis the Pad is a Gather of the source positions of ``j`` in ``[-before, size + after)``, so dX is
+    GatherGrad applied axis by axis in reverse. The positions are constants where the pads and the size
+    are, else computed at run time (a symbolic length, run-time pads); negative pads crop, as in Pad."""
     x = node.inputs[0]
-    if mode not in _NUMPY_PAD_MODES:
+    if mode not in _GATHERED_PAD_MODES:
         raise BuilderError(f"{node.describe()}: Pad mode {mode!r} has no gradient rule")
-    pads = constant_ints(g, node, 1)
-    dims = g.dims(x)
-    if pads is None or dims is None:
-        raise BuilderError(f"{node.describe()}: the gradient of a {mode!r} Pad needs constant pads and the input's "
-                           "rank; they are known only at run time")
-    rank = len(dims)
-    axes = constant_ints(g, node, 3) if node.has_input(3) else list(range(rank))
-    if axes is None:
-        raise BuilderError(f"{node.describe()}: the gradient of a {mode!r} Pad needs constant axes")
+    rank = g.rank(x)
+    axes = constant_ints(g, node, 3) if node.has_input(3) else (None if rank is None else list(range(rank)))
+    if rank is None or axes is None:
+        raise BuilderError(f"{node.describe()}: the gradient of a {mode!r} Pad needs its input's rank and its axes "
+                           "before run time")
     axes = [a % rank for a in axes]
-    half = len(axes)
-    plan = []  # (axis, index into the input along it, size before)
+    pads = constant_ints(g, node, 1)
+    plan = []  # (axis, the source position of each output position along it)
     for position, axis in enumerate(axes):
-        before, after = pads[position], pads[position + half]
-        if before == 0 and after == 0:
-            continue
-        size = dims[axis]
-        if before < 0 or after < 0 or not isinstance(size, int):
-            raise BuilderError(f"{node.describe()}: the gradient of a {mode!r} Pad needs non-negative pads and a "
-                               f"static size along the padded axis {axis}")
-        index = np.pad(np.arange(size, dtype=np.int64), (before, after), mode=_NUMPY_PAD_MODES[mode])  # type: ignore[call-overload]
-        plan.append((axis, index, before + after))
-    # the shape of the intermediate result before each axis's Gather: X's shape grown on the axes before it
-    grown = np.zeros(rank, dtype=np.int64)
-    shapes = []
-    for axis, _, growth in plan:
-        shapes.append(grown.copy())
-        grown[axis] += growth
-    x_shape = g.shape(x)
+        size = static_size(g, x, axis)
+        if pads is not None:
+            before, after = pads[position], pads[position + len(axes)]
+            if before == 0 and after == 0:
+                continue
+            if size is not None:
+                plan.append((axis, g.ints(_source_positions(mode, np.arange(-before, size + after), size))))
+                continue
+        plan.append((axis, _run_time_source_positions(g, node, mode, axis, position, len(axes))))
+    x_shape, y_shape = g.shape(x), g.shape(node.outputs[0])
     grad = dy
-    for (axis, index, _), growth_before in reversed(list(zip(plan, shapes))):
-        shape = g.op("Add", x_shape, g.ints(int(v) for v in growth_before)) if growth_before.any() else x_shape
-        grad = g.ms("GatherGrad", shape, g.ints(index), grad, axis=axis)[0]
+    for j in reversed(range(len(plan))):
+        axis, index = plan[j]
+        # the shape before this axis's Gather: the axes padded before it already have dY's sizes
+        done = np.array([a in [p[0] for p in plan[:j]] for a in range(rank)])
+        shape = g.op("Where", g.const(done), y_shape, x_shape) if done.any() else x_shape
+        grad = g.ms("GatherGrad", shape, index, grad, axis=axis)[0]
     return g.same_type(grad, x)
+
+
+def _source_positions(mode: str, j: np.ndarray, size: int) -> List[int]:
+    last = size - 1
+    if mode == "reflect":  # mirrored at the first and last element, which are not repeated
+        found = last - np.abs(last - np.abs(j))
+    elif mode == "edge":
+        found = np.clip(j, 0, last)
+    else:  # wrap
+        found = np.mod(j, size)
+    return [int(v) for v in found]
+
+
+def _run_time_source_positions(g: GradientContext, node: NodeView, mode: str, axis: int, position: int,
+                               count: int) -> str:
+    """``_source_positions`` computed by the graph, from the run-time size and pads."""
+    def scalar(value: int) -> str:
+        return g.const(np.array(value, dtype=np.int64))
+
+    size = g.op("Gather", g.op("Shape", node.inputs[0]), scalar(axis), axis=0)
+    before = g.op("Gather", node.inputs[1], scalar(position), axis=0)
+    after = g.op("Gather", node.inputs[1], scalar(position + count), axis=0)
+    j = g.op("Range", g.op("Neg", before), g.op("Add", size, after), scalar(1))
+    last = g.op("Sub", size, scalar(1))
+    if mode == "reflect":
+        return g.op("Sub", last, g.op("Abs", g.op("Sub", last, g.op("Abs", j))))
+    if mode == "edge":
+        return g.op("Max", g.op("Min", j, last), scalar(0))
+    return g.op("Mod", j, size)
 
 
 _RESIZE_ONLY_FORWARD = ("axes", "keep_aspect_ratio_policy", "extrapolation_value")
@@ -262,46 +293,55 @@ def resize(g: GradientContext, node: NodeView) -> Grads:
     """Every mode of Resize (nearest, linear, cubic, antialiased) is separable: along each resized axis the
     output is a fixed matrix M (out x in) applied to the input, so dX applies M's transpose along each axis
     in turn. M is the same Resize applied to an identity matrix (scale 1 on its second axis), so that the
-    runtime's own coordinate rules make it. ONNX Runtime's ResizeGrad has no CPU kernel."""
+    runtime's own coordinate rules make it, from constant or run-time scales or sizes (an upsampling to
+    another tensor's shape). ONNX Runtime's ResizeGrad has no CPU kernel."""
     x = node.inputs[0]
     mode = node.attr("coordinate_transformation_mode", "half_pixel")
     if mode == "tf_crop_and_resize" or node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
         raise BuilderError(f"{node.describe()}: Resize with coordinate_transformation_mode {mode!r} and "
                            f"keep_aspect_ratio_policy {node.attr('keep_aspect_ratio_policy', 'stretch')!r} has no "
                            "gradient rule (only 'stretch' without cropping)")
-    dims = g.dims(x)
+    dims, out_dims = g.dims(x), g.dims(node.outputs[0])
     if dims is None:
         raise BuilderError(f"{node.describe()}: the gradient of Resize needs its input's rank")
     rank = len(dims)
     scales_at, sizes_at = (1, None) if g.opset < 11 else (2, 3)
     scales = g.constant_value(node.inputs[scales_at]) if node.has_input(scales_at) else None
     sizes = g.constant_value(node.inputs[sizes_at]) if sizes_at is not None and node.has_input(sizes_at) else None
-    if scales is not None and scales.size == 0:
-        scales = None
-    if scales is None and sizes is None:
-        raise BuilderError(f"{node.describe()}: the gradient of Resize needs its scales or sizes before run time")
+    sizes_name = node.inputs[sizes_at] if sizes_at is not None and node.has_input(sizes_at) else ""
+    by_sizes = (scales is None or scales.size == 0) and bool(sizes_name)
+    if not by_sizes and not node.has_input(scales_at):
+        raise BuilderError(f"{node.describe()}: a Resize without scales or sizes has no gradient rule")
     axes = [int(a) % rank for a in (node.attr("axes") or range(rank))]
     attributes = {a.name: node.attr(a.name) for a in node.proto.attribute if a.name not in _RESIZE_ONLY_FORWARD}
     grad = node.dy()
     for position, axis in enumerate(axes):
         size_in = static_size(g, x, axis)
-        if scales is not None:
+        size_in_value = g.ints([size_in]) if size_in is not None else \
+            g.op("Gather", g.op("Shape", x), g.ints([axis]), axis=0)
+        resize_by: List[Optional[str]]
+        if by_sizes:  # the scale is out / in: equal sizes are the identity, in every mode
+            known_out = None if sizes is None else int(sizes.reshape(-1)[position])
+            if known_out is not None and known_out == size_in:
+                continue
+            if known_out is None and out_dims is not None and dims[axis] is not None and dims[axis] == out_dims[axis]:
+                continue
+            size_out = g.ints([known_out]) if known_out is not None else \
+                g.op("Slice", sizes_name, g.ints([position]), g.ints([position + 1]))
+            resize_by = [None, g.op("Concat", size_out, size_in_value, axis=0)]
+        elif scales is not None:
             scale = float(scales.reshape(-1)[position])
             if scale == 1.0:
                 continue
-            resize_by: List[Optional[str]] = [g.const(np.array([scale, 1.0], dtype=np.float32)), None]
-        else:
-            size_out = int(sizes.reshape(-1)[position])  # type: ignore[union-attr]
-            if size_out == size_in:
-                continue
-            size_in_value = g.ints([size_in]) if size_in is not None else \
-                g.op("Gather", g.op("Shape", x), g.ints([axis]), axis=0)
-            resize_by = [None, g.op("Concat", g.ints([size_out]), size_in_value, axis=0)]
+            resize_by = [g.const(np.array([scale, 1.0], dtype=np.float32)), None]
+        else:  # scales at run time: every axis, a scale of 1 giving the identity
+            scale_value = g.op("Slice", node.inputs[scales_at], g.ints([position]), g.ints([position + 1]))
+            resize_by = [g.op("Concat", scale_value, g.const(np.array([1.0], dtype=np.float32)), axis=0), None]
         if size_in is not None:
             identity = g.const(np.eye(size_in), x)
         else:
-            square = g.op("Concat", *[g.op("Gather", g.op("Shape", x), g.ints([axis]), axis=0)] * 2, axis=0)
             zero = helper.make_tensor("value", g.elem_type(x), [1], [0])
+            square = g.op("Concat", size_in_value, size_in_value, axis=0)
             identity = g.op("EyeLike", g.op("ConstantOfShape", square, value=zero))
         inputs = [identity, resize_by[0]] if g.opset < 11 else [identity, None] + resize_by
         matrix = g.node("Resize", inputs, 1, **attributes)[0]  # (out, in)
