@@ -82,8 +82,8 @@ MAX_IR, MAX_OPSET = 10, 21  # what ONNX Runtime 1.19.2 loads
 MANIFEST = "zoo.json"
 # What ort_cffi's gradient builder (generate_artifacts' default) does with the models added for issue 31,
 # measured with tests/apps/test_zoo.py; the older models train.
-BIDI = ("refuse clearly, naming the bidirectional {op} node: ort_cffi's builder has no rule for a bidirectional {op} "
-        "yet (issue 31 adds it)")
+BIDI = ("train (ort_cffi's builder: {op} in both directions; ONNX Runtime's {op} gradient kernel runs the forward "
+        "direction only)")
 EXPECTED: Dict[str, str] = {
     "bilstm_tagger": BIDI.format(op="LSTM"), "bilstm_tagger_dynamo": BIDI.format(op="LSTM"),
     "bigru_classifier": BIDI.format(op="GRU"), "bigru_classifier_dynamo": BIDI.format(op="GRU"),
