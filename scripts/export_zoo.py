@@ -12,6 +12,17 @@ torch is never a dependency of ort_cffi: it lives only in the separate virtual e
         safetensors regex pyyaml packaging filelock requests tqdm
     /work/zoo-venv/bin/python scripts/export_zoo.py --out tests/zoo
 
+torch's default exporter (``dynamo=True``, the ``*_dynamo`` models) also needs onnxscript 0.7, which asks for
+onnx 1.17; it runs with 1.16.2 installed beside it (``pip install --no-deps onnxscript==0.7.2`` into the same
+environment): its ``_framework_apis.torch_2_11`` is what torch 2.13 imports. The models added for issue 31
+alone are exported with
+
+    /work/zoo-venv/bin/python scripts/export_zoo.py --out tests/zoo --only bilstm_tagger bilstm_tagger_dynamo \\
+        bigru_classifier bigru_classifier_dynamo einsum_attention einsum_attention_dynamo atan_cumsum \\
+        atan_cumsum_dynamo cnn_dynamo transformer_dynamo
+
+which leaves every other file as it is (their entries too; each new entry records its own ``versions``).
+
 (``torch==2.13.0`` is the CPU wheel this machine keeps on disk; transformers goes in without its
 dependencies, which would pull another torch. No weights are downloaded: every model is randomly
 initialised from a seed.) torchvision is not installed: PyPI's build does not import beside the CPU
@@ -19,8 +30,9 @@ torch 2.13.0 ("operator torchvision::nms does not exist"), so the MobileNets are
 ``torchvision/models/mobilenetv2.py`` and ``mobilenetv3.py`` (same blocks, same initialisation, small
 ``width_mult``), which export the same ONNX operators.
 
-Then record what ONNX Runtime's generator says about each model (the baseline column of the zoo table in tests/zoo/zoo.json), with
-the repository's own environment, which has ONNX Runtime's training layer and no torch:
+Then record what ONNX Runtime's generator says about each model as exported (``prepare=False``; the baseline
+column of the zoo table in tests/zoo/zoo.json), with the repository's own environment, which has ONNX
+Runtime's training layer and no torch:
 
     PYTHONPATH=. .venv/bin/python scripts/export_zoo.py --out tests/zoo --baseline
 
@@ -28,8 +40,10 @@ The export is deterministic: the same versions write the same bytes (``--twice``
 folder a second time and compares the sha256 of every file). A re-export keeps each model's recorded
 baseline while its file's sha256 is unchanged.
 
-Every torch export is opset 17, ``dynamo=False`` (the TorchScript exporter), IR version 8; skl2onnx writes
-its default opsets. Each file is checked for ONNX Runtime 1.19's limits (IR version <= 10, default opset
+Every torch export is opset 17, ``dynamo=False`` (the TorchScript exporter), IR version 8, except the
+``*_dynamo`` models: torch's default exporter (``dynamo=True``), its default opset (20) and IR version (10),
+the batch dimension made dynamic with ``dynamic_shapes`` (``export_dynamo``); skl2onnx writes its default
+opsets. Each file is checked for ONNX Runtime 1.19's limits (IR version <= 10, default opset
 <= 21). All models take a symbolic batch dimension ``N``. The exporter merges initializers of equal values
 (norm weights all start at 1, biases and running means at 0; summarised in zoo.json), so parameters and batch-norm statistics that start constant are nudged by
 U(-0.01, 0.01) from the model's seed before export.
@@ -66,6 +80,20 @@ IMAGE = 32
 CLASSES = 4  # image classifiers
 MAX_IR, MAX_OPSET = 10, 21  # what ONNX Runtime 1.19.2 loads
 MANIFEST = "zoo.json"
+# What ort_cffi's gradient builder (generate_artifacts' default) does with the models added for issue 31,
+# measured with tests/apps/test_zoo.py; the older models train.
+BIDI = ("train (ort_cffi's builder: {op} in both directions; ONNX Runtime's {op} gradient kernel runs the forward "
+        "direction only)")
+EXPECTED: Dict[str, str] = {
+    "bilstm_tagger": BIDI.format(op="LSTM"), "bilstm_tagger_dynamo": BIDI.format(op="LSTM"),
+    "bigru_classifier": BIDI.format(op="GRU"), "bigru_classifier_dynamo": BIDI.format(op="GRU"),
+    "einsum_attention": "train (ort_cffi's builder: the Einsum rule; ONNX Runtime's generator has none)",
+    "einsum_attention_dynamo": "train (ort_cffi's builder: the Einsum rule; ONNX Runtime's generator has none)",
+    "atan_cumsum": "train (ort_cffi's builder: Atan and CumSum rules; ONNX Runtime's generator refuses Atan)",
+    "atan_cumsum_dynamo": "train (ort_cffi's builder: Atan and CumSum rules; ONNX Runtime's generator refuses Atan)",
+    "cnn_dynamo": "train (the exporter folded BatchNorm into the convolutions: nothing left to prepare)",
+    "transformer_dynamo": "train (LayerNormalization's optional outputs declared)",
+}
 Arrays = Dict[str, np.ndarray]
 
 
@@ -190,6 +218,39 @@ def export_torch(model: Any, args: Tuple[Any, ...], path: Path, inputs: Sequence
     return {"tool": "torch.onnx.export", "torch": torch.__version__, "dynamo": False, "opset_version": opset,
             "training": f"TrainingMode.{mode}", "module_mode": "train" if model.training else "eval",
             "do_constant_folding": fold}
+
+
+def export_dynamo(model: Any, args: Tuple[Any, ...], path: Path, inputs: Sequence[str], outputs: Sequence[str],
+                  batch_inputs: Sequence[str]) -> Dict[str, Any]:
+    """torch.onnx.export with torch's default exporter (dynamo=True, its own opset), the first dimension of
+    ``batch_inputs`` dynamic (Dim "N"). Each node's ``pkg.torch.onnx.stack_trace`` metadata is dropped: it
+    names files of the machine that exported (this script's path, torch's), so the bytes would change with
+    the checkout; the rest of the metadata (namespace, name_scopes, fx_node, the graph signature), which
+    names the modules, stays as exported."""
+    import warnings
+
+    import onnx
+    import torch
+
+    batch = torch.export.Dim("N")
+    # by position (a dict's keys would be the forward's argument names, not the graph's input names)
+    dynamic = tuple({0: batch} if name in batch_inputs else {} for name in inputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(model, args, input_names=list(inputs), output_names=list(outputs), dynamo=True,
+                                    dynamic_shapes=dynamic, verbose=False)
+    program.save(str(path))
+    exported = onnx.load(str(path))
+    for node in exported.graph.node:
+        kept = [copy.deepcopy(p) for p in node.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
+        del node.metadata_props[:]
+        node.metadata_props.extend(kept)
+    onnx.save(exported, str(path))
+    return {"tool": "torch.onnx.export", "torch": torch.__version__, "dynamo": True,
+            "opset_version": f"the exporter's default ({ {o.domain: o.version for o in exported.opset_import}.get('')})",
+            "dynamic_shapes": [({0: "Dim('N')"} if name in batch_inputs else {}) for name in inputs],
+            "module_mode": "train" if model.training else "eval", "optimize": "default (True)",
+            "metadata": "pkg.torch.onnx.stack_trace removed from every node (it names local paths)"}
 
 
 def torch_fit(model: Any, forward: Callable[[Any, List[Any]], Any], loss: Callable[[Any, Any], Any],
@@ -543,6 +604,90 @@ def torch_modules() -> Dict[str, Any]:
             x = F.relu(self.dec2(x + e1))
             return self.classifier(x)
 
+    class BiLSTMTagger(nn.Module):
+        """A tag per token from a bidirectional LSTM: the tag depends on what comes before and after."""
+
+        def __init__(self, vocab: int, tags: int) -> None:
+            super().__init__()
+            self.embedding = nn.Embedding(vocab, 16)
+            self.lstm = nn.LSTM(16, 24, batch_first=True, bidirectional=True)
+            self.fc = nn.Linear(48, tags)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            return self.fc(self.lstm(self.embedding(tokens))[0])
+
+    class BiGRUClassifier(nn.Module):
+        def __init__(self, vocab: int, classes: int) -> None:
+            super().__init__()
+            self.embedding = nn.Embedding(vocab, 16)
+            self.gru = nn.GRU(16, 24, batch_first=True, bidirectional=True)
+            self.fc = nn.Linear(48, classes)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            return self.fc(self.gru(self.embedding(tokens))[0].mean(dim=1))
+
+    class EinsumAttention(nn.Module):
+        """One head of self-attention whose products are torch.einsum, over learned positions."""
+
+        def __init__(self, vocab: int, length: int, classes: int, width: int = 32) -> None:
+            super().__init__()
+            self.embedding = nn.Embedding(vocab, width)
+            self.position = nn.Parameter(torch.randn(length, width) * 0.1)
+            self.query = nn.Linear(width, width)
+            self.key = nn.Linear(width, width)
+            self.value = nn.Linear(width, width)
+            self.classifier = nn.Linear(width, classes)
+            self.scale = width ** -0.5
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            x = self.embedding(tokens) + self.position
+            scores = torch.einsum("nqd,nkd->nqk", self.query(x), self.key(x)) * self.scale
+            context = torch.einsum("nqk,nkd->nqd", scores.softmax(dim=-1), self.value(x))
+            return self.classifier(context.mean(dim=1))
+
+    class AtanCumsum(nn.Module):
+        """atan of a per-step Linear, a running sum over time (cumsum), its mean over time, a Linear head."""
+
+        def __init__(self, channels: int, outputs: int, width: int = 16) -> None:
+            super().__init__()
+            self.proj = nn.Linear(channels, width)
+            self.head = nn.Linear(width, outputs)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [N, T, C]
+            running = torch.cumsum(torch.atan(self.proj(x)), dim=1) / x.shape[1]
+            return self.head(running.mean(dim=1))
+
+    class BatchNormCNN(nn.Module):
+        def __init__(self, classes: int) -> None:
+            super().__init__()
+            self.features = nn.Sequential(
+                nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+                nn.Conv2d(16, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+                nn.AdaptiveAvgPool2d(1), nn.Flatten())
+            self.classifier = nn.Linear(32, classes)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.classifier(self.features(x))
+
+    class TransformerClassifier(nn.Module):
+        def __init__(self, vocab: int, length: int, classes: int, width: int = 32) -> None:
+            super().__init__()
+            self.embedding = nn.Embedding(vocab, width)
+            self.position = nn.Parameter(torch.randn(length, width) * 0.1)
+            layer = nn.TransformerEncoderLayer(width, 2, 64, dropout=0.0, batch_first=True)
+            self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            # TransformerEncoder deep-copies its layer, so a fresh encoder's layers hold equal weights, which the
+            # exporter merges into shared initializers: each copy is initialised afresh, as training would part them.
+            for copied in self.encoder.layers[1:]:
+                for module in copied.modules():
+                    reset = getattr(module, "_reset_parameters", None) or getattr(module, "reset_parameters", None)
+                    if module is not copied and reset is not None:
+                        reset()
+            self.classifier = nn.Linear(width, classes)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            return self.classifier(self.encoder(self.embedding(tokens) + self.position).mean(dim=1))
+
     return {k: v for k, v in locals().items() if isinstance(v, type)}
 
 
@@ -832,6 +977,148 @@ def zoo(out: Path) -> Dict[str, Callable[[], Dict[str, Any]]]:
             "torch_fit": torch_fit(model, first, ce, ([xt], yt), ([xv], yv)),
         }
 
+    # Issue 31's architectures, each with the TorchScript exporter (opset 17) and torch's default exporter
+    # (dynamo=True, "<name>_dynamo"); a BatchNorm CNN and a TransformerEncoder with the default exporter only.
+    def export_either(model: Any, args: Tuple[Any, ...], name: str, inputs: Sequence[str], outputs: Sequence[str],
+                      dynamo: bool) -> Dict[str, Any]:
+        if dynamo:
+            return export_dynamo(model, args, out / f"{name}.onnx", inputs, outputs, inputs)
+        return export_torch(model, args, out / f"{name}.onnx", inputs, outputs,
+                            {n: BATCH for n in list(inputs) + list(outputs)})
+
+    def token_data(seed: int, vocab: int, length: int, markers: Sequence[int]) -> Tuple[np.ndarray, ...]:
+        """Full-length sequences of plain tokens (after the markers in the vocabulary) holding exactly one
+        marker: train and validation tokens, and the marker's index in ``markers`` of each."""
+        rng = np.random.default_rng(seed)
+        first_plain = max(markers) + 1
+        tt, _, ty = marker_tokens(rng, N_TRAIN, length, vocab, markers, first_plain, length)
+        vt, _, vy = marker_tokens(rng, N_VAL, length, vocab, markers, first_plain, length)
+        return tt, ty, vt, vy
+
+    def token_entry(name: str, model: Any, dynamo: bool, length: int, tokens: Tuple[np.ndarray, np.ndarray],
+                    labels: Tuple[np.ndarray, np.ndarray], entry: Dict[str, Any]) -> Dict[str, Any]:
+        import torch
+
+        exporter = export_either(model, (torch.ones(2, length, dtype=torch.int64),), name, ["tokens"], ["logits"],
+                                 dynamo)
+        (tt, vt), (ty, vy) = tokens, labels
+        write_npz(out / f"{name}.npz", {"train_tokens": tt, "train_labels": ty, "val_tokens": vt, "val_labels": vy})
+        return {**entry, "exporter": exporter, "loss": "cross-entropy", "loss_reads": "logits",
+                "label_input": "labels", "torch_fit": torch_fit(model, first, ce, ([tt], ty), ([vt], vy)),
+                "expected": EXPECTED.get(name, "train")}
+
+    def bilstm_tagger(dynamo: bool) -> Dict[str, Any]:
+        torch_seed(21)
+        vocab, length, tags = 32, 12, 3
+        model = T()["BiLSTMTagger"](vocab, tags).eval()
+        nudge(model, 21)
+        tt, _, vt, _ = token_data(21, vocab, length, [1])
+
+        def tag(tokens: np.ndarray) -> np.ndarray:  # 0 before the marker, 1 on it, 2 after it
+            at = np.argmax(tokens == 1, axis=1)[:, None]
+            steps = np.arange(tokens.shape[1])[None, :]
+            return np.where(steps < at, 0, np.where(steps == at, 1, 2)).astype(np.int64)
+
+        return token_entry("bilstm_tagger" + ("_dynamo" if dynamo else ""), model, dynamo, length, (tt, vt),
+                           (tag(tt), tag(vt)), {
+            "architecture": "Embedding(32, 16) -> LSTM(16, 24, bidirectional, batch_first) -> Linear(48, 3) per token",
+            "source": "hand-written (torch.nn.LSTM(bidirectional=True))", "task": "per-token", "classes": tags,
+            "label_shape": ["N", length],
+            "rule": "12 tokens from 2-31 with exactly one marker token 1; each token's tag is 0 before the marker, "
+                    "1 on it, 2 after it (a tag needs both directions)"})
+
+    def bigru_classifier(dynamo: bool) -> Dict[str, Any]:
+        torch_seed(22)
+        vocab, length, markers = 32, 12, [1, 2, 3]
+        model = T()["BiGRUClassifier"](vocab, len(markers)).eval()
+        nudge(model, 22)
+        tt, ty, vt, vy = token_data(22, vocab, length, markers)
+        return token_entry("bigru_classifier" + ("_dynamo" if dynamo else ""), model, dynamo, length, (tt, vt),
+                           (ty, vy), {
+            "architecture": "Embedding(32, 16) -> GRU(16, 24, bidirectional, batch_first) -> mean over time "
+                            "-> Linear(48, 3)",
+            "source": "hand-written (torch.nn.GRU(bidirectional=True))", "task": "classification",
+            "classes": len(markers), "label_shape": ["N"],
+            "rule": f"12 tokens from 4-31 with exactly one marker {markers} anywhere; the marker's index is the class"})
+
+    def einsum_attention(dynamo: bool) -> Dict[str, Any]:
+        torch_seed(23)
+        vocab, length, markers = 32, 12, [1, 2, 3, 4]
+        model = T()["EinsumAttention"](vocab, length, len(markers)).eval()
+        nudge(model, 23)
+        tt, ty, vt, vy = token_data(23, vocab, length, markers)
+        return token_entry("einsum_attention" + ("_dynamo" if dynamo else ""), model, dynamo, length, (tt, vt),
+                           (ty, vy), {
+            "architecture": "Embedding(32, 32) + learned positions -> one attention head whose products are "
+                            "torch.einsum ('nqd,nkd->nqk', softmax, 'nqk,nkd->nqd'), query/key/value Linear(32, 32) "
+                            "-> mean over time -> Linear(32, 4)",
+            "source": "hand-written (torch.einsum)", "task": "classification", "classes": len(markers),
+            "label_shape": ["N"],
+            "rule": f"12 tokens from 5-31 with exactly one marker {markers} anywhere; the marker's index is the class"})
+
+    def atan_cumsum(dynamo: bool) -> Dict[str, Any]:
+        import torch
+
+        torch_seed(24)
+        channels, length, outputs = 4, 16, 2
+        model = T()["AtanCumsum"](channels, outputs).eval()
+        nudge(model, 24)
+        teacher = T()["AtanCumsum"](channels, outputs).eval()  # drawn after the model, from the same seed
+        rng = np.random.default_rng(24)
+        x = rng.standard_normal((N_TRAIN + N_VAL, length, channels)).astype(np.float32)
+        with torch.no_grad():
+            y = teacher(torch.from_numpy(x)).numpy()
+        y = ((y - y.mean(0)) / y.std(0)).astype(np.float32)
+        name = "atan_cumsum" + ("_dynamo" if dynamo else "")
+        exporter = export_either(model, (torch.zeros(2, length, channels),), name, ["input"], ["prediction"], dynamo)
+        write_npz(out / f"{name}.npz", {"train_input": x[:N_TRAIN], "train_target": y[:N_TRAIN],
+                                        "val_input": x[N_TRAIN:], "val_target": y[N_TRAIN:]})
+        return {
+            "architecture": "Linear(4, 16) per step -> atan -> cumsum over time / T -> mean over time -> Linear(16, 2)",
+            "source": "hand-written (torch.atan, torch.cumsum)", "exporter": exporter,
+            "task": "regression", "loss": "mse", "loss_reads": "prediction", "label_input": "target",
+            "label_shape": ["N", outputs],
+            "rule": "input [16, 4] standard normal; target = a fixed random teacher of the same architecture, "
+                    "standardised per column",
+            "torch_fit": torch_fit(model, first, mse, ([x[:N_TRAIN]], y[:N_TRAIN]), ([x[N_TRAIN:]], y[N_TRAIN:])),
+            "expected": EXPECTED.get(name, "train"),
+        }
+
+    def cnn_dynamo() -> Dict[str, Any]:
+        import torch
+
+        torch_seed(25)
+        model = T()["BatchNormCNN"](CLASSES)
+        nudge(model, 25)
+        data, (train, val) = image_dataset(25)
+        calibrate_batchnorm(model, train[0][0])
+        model.eval()
+        exporter = export_dynamo(model, (torch.zeros(2, 3, IMAGE, IMAGE),), out / "cnn_dynamo.onnx", ["input"],
+                                 ["logits"], ["input"])
+        exporter["batchnorm_statistics"] = "the training split's (calibrate_batchnorm), as a trained model has them"
+        write_npz(out / "cnn_dynamo.npz", data)
+        return {
+            "architecture": "Conv2d(3, 16) -> BatchNorm -> ReLU -> MaxPool -> Conv2d(16, 32) -> BatchNorm -> ReLU "
+                            "-> global average pool -> Linear(32, 4) ('features', 'classifier')",
+            "source": "hand-written", "exporter": exporter,
+            "task": "classification", "classes": CLASSES, "loss": "cross-entropy", "loss_reads": "logits",
+            "label_input": "labels", "label_shape": ["N"], "rule": IMAGE_RULE,
+            "torch_fit": torch_fit(model, first, ce, train, val), "expected": EXPECTED.get("cnn_dynamo", "train"),
+        }
+
+    def transformer_dynamo() -> Dict[str, Any]:
+        torch_seed(26)
+        vocab, length, markers = 32, 12, [1, 2, 3]
+        model = T()["TransformerClassifier"](vocab, length, len(markers)).eval()
+        nudge(model, 26)
+        tt, ty, vt, vy = token_data(26, vocab, length, markers)
+        return token_entry("transformer_dynamo", model, True, length, (tt, vt), (ty, vy), {
+            "architecture": "Embedding(32, 32) + learned positions -> nn.TransformerEncoder (2 layers, d 32, 2 heads, "
+                            "feed-forward 64, no dropout, batch_first) -> mean over time -> Linear(32, 3) ('classifier')",
+            "source": "hand-written (torch.nn.TransformerEncoder)", "task": "classification",
+            "classes": len(markers), "label_shape": ["N"],
+            "rule": f"12 tokens from 4-31 with exactly one marker {markers} anywhere; the marker's index is the class"})
+
     def sklearn_data(seed: int) -> Tuple[np.ndarray, np.ndarray]:
         rng = np.random.default_rng(seed)
         x = rng.standard_normal((N_TRAIN + N_VAL, 8)).astype(np.float32)
@@ -914,6 +1201,16 @@ def zoo(out: Path) -> Dict[str, Callable[[], Dict[str, Any]]]:
         "sklearn_mlp_zipmap": lambda: mlp(True),
         "sklearn_mlp": lambda: mlp(False),
         "sklearn_logreg": logreg,
+        "bilstm_tagger": lambda: bilstm_tagger(False),
+        "bilstm_tagger_dynamo": lambda: bilstm_tagger(True),
+        "bigru_classifier": lambda: bigru_classifier(False),
+        "bigru_classifier_dynamo": lambda: bigru_classifier(True),
+        "einsum_attention": lambda: einsum_attention(False),
+        "einsum_attention_dynamo": lambda: einsum_attention(True),
+        "atan_cumsum": lambda: atan_cumsum(False),
+        "atan_cumsum_dynamo": lambda: atan_cumsum(True),
+        "cnn_dynamo": cnn_dynamo,
+        "transformer_dynamo": transformer_dynamo,
     }
 
 
@@ -921,7 +1218,7 @@ def versions() -> Dict[str, str]:
     from importlib import metadata
 
     found = {}
-    for dist in ("torch", "transformers", "onnx", "numpy", "scikit-learn", "skl2onnx", "protobuf"):
+    for dist in ("torch", "onnxscript", "transformers", "onnx", "numpy", "scikit-learn", "skl2onnx", "protobuf"):
         try:
             found[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -952,13 +1249,15 @@ def export(out: Path, only: Optional[Sequence[str]]) -> None:
         record.update(info)
         record["dataset"] = {"file": data_path.name, "bytes": data_path.stat().st_size, "sha256": sha256(data_path),
                              "arrays": arrays}
+        if only and earlier.get("versions") and earlier["versions"] != versions():
+            record["versions"] = versions()  # exported later than the rest, with these
         old = previous.get(name, {})
         if old.get("sha256") == record["sha256"] and "generator_onnxruntime_1_19_2" in old:
             record["generator_onnxruntime_1_19_2"] = old["generator_onnxruntime_1_19_2"]
         models[name] = record
     total = sum(m["bytes"] + m["dataset"]["bytes"] for m in models.values())
     manifest = {
-        "about": "Small seeded models exported by their real exporters, with learnable datasets. "
+        "about": earlier["about"] if only and "about" in earlier else "Small seeded models exported by their real exporters, with learnable datasets. "
                  "Made by scripts/export_zoo.py (its docstring says how); generator_onnxruntime_1_19_2 is what "
                  "ort_cffi.artifacts.generate_artifacts (ONNX Runtime 1.19.2's generator) said, recorded by "
                  "scripts/export_zoo.py --baseline.",
@@ -968,7 +1267,7 @@ def export(out: Path, only: Optional[Sequence[str]]) -> None:
                     "per token, [N, H, W] per pixel; N_train 256, N_val 64.",
         "nudge": "parameters and batch-norm statistics that start constant are moved by U(-0.01, 0.01) from the "
                  "model's seed before export, or torch's exporter merges initializers of equal values",
-        "versions": versions(),
+        "versions": earlier["versions"] if only and earlier.get("versions") else versions(),
         "total_bytes": total,
         "models": models,
     }
@@ -1014,12 +1313,13 @@ def trainer_smoke(out: Path, entry: Dict[str, Any], options: Dict[str, Any], tmp
 
     command = [sys.executable, "-m", "ort_cffi.cli.train", "--model", str(out / entry["file"]), "--data",
                str(out / entry["dataset"]["file"]), "--out", str(tmp / "run"), "--epochs", "3", "--lr", "0.001",
-               "--threads", "1", "--no-progress", "--no-plot", "--loss", options["loss"]]
+               "--threads", "1", "--no-progress", "--no-plot", "--loss", options["loss"], "--generator", "onnxruntime"]
     if "loss_input_names" in options:
         command += ["--loss-input", *options["loss_input_names"]]
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
-    said: Dict[str, Any] = {"command": "ort-cffi-train --model M.onnx --data M.npz --epochs 3 --lr 0.001 --loss "
+    said: Dict[str, Any] = {"command": "ort-cffi-train --model M.onnx --data M.npz --epochs 3 --lr 0.001 "
+                            "--generator onnxruntime --loss "
                             + options["loss"] + "".join(f" --loss-input {n}" for n in options.get("loss_input_names", [])),
                             "exit": done.returncode}
     said["says"] = [summary(line).split(" -> ")[0]  # not the temporary folder it wrote into
@@ -1044,7 +1344,9 @@ def baseline(out: Path, only: Optional[Sequence[str]]) -> None:
         options = generator_options(entry)
         with tempfile.TemporaryDirectory(prefix=f"zoo-{name}-") as tmp:
             try:
-                made = generate_artifacts(path, artifact_directory=Path(tmp) / "artifacts", **options)
+                # the model as exported (prepare=False): what ONNX Runtime's generator itself says of it
+                made = generate_artifacts(path, artifact_directory=Path(tmp) / "artifacts", generator="onnxruntime",
+                                          prepare=False, **options)
                 said = {"result": "ok", "training_inputs": [str(s) for s in made.training_inputs],
                         "trainable_tensors": len(made.trainable), "eval_outputs": list(made.eval_outputs)}
             except ArtifactsError as exc:

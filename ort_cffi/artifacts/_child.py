@@ -168,12 +168,16 @@ def value_spec(onnx, value):
     return {"name": value.name, "dtype": type_name(onnx, tensor.elem_type), "shape": graph_facts.shape_dims(tensor)}
 
 
-def parameter(onnx, initializer):
+def parameter(onnx, initializer, module_names):
+    """The record of a parameter; "module_name": the torch name the exporter renamed it from (module_names.py)."""
     size = 1
     for dim in initializer.dims:
         size *= dim
-    return {"name": initializer.name, "dtype": type_name(onnx, initializer.data_type),
-            "shape": list(initializer.dims), "size": size}
+    record = {"name": initializer.name, "dtype": type_name(onnx, initializer.data_type),
+              "shape": list(initializer.dims), "size": size}
+    if initializer.name in module_names:
+        record["module_name"] = module_names[initializer.name]
+    return record
 
 
 # --- IR version and opset -----------------------------------------------------------------------------------
@@ -273,16 +277,23 @@ def no_gradient_reason(name, uses, outputs):
     return None
 
 
-def resolve(onnx, patterns, what, initializers):
+def resolve(onnx, patterns, what, initializers, module_names):
     """The floating-point initializers ``patterns`` select, as {name: exact}, where exact tells a plain
-    name from a glob match. Refuses a pattern that matches nothing and a name or pattern that selects
-    only tensors that are not floating-point."""
+    name from a glob match. A pattern matches an initializer's name or the torch name its exporter renamed
+    it from (``module_names``: initializer -> torch name). Refuses a pattern that matches nothing and a name
+    or pattern that selects only tensors that are not floating-point."""
     floats = [i.name for i in initializers if i.data_type in FLOAT_TYPES]
     by_name = dict((i.name, i) for i in initializers)
-    listed = ", ".join(floats[:8]) + (", ..." if len(floats) > 8 else "") if floats else "none"
+    shown = ["{} ({})".format(name, module_names[name]) if name in module_names else name for name in floats]
+    listed = ", ".join(shown[:8]) + (", ..." if len(shown) > 8 else "") if shown else "none"
     chosen = {}
     for pattern in patterns:
         if not any(c in pattern for c in GLOB_CHARACTERS):
+            owners = [name for name in floats if module_names.get(name) == pattern] if pattern not in by_name else []
+            for name in owners:  # a torch name: the tensors made from that parameter
+                chosen[name] = True
+            if owners:
+                continue
             initializer = by_name.get(pattern)
             if initializer is None:
                 raise Refusal("pattern", "{} names {!r}, but the model has no initializer of that name (its "
@@ -292,7 +303,8 @@ def resolve(onnx, patterns, what, initializers):
                                        "trained or frozen".format(what, pattern, type_name(onnx, initializer.data_type)))
             chosen[pattern] = True
             continue
-        matched = [i for i in initializers if fnmatch.fnmatchcase(i.name, pattern)]
+        matched = [i for i in initializers if fnmatch.fnmatchcase(i.name, pattern)
+                   or (i.name in module_names and fnmatch.fnmatchcase(module_names[i.name], pattern))]
         if not matched:
             raise Refusal("pattern", "{} pattern {!r} matches no initializer of the model (its floating-point "
                                      "initializers: {})".format(what, pattern, listed))
@@ -483,12 +495,16 @@ def generate(request, backend=None):
     initializers = list(model.graph.initializer)
     uses = _consumers(model.graph)
     graph_outputs = set(o.name for o in model.graph.output)
-    frozen = resolve(onnx, request.get("frozen_params") or [], "frozen_params", initializers)
+    torch_names = load_sibling("module_names")
+    renamed = torch_names.module_names(onnx, model)  # torch's names of what its default exporter renamed
+    frozen = resolve(onnx, request.get("frozen_params") or [], "frozen_params", initializers, renamed)
     patterns = request.get("requires_grad")
-    if patterns is None:
-        wanted = dict((i.name, False) for i in initializers if i.data_type in FLOAT_TYPES and i.name not in frozen)
+    if patterns is None:  # every parameter, not the numbers torch's default exporter wrote as initializers
+        constants = torch_names.exporter_constants(onnx, model, renamed)
+        wanted = dict((i.name, False) for i in initializers
+                      if i.data_type in FLOAT_TYPES and i.name not in frozen and i.name not in constants)
     else:
-        wanted = resolve(onnx, patterns, "requires_grad", initializers)
+        wanted = resolve(onnx, patterns, "requires_grad", initializers, renamed)
         both = [name for name in wanted if name in frozen]
         if both:
             raise Refusal("options", "trainable and frozen at once: {} (requires_grad and frozen_params must not "
@@ -603,9 +619,9 @@ def generate(request, backend=None):
         "loss_reading": None if reading is None else {
             "labels": target, "scores": reading["accuracy_scores"], "class_axis": reading["class_axis"],
             "labels_shape": reading["labels_shape"], "tensor": scores},
-        "trainable": [parameter(onnx, by_name[n]) for n in requires_grad],
-        "frozen": [parameter(onnx, by_name[n]) for n in frozen_params],
-        "constants": [parameter(onnx, i) for i in floats if i.name not in parameters],
+        "trainable": [parameter(onnx, by_name[n], renamed) for n in requires_grad],
+        "frozen": [parameter(onnx, by_name[n], renamed) for n in frozen_params],
+        "constants": [parameter(onnx, i, renamed) for i in floats if i.name not in parameters],
         "left_out": left_out,
         "loss_input": scores,
         "target": target,

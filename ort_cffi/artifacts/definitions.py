@@ -61,12 +61,20 @@ class OptimType(enum.Enum):
 
 @dataclass(frozen=True)
 class Parameter:
-    """One initializer of the model: its name, element type (a numpy dtype name), shape and element count."""
+    """One initializer of the model: its name, element type (a numpy dtype name), shape and element count;
+    ``module_name``: the torch name it was made from, where torch's default exporter renamed it
+    (``encoder.layers.0.linear1.weight`` for ``val_88``; ``lstm.W`` for a tensor holding parts of several)."""
 
     name: str
     dtype: str
     shape: Tuple[int, ...]
     size: int
+    module_name: Optional[str] = None
+
+    @property
+    def shown_name(self) -> str:
+        """The name, and the torch name in brackets where the exporter renamed it."""
+        return f"{self.name} ({self.module_name})" if self.module_name else self.name
 
 
 @dataclass(frozen=True)
@@ -192,11 +200,11 @@ def describe(made: GeneratedArtifacts, model: str, verbose: bool = False) -> Lis
     share = f" ({made.trainable_parameters / total:.1%} of the model's {_count(total)})" if total else ""
     lines.append(f"trainable:  {_tensors(made.trainable)}, {_count(made.trainable_parameters)}{share}")
     shown = made.trainable[:SHOWN]
-    name_width = max(len(p.name) for p in shown)
+    name_width = max(len(p.shown_name) for p in shown)
     type_width = max(len(f"{p.dtype} {shape(p)}") for p in shown)
     size_width = max(len(f"{p.size:,}") for p in shown)
     for p in shown:
-        lines.append(f"            {p.name:<{name_width}}  {p.dtype + ' ' + shape(p):<{type_width}}  {p.size:>{size_width},}")
+        lines.append(f"            {p.shown_name:<{name_width}}  {p.dtype + ' ' + shape(p):<{type_width}}  {p.size:>{size_width},}")
     if len(made.trainable) > SHOWN:
         lines.append(f"            ... and {len(made.trainable) - SHOWN} more (artifacts.json lists them all)")
     if made.frozen:

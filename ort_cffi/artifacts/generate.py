@@ -115,7 +115,7 @@ def _refuse_other_artifacts(folder: Path, prefix: str, options: Dict[str, Any], 
 
 
 def _parameters(records: Sequence[Dict[str, Any]]) -> Tuple[Parameter, ...]:
-    return tuple(Parameter(r["name"], r["dtype"], tuple(r["shape"]), r["size"]) for r in records)
+    return tuple(Parameter(r["name"], r["dtype"], tuple(r["shape"]), r["size"], r.get("module_name")) for r in records)
 
 
 def _specs(records: Sequence[Dict[str, Any]]) -> Tuple[TensorSpec, ...]:
@@ -242,6 +242,9 @@ def _generate(folder: Path, path: Optional[Path], data: Optional[bytes], label: 
             "options": options,
             "trainable": [p["name"] for p in result["trainable"]],
             "frozen": [p["name"] for p in result["frozen"]],
+            # the torch names of the parameters torch's default exporter renamed (module_names.py)
+            "module_names": {p["name"]: p["module_name"] for key in ("trainable", "frozen", "constants")
+                             for p in result[key] if "module_name" in p},
             "left_out": result["left_out"],
             "notes": result["notes"],
             "preparation": result["preparation"],

@@ -4,10 +4,11 @@ the shapes shape inference can tell, attributes and node names.
 How the child's modules find each other. ``_child.py`` runs ONNX Runtime's generator in a child process,
 possibly under another interpreter where ort_cffi is not installed, or where importing the ``ort_cffi``
 package would load the binding for nothing. So it loads this folder's graph modules (``graph_facts``,
-``rewrite_rules``, ``rewrites``, ``loss_reading``, ``batchnorm``, ``eval_graph``) by file location, under the
-names ``SIBLING_PREFIX + name``, the modules they import first. A module that imports a sibling takes it
-from ``sys.modules`` under that name, and only where it is absent (imported as ``ort_cffi.artifacts.X``, as
-the tests and the package do) from the package: ``sibling(...)`` below, copied by nobody, is the one way.
+``rewrite_rules``, ``rewrites``, ``loss_reading``, ``batchnorm``, ``eval_graph``, ``module_names``) by file
+location, under the names ``SIBLING_PREFIX + name``, the modules they import first. A module that imports a
+sibling takes it from ``sys.modules`` under that name, and only where it is absent (imported as
+``ort_cffi.artifacts.X``, as the tests and the package do) from the package: ``sibling(...)`` below, copied
+by nobody, is the one way.
 
 Python 3.8 syntax and the standard library only at import time (``onnx`` inside the functions that read
 models): the child imports this module before it knows whether onnx is installed, and says so as a refusal.

@@ -58,8 +58,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("model", type=Path, nargs="?", metavar="MODEL.onnx", help="the inference model")
     parser.add_argument("--out", type=Path, metavar="DIR", help="artifacts folder (created if missing; required)")
     parser.add_argument("--trainable", nargs="+", metavar="PATTERN",
-                        help="names or glob patterns of the parameters to train (default: every floating-point "
-                        "initializer a gradient reaches)")
+                        help="names or glob patterns of the parameters to train, by initializer name or, in a "
+                        "torch dynamo export, by torch name ('encoder.layers.0.linear1.weight', 'classifier.*'); "
+                        "default: every floating-point initializer a gradient reaches")
     parser.add_argument("--frozen", nargs="+", metavar="PATTERN",
                         help="names or patterns of parameters kept in the checkpoint but not trained")
     parser.add_argument("--loss", choices=LOSSES, default=LossType.CrossEntropyLoss.value,

@@ -86,7 +86,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help="training artifacts folder (default: the embedded digits MLP)")
     model = parser.add_argument_group("artifacts from --model (see ort-cffi-artifacts --help)")
     model.add_argument("--trainable", nargs="+", metavar="PATTERN",
-                       help="names or glob patterns of the parameters to train (default: all)")
+                       help="names or glob patterns of the parameters to train, by initializer name or torch "
+                       "name (dynamo exports); default: all")
     model.add_argument("--frozen", nargs="+", metavar="PATTERN", help="parameters kept in the checkpoint, not trained")
     model.add_argument("--loss", choices=[t.value for t in LossType] + ["none"], help="default: cross-entropy")
     model.add_argument("--loss-input", nargs="+", metavar="NAME", help="the output the loss reads [and its input's name]")

@@ -195,7 +195,7 @@ ZERO_CASES = [
 ALL_CASES = CASES + ZERO_CASES
 
 
-CHILD_MODULES = ("graph_facts", "rewrite_rules", "rewrites", "loss_reading", "batchnorm", "eval_graph")
+CHILD_MODULES = ("graph_facts", "rewrite_rules", "rewrites", "loss_reading", "batchnorm", "eval_graph", "module_names")
 STANDALONE = """
 import sys
 sys.modules["ort_cffi"] = None  # importing ort_cffi here is an ImportError: the child may not have it

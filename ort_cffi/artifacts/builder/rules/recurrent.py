@@ -225,10 +225,11 @@ class _Directions:
         return self.of_direction(_output_grad(self.node, output), d)
 
     def attributes(self, d: int) -> Dict[str, Any]:
-        """The attributes of direction ``d``'s forward recurrence."""
+        """The attributes of direction ``d``'s forward recurrence, less ``layout`` (the training kernels have
+        none; torch's default exporter writes layout=0 explicitly)."""
         node = self.node
         found = {a.name: helper.get_attribute_value(a) for a in node.proto.attribute
-                 if a.name not in ("direction", "activations", "activation_alpha", "activation_beta")}
+                 if a.name not in ("direction", "activations", "activation_alpha", "activation_beta", "layout")}
         found["direction"] = "forward"
         if node.attr("activations") is not None:
             found["activations"] = _activations(node, self.kind)[d]

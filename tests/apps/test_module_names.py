@@ -1,0 +1,140 @@
+"""Parameters that torch's default exporter (dynamo=True) renamed, chosen by their torch names: the zoo's
+dynamo exports (tests/zoo, scripts/export_zoo.py) read with ort_cffi.artifacts.module_names, selected with
+requires_grad / frozen_params, ort-cffi-artifacts and ort-cffi-train, and listed with both names."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Dict
+
+import numpy as np
+import onnx
+import pytest
+from conftest import ROOT
+
+from ort_cffi import OrtEnvironment
+from ort_cffi.artifacts import ArtifactsInputError, generate_artifacts, read_manifest
+from ort_cffi.artifacts.module_names import module_names, signature_targets
+from ort_cffi.cli import artifacts as artifacts_cli
+from ort_cffi.cli import train as train_cli
+
+ZOO_DIR = ROOT / "tests" / "zoo"
+ZOO: Dict[str, Any] = json.loads((ZOO_DIR / "zoo.json").read_text())["models"]
+TRANSFORMER = ZOO_DIR / "transformer_dynamo.onnx"
+LSTM = ZOO_DIR / "bilstm_tagger_dynamo.onnx"
+
+
+def load(path: Path) -> onnx.ModelProto:
+    return onnx.load(str(path))
+
+
+def renamed_targets(model: onnx.ModelProto) -> "set[str]":
+    """The exporter's parameters (its graph signature) that no initializer is named after."""
+    own = {i.name for i in model.graph.initializer}
+    return {t for t in signature_targets(model).values() if t not in own}
+
+
+def test_every_renamed_parameter_of_the_transformer_gets_its_torch_name() -> None:
+    model = load(TRANSFORMER)
+    names = module_names(onnx, model)
+    # one tensor per renamed parameter: the attention's input projection and both Linear weights of each layer
+    assert sorted(names.values()) == sorted(renamed_targets(model))
+    assert {t.rsplit(".", 1)[0] for t in names.values()} >= {"encoder.layers.0.linear1", "encoder.layers.1.linear2"}
+    shapes = {names[i.name]: list(i.dims) for i in model.graph.initializer if i.name in names}
+    assert shapes["encoder.layers.0.linear1.weight"] == [32, 64]  # torch's [64, 32], transposed for MatMul
+    assert shapes["encoder.layers.1.self_attn.in_proj_weight"] == [32, 96]
+    assert not set(names) & set(signature_targets(model).values())  # only what was renamed
+
+
+def test_a_tensor_made_from_several_parameters_is_named_by_its_module_and_input() -> None:
+    """The LSTM's eight parameters (both directions) become the ONNX LSTM's W, R and B."""
+    model = load(LSTM)
+    names = module_names(onnx, model)
+    lstm = next(n for n in model.graph.node if n.op_type == "LSTM")
+    assert {names[lstm.input[1]], names[lstm.input[2]], names[lstm.input[3]]} == {"lstm.W", "lstm.R", "lstm.B"}
+    assert "fc.weight" in names.values()
+
+
+def test_torchscript_exports_have_no_torch_names() -> None:
+    assert module_names(onnx, load(ZOO_DIR / "bilstm_tagger.onnx")) == {}
+    assert module_names(onnx, load(ZOO_DIR / "bert_tiny.onnx")) == {}
+
+
+def test_layers_chosen_by_module_path_are_listed_with_both_names(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code = artifacts_cli.main([str(TRANSFORMER), "--out", str(tmp_path), "--loss-input", "logits",
+                               "--trainable", "encoder.layers.1.*", "classifier.*"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    model = load(TRANSFORMER)
+    names = module_names(onnx, model)
+    wanted = {t for t in signature_targets(model).values() if t.startswith(("encoder.layers.1.", "classifier."))}
+    manifest = read_manifest(tmp_path)
+    chosen = {manifest["module_names"].get(n, n) for n in manifest["trainable"]}
+    assert chosen == wanted  # every parameter of layer 1 and the classifier, nothing else
+    linear1 = next(n for n, t in names.items() if t == "encoder.layers.1.linear1.weight")
+    assert manifest["module_names"][linear1] == "encoder.layers.1.linear1.weight"
+    in_proj = next(n for n, t in names.items() if t == "encoder.layers.1.self_attn.in_proj_weight")
+    listed = rf"^ {{12}}{in_proj} \(encoder\.layers\.1\.self_attn\.in_proj_weight\) +float32 \[32, 96\] +3,072$"
+    assert re.search(listed, out, re.M), out
+    assert "classifier.weight" in out and "encoder.layers.0" not in out
+
+
+def test_a_run_trains_only_the_parameters_chosen_by_module_path(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "run"
+    code = train_cli.main(["--model", str(TRANSFORMER), "--data", str(ZOO_DIR / "transformer_dynamo.npz"),
+                           "--loss-input", "logits", "--trainable", "encoder.layers.1.linear1.weight", "classifier.*",
+                           "--epochs", "1", "--lr", "0.003", "--out", str(out), "--no-plot", "--no-progress"])
+    stdout = capsys.readouterr().out
+    assert code == 0, stdout
+    model = load(TRANSFORMER)
+    initial = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    linear1 = next(n for n, t in module_names(onnx, model).items() if t == "encoder.layers.1.linear1.weight")
+    chosen = [linear1, "classifier.weight", "classifier.bias"]
+    assert read_manifest(out / "artifacts")["trainable"] == sorted(chosen, key=list(initial).index)
+    with OrtEnvironment.getEnvironment().createTrainingSession(
+            str(out / "best_checkpoint"), str(out / "artifacts" / "training_model.onnx")) as session:
+        state = session.getCheckpointState()
+        assert session.getParametersSize(True) == sum(initial[n].size for n in chosen)
+        for name in chosen:  # each trained tensor moved
+            assert not np.allclose(state.getParameter(name), initial[name]), name
+
+
+def test_a_recurrent_layer_is_frozen_by_its_module_path(tmp_path: Path) -> None:
+    made = generate_artifacts(LSTM, requires_grad=["fc.*"], frozen_params=["lstm.*"], loss_input_names=["logits"],
+                              artifact_directory=tmp_path)
+    assert sorted(p.module_name or p.name for p in made.trainable) == ["fc.bias", "fc.weight"]
+    assert sorted(p.module_name for p in made.frozen) == ["lstm.B", "lstm.R", "lstm.W"]
+    assert all(p.name != p.module_name for p in made.frozen)
+
+
+def test_a_torch_name_that_no_tensor_carries_is_refused_listing_both_names(tmp_path: Path) -> None:
+    with pytest.raises(ArtifactsInputError, match=r"requires_grad names 'lstm.weight_ih_l0', but the model has no "
+                                                  r"initializer of that name .*\(lstm\.W\)"):
+        generate_artifacts(LSTM, requires_grad=["lstm.weight_ih_l0"], loss_input_names=["logits"],
+                           artifact_directory=tmp_path / "out")
+    with pytest.raises(ArtifactsInputError, match=r"pattern 'lstm\.\*' matches no initializer"):
+        generate_artifacts(ZOO_DIR / "bilstm_tagger.onnx", requires_grad=["lstm.*"], loss_input_names=["logits"],
+                           artifact_directory=tmp_path / "ts")
+
+
+@pytest.mark.parametrize("name", ["einsum_attention", "atan_cumsum", "transformer"])
+def test_by_default_the_exporters_numbers_stay_constants(name: str, tmp_path: Path) -> None:
+    """torch's default exporter writes numbers as initializers (attention's scale, the divisor x.shape[1])
+    where the TorchScript exporter writes Constant nodes: by default they are not trained, so both exports
+    of a model train the same parameters, those of the torch module."""
+    dynamo = ZOO[f"{name}_dynamo"]
+    made = generate_artifacts(ZOO_DIR / dynamo["file"], loss=dynamo["loss"], loss_input_names=[dynamo["loss_reads"]],
+                              artifact_directory=tmp_path / "dynamo")
+    model = load(ZOO_DIR / dynamo["file"])
+    assert {p.module_name or p.name for p in made.trainable} == set(signature_targets(model).values())
+    assert [(p.size, p.module_name) for p in made.constants] == [(1, None)]  # the one number, kept as it is
+    if name in ZOO:  # the TorchScript export of the same module trains as many parameters
+        script = ZOO[name]
+        other = generate_artifacts(ZOO_DIR / script["file"], loss=script["loss"], loss_input_names=[script["loss_reads"]],
+                                   artifact_directory=tmp_path / "script")
+        assert made.trainable_parameters == other.trainable_parameters == script["float_parameters"]
+    named = generate_artifacts(ZOO_DIR / dynamo["file"], requires_grad=[made.constants[0].name],
+                               loss=dynamo["loss"], loss_input_names=[dynamo["loss_reads"]],
+                               artifact_directory=tmp_path / "named")
+    assert [p.name for p in named.trainable] == [made.constants[0].name]  # a pattern may still choose it
