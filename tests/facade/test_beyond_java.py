@@ -134,6 +134,7 @@ def test_nominal_checkpoint_refuses_steps_until_filled_then_trains_exactly_as_th
         assert train(full, 5) == nominal_losses
 
 
+@pytest.mark.needs_onnxruntime_python
 def test_inference_outputs_equal_onnxruntime_inference_session(tmp_path):
     model = tmp_path / "inference.onnx"
     with tiny() as s:

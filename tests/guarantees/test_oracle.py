@@ -44,6 +44,9 @@ import pytest
 
 from ort_cffi import OrtEnvironment, SessionOptions
 
+# ONNX Runtime's own Python layer, imported in this process, is the oracle here.
+pytestmark = pytest.mark.needs_onnxruntime_python
+
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "artifacts"
 DIGITS = ROOT / "ort_cffi" / "data" / "digits"
