@@ -19,81 +19,39 @@ from __future__ import annotations
 
 from typing import Dict, Iterator, List, Optional, Tuple
 
+from ort_cffi._facade.protobuf_wire import LENGTH_DELIMITED, Malformed, encode_varint, field_spans, length_delimited, varint
+
 GRADIENT_OUTPUT_SUFFIX = "::accumulated_gradient"
 _BUFFER_SUFFIX = "_grad.accumulation.buffer"
 _ACCUMULATOR = b"InPlaceAccumulatorV2"
-_LEN = 2  # protobuf wire type of strings and messages
 _EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
-
-
-def _varint(data: bytes, at: int) -> Tuple[int, int]:
-    value = shift = 0
-    while True:
-        if at >= len(data) or shift > 63:
-            raise ValueError("truncated varint")
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, at
-        shift += 7
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 def _fields(data: bytes) -> Iterator[Tuple[int, int, int, int, int]]:
     """(field number, wire type, start of the whole field, start of its payload, end) for each field."""
-    at = 0
-    while at < len(data):
-        start = at
-        key, at = _varint(data, at)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            _, at = _varint(data, at)
-            payload = at
-        elif wire == 1:
-            payload, at = at, at + 8
-        elif wire == _LEN:
-            length, payload = _varint(data, at)
-            at = payload + length
-        elif wire == 5:
-            payload, at = at, at + 4
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        if at > len(data):
-            raise ValueError("field past the end of its message")
-        yield number, wire, start, payload, at
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _encode_varint(number << 3 | _LEN) + _encode_varint(len(payload)) + payload
+    view = memoryview(data)
+    for number, wire, start, end in field_spans(view):
+        _, at = varint(view, start)  # past the key
+        if wire == LENGTH_DELIMITED:
+            _, at = varint(view, at)  # past the length
+        yield number, wire, start, at, end
 
 
 def _strings(data: bytes, number: int) -> List[bytes]:
-    return [data[p:e] for n, w, _, p, e in _fields(data) if n == number and w == _LEN]
+    return [data[p:e] for n, w, _, p, e in _fields(data) if n == number and w == LENGTH_DELIMITED]
 
 
 def _has_external_data(initializer: bytes) -> bool:
     for number, wire, _, payload, _end in _fields(initializer):
-        if number == 14 and wire == 0 and _varint(initializer, payload)[0] == _EXTERNAL:
+        if number == 14 and wire == 0 and varint(memoryview(initializer), payload)[0] == _EXTERNAL:
             return True
     return False
 
 
 def _float_tensor_output(name: str, elem_type: int) -> bytes:
-    tensor_type = _encode_varint(1 << 3) + _encode_varint(elem_type)  # TypeProto.Tensor.elem_type
-    type_proto = _field(1, tensor_type)  # TypeProto.tensor_type
-    return _field(1, name.encode()) + _field(2, type_proto)  # ValueInfoProto.name, .type
+    tensor_type = encode_varint(1 << 3) + encode_varint(elem_type)  # TypeProto.Tensor.elem_type
+    type_proto = length_delimited(1, tensor_type)  # TypeProto.tensor_type
+    return length_delimited(1, name.encode()) + length_delimited(2, type_proto)  # ValueInfoProto.name, .type
 
 
 def with_gradient_outputs(model: bytes, elem_types: Dict[str, int]) -> Optional[Tuple[bytes, Dict[str, str]]]:
@@ -102,13 +60,13 @@ def with_gradient_outputs(model: bytes, elem_types: Dict[str, int]) -> Optional[
     parameter's ONNX element type (float when not listed)."""
     try:
         return _edit(model, elem_types)
-    except (ValueError, UnicodeDecodeError):
+    except (Malformed, UnicodeDecodeError):
         return None
 
 
 def _edit(model: bytes, elem_types: Dict[str, int]) -> Optional[Tuple[bytes, Dict[str, str]]]:
     model_fields = list(_fields(model))
-    graphs = [f for f in model_fields if f[0] == 7 and f[1] == _LEN]
+    graphs = [f for f in model_fields if f[0] == 7 and f[1] == LENGTH_DELIMITED]
     if len(graphs) != 1:
         return None
     _, _, _, graph_start, graph_end = graphs[0]
@@ -118,9 +76,9 @@ def _edit(model: bytes, elem_types: Dict[str, int]) -> Optional[Tuple[bytes, Dic
     pieces: List[bytes] = []
     for number, wire, start, payload, end in _fields(graph):
         field = graph[start:end]
-        if number == 5 and wire == _LEN and _has_external_data(graph[payload:end]):
+        if number == 5 and wire == LENGTH_DELIMITED and _has_external_data(graph[payload:end]):
             return None  # its data lies beside the original file, not beside the edited copy
-        if number == 1 and wire == _LEN:
+        if number == 1 and wire == LENGTH_DELIMITED:
             node = graph[payload:end]
             inputs, node_outputs = _strings(node, 1), _strings(node, 2)
             if (_strings(node, 4) == [_ACCUMULATOR] and len(node_outputs) == 1 and inputs
@@ -130,11 +88,11 @@ def _edit(model: bytes, elem_types: Dict[str, int]) -> Optional[Tuple[bytes, Dic
                 if name in taken or parameter in outputs:
                     return None
                 outputs[parameter] = name
-                field = _field(1, node + _field(2, name.encode()))
+                field = length_delimited(1, node + length_delimited(2, name.encode()))
         pieces.append(field)
     if not outputs:
         return None
-    pieces.extend(_field(12, _float_tensor_output(name, elem_types.get(parameter, 1))) for parameter, name in outputs.items())
+    pieces.extend(length_delimited(12, _float_tensor_output(name, elem_types.get(parameter, 1))) for parameter, name in outputs.items())
     new_graph = b"".join(pieces)
-    rebuilt = b"".join(model[start:end] if number != 7 else _field(7, new_graph) for number, _w, start, _p, end in model_fields)
+    rebuilt = b"".join(model[start:end] if number != 7 else length_delimited(7, new_graph) for number, _w, start, _p, end in model_fields)
     return rebuilt, outputs
