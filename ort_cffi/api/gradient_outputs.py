@@ -19,7 +19,14 @@ from __future__ import annotations
 
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from ort_cffi._facade.protobuf_wire import LENGTH_DELIMITED, Malformed, encode_varint, field_spans, length_delimited, varint
+from ort_cffi._facade.protobuf_wire import (
+    LENGTH_DELIMITED,
+    Malformed,
+    encode_varint,
+    field_spans,
+    length_delimited,
+    varint,
+)
 
 GRADIENT_OUTPUT_SUFFIX = "::accumulated_gradient"
 _BUFFER_SUFFIX = "_grad.accumulation.buffer"
@@ -92,7 +99,8 @@ def _edit(model: bytes, elem_types: Dict[str, int]) -> Optional[Tuple[bytes, Dic
         pieces.append(field)
     if not outputs:
         return None
-    pieces.extend(length_delimited(12, _float_tensor_output(name, elem_types.get(parameter, 1))) for parameter, name in outputs.items())
+    pieces.extend(length_delimited(12, _float_tensor_output(name, elem_types.get(parameter, 1)))
+                  for parameter, name in outputs.items())
     new_graph = b"".join(pieces)
     rebuilt = b"".join(model[start:end] if number != 7 else length_delimited(7, new_graph) for number, _w, start, _p, end in model_fields)
     return rebuilt, outputs
