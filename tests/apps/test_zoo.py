@@ -17,6 +17,7 @@ from conftest import ROOT
 
 from ort_cffi import OrtEnvironment, SessionOptions
 from ort_cffi.artifacts import ArtifactsInputError, generate_artifacts
+from ort_cffi.artifacts.runner import find_generator
 from ort_cffi.trainer import SetupError, TrainingJob, TrainSettings
 from ort_cffi.trainer.loop import exploded
 
@@ -83,12 +84,20 @@ def test_logistic_regression_is_refused_naming_its_operator(tmp_path: Path) -> N
 
 ONNX_RUNTIMES_OWN = """
 import sys
-sys.path.insert(0, {folder!r})
+sys.path[:0] = {paths!r}  # the runtime store's copy of ONNX Runtime's Python layer first, where there is one
 import _child  # ort_cffi's child imports ONNX Runtime's generator without the package inits that import torch
 onnx, onnxruntime, artifacts = _child.import_generator()
 artifacts.generate_artifacts(onnx.load({model!r}), requires_grad={requires_grad!r}, loss=artifacts.LossType.{loss},
                              optimizer=artifacts.OptimType.AdamW, artifact_directory={out!r},
                              additional_output_names={outputs!r}, loss_input_names={loss_input!r})
+# A newer onnx (3.13 and later) stamps the optimizer model with its own IR version, which ONNX Runtime 1.19
+# refuses: ort_cffi brings it down to 10 and says so in its notes; do the same here, and nothing else.
+for name in ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx"):
+    path = {out!r} + "/" + name
+    model = onnx.load(path, load_external_data=False)
+    if model.ir_version > 10:
+        model.ir_version = 10
+        onnx.save(model, path)
 """
 
 
@@ -100,12 +109,13 @@ def test_what_onnx_runtime_accepts_and_ort_cffi_leaves_alone_is_its_own_bytes(na
     plain = generate(name, tmp_path / "plain", prepare=False, generator="onnxruntime")
     made = generate(name, tmp_path / "made", generator="onnxruntime")
     model = ZOO[name]
+    generator = find_generator()  # the interpreter and Python layer ort_cffi's generator="onnxruntime" uses
     script = ONNX_RUNTIMES_OWN.format(
-        folder=str(ROOT / "ort_cffi" / "artifacts"), model=str(ZOO_DIR / model["file"]),
+        paths=[p for p in (generator.layer, str(ROOT / "ort_cffi" / "artifacts")) if p], model=str(ZOO_DIR / model["file"]),
         requires_grad=[p.name for p in plain.trainable], loss={"cross-entropy": "CrossEntropyLoss", "mse": "MSELoss"}[model["loss"]],
         out=str(tmp_path / "own"), outputs=[o.name for o in plain.model_outputs], loss_input=[model["loss_reads"]])
     (tmp_path / "own").mkdir()
-    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
+    subprocess.run([generator.python, "-c", script], check=True, capture_output=True)
     assert hashes(tmp_path / "plain") == hashes(tmp_path / "own")
     assert bool(made.preparation) == (name not in {"lstm_text", "cnn_dynamo"})  # measured: only these need nothing
     if not made.preparation:
