@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,13 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The Ctrl-C tests send SIGINT to the commands they start, as a terminal would. A shell that runs the suite
+# in the background (`... &`, nohup) starts it with SIGINT ignored, and children inherit that: Python then
+# installs no KeyboardInterrupt handler, and the commands would never see the signal. Restored here, the
+# children start with SIGINT at its default, as under a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 TESTS = ROOT / "tests"
 ARTIFACTS = TESTS / "artifacts"
 # The tests live in folders by layer (native, facade, guarantees, java, apps, docs), their shared helpers in
