@@ -46,9 +46,54 @@ def conv(g: GradientContext, node: NodeView) -> Grads:
                                         [int(s) for s in node.attr("strides", [1] * spatial)],
                                         [int(d) for d in node.attr("dilations", [1] * spatial)])
         del attributes["auto_pad"]
+    group = int(node.attr("group", 1))
+    if group > 1 and _spatial_rank(g, node) != 2:
+        return _conv_by_groups(g, node, attributes, group)
     outputs = [g.fresh(f"{node.inputs[i]}_grad") if node.wants(i) else "" for i in range(len(node.inputs))]
     g.node("ConvGrad", [node.dy(), node.inputs[0], node.inputs[1]], outputs, "com.microsoft", **attributes)
     return [name or None for name in outputs]
+
+
+def _spatial_rank(g: GradientContext, node: NodeView) -> Optional[int]:
+    kernel = node.attr("kernel_shape")
+    if kernel:
+        return len(kernel)
+    rank = g.rank(node.inputs[1])
+    return None if rank is None else rank - 2
+
+
+def _conv_by_groups(g: GradientContext, node: NodeView, attributes: Dict[str, Any], group: int) -> Grads:
+    """A grouped convolution of other than 2 spatial axes: one ConvGrad per group, the results concatenated.
+    ONNX Runtime 1.19.2's ConvGrad cannot take it: outside its 2-D path it clears and fills each group's dX
+    as if the group held every channel, writing past the end of dX (measured: wrong gradients once the
+    memory after dX holds a live value)."""
+    x, w = node.inputs[0], node.inputs[1]
+    x_dims, w_dims = g.dims(x), g.dims(w)
+    channels = x_dims[1] if x_dims is not None and len(x_dims) > 1 else None
+    maps = w_dims[0] if w_dims is not None else None
+    if not isinstance(channels, int) or not isinstance(maps, int):
+        raise BuilderError(f"{node.describe()}: the gradient of a grouped convolution over other than 2 axes is "
+                           "computed group by group, which needs the channel counts of its input and weights; "
+                           "shape inference could not tell them")
+    per_group = {key: value for key, value in attributes.items() if key != "group"}
+    inputs = [x, w] + ([node.inputs[2]] if node.has_input(2) else [])
+
+    def part(value: str, axis: int, size: int, index: int) -> str:
+        return g.op("Slice", value, g.ints([index * size]), g.ints([(index + 1) * size]), g.ints([axis]))
+
+    pieces: List[List[str]] = [[], [], []]
+    for index in range(group):
+        sliced = [part(x, 1, channels // group, index), part(w, 0, maps // group, index)]
+        if len(inputs) > 2:
+            sliced.append(part(inputs[2], 0, maps // group, index))
+        outputs = [g.fresh(f"{inputs[i]}_grad") if node.wants(i) else "" for i in range(len(inputs))]
+        g.node("ConvGrad", [part(node.dy(), 1, maps // group, index), sliced[0], sliced[1]], outputs, "com.microsoft",
+               **per_group)
+        for position, name in enumerate(outputs):
+            if name:
+                pieces[position].append(name)
+    return [g.op("Concat", *found, axis=1 if position == 0 else 0) if found else None
+            for position, found in enumerate(pieces[:len(inputs)])]
 
 
 def _transpose_pads(g: GradientContext, node: NodeView) -> Tuple[List[int], List[int], List[int]]:
@@ -207,9 +252,19 @@ def _depthwise_back(g: GradientContext, node: NodeView, dy: str, channels: int, 
     windows, for the output gradient ``dy``: each window's value spread over its taps."""
     x = node.inputs[0]
     dx = g.fresh(f"{x}_grad")
-    g.node("ConvGrad", [dy, x, g.const(np.ones([channels, 1] + kernel), x)], [dx, ""], "com.microsoft",
-           group=channels, **conv)
-    return dx
+    if len(kernel) == 2:
+        g.node("ConvGrad", [dy, x, g.const(np.ones([channels, 1] + kernel), x)], [dx, ""], "com.microsoft",
+               group=channels, **conv)
+        return dx
+    # Outside 2-D, ONNX Runtime's grouped ConvGrad writes out of bounds (``_conv_by_groups``): the
+    # windows are the same for every channel, so the channels go into the batch, through one channel.
+    def one_channel(value: str) -> str:
+        spatial = g.op("Slice", g.op("Shape", value), g.ints([2]), g.ints([2 + len(kernel)]), g.ints([0]))
+        return g.op("Reshape", value, g.op("Concat", g.ints([-1, 1]), spatial, axis=0))
+
+    g.node("ConvGrad", [one_channel(dy), one_channel(x), g.const(np.ones([1, 1] + kernel), x)], [dx, ""],
+           "com.microsoft", **conv)
+    return g.reshape_like(dx, x)
 
 
 def _average_pool_by_conv(g: GradientContext, node: NodeView) -> str:
