@@ -19,6 +19,7 @@ from onnx import TensorProto, helper
 
 from ort_cffi.artifacts.builder.context import BuilderError, GradientContext, infer_types
 from ort_cffi.artifacts.builder.engine import Engine
+from ort_cffi.artifacts.builder.fusions import fuse_activations
 from ort_cffi.artifacts.builder.loss_blocks import Namer, add_loss
 from ort_cffi.artifacts.builder.registry import MICROSOFT
 
@@ -77,6 +78,24 @@ def _with_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
 
 
+def _backward_shapes(context: GradientContext, graph: onnx.GraphProto) -> List[onnx.ValueInfoProto]:
+    """The type and shape of each value the backward pass computes, where the builder knows them (a gradient
+    has its value's): ONNX Runtime's allocation planner reuses a buffer only for a value of known size, and
+    its gradient kernels (ConvGrad, BatchNormalizationGrad, ...) infer no shapes of their own. Undeclared, the
+    memory pattern of a step came out 8% larger on mobilenet_v2 than with ONNX Runtime's generator, which
+    declares them too."""
+    declared = {v.name for v in list(graph.input) + list(graph.output) + list(graph.value_info)}
+    declared.update(i.name for i in graph.initializer)
+    found = []
+    for node in context.nodes:
+        for name in node.output:
+            elem_type, dims = context.types.get(name, (0, None))
+            if name and name not in declared and elem_type and dims is not None:
+                found.append(helper.make_tensor_value_info(name, elem_type, list(dims)))
+                declared.add(name)
+    return found
+
+
 def _opset(model: onnx.ModelProto, domain: str, version: int) -> None:
     if not any(o.domain == domain for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(domain, version))
@@ -119,7 +138,9 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
 
     training = base
     loss_name = outputs[0]
-    context = GradientContext(training, infer_types(training))
+    types = infer_types(training)
+    fuse_activations(training, types)
+    context = GradientContext(training, types)
     seed = f"{loss_name}_grad"
     loss_type = context.types.get(loss_name, (TensorProto.FLOAT, None))[0] or TensorProto.FLOAT
     order = [i.name for i in graph.input if i.name in wanted]
@@ -128,6 +149,7 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     graph.initializer.append(helper.make_tensor(seed, loss_type, [], [1.0]))
     graph.initializer.extend(context.initializers)
     graph.value_info.extend(context.value_infos)
+    graph.value_info.extend(_backward_shapes(context, graph))
     _opset(training, MICROSOFT, 1)
 
     by_name: Dict[str, onnx.ValueInfoProto] = {v.name: v for v in graph.input}

@@ -1,0 +1,185 @@
+"""GELU written out, with Erf or with the tanh approximation, in the forms exporters write, is computed in the
+training model by ONNX Runtime's Gelu and FastGelu kernels, as its own generator does. Checked here:
+- the gradients equal central finite differences;
+- the eval model keeps the exported form;
+- a pattern whose inner values feed anything else stays as written;
+- where ONNX Runtime's generator runs, 20 steps give its very losses."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Dict, List, Sequence
+
+import numpy as np
+import onnx
+import pytest
+from gradcheck import Case, check, forward_model
+from onnx import TensorProto, helper, numpy_helper
+
+from ort_cffi import OrtEnvironment
+from ort_cffi.artifacts import generate_artifacts
+from ort_cffi.artifacts.builder.training_model import build_models
+
+SQRT_2 = float(np.sqrt(2.0))
+K = float(np.sqrt(2.0 / np.pi))
+
+
+def _const(name: str, value: float) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value, np.float32), name))
+
+
+def _mul(a: str, b: str, out: str) -> onnx.NodeProto:
+    return helper.make_node("Mul", [a, b], [out])
+
+
+# Each form computes GELU of "h" into "g" (the constants first).
+ERF_FORMS: Dict[str, Callable[[], List[onnx.NodeProto]]] = {
+    # torch's TorchScript export: ((h * (erf(h / sqrt 2) + 1)) * 0.5
+    "div_then_half_last": lambda: [_const("c_root", SQRT_2), _const("c_one", 1.0), _const("c_half", 0.5),
+                                   helper.make_node("Div", ["h", "c_root"], ["e_in"]),
+                                   helper.make_node("Erf", ["e_in"], ["e"]),
+                                   helper.make_node("Add", ["e", "c_one"], ["u"]),
+                                   _mul("h", "u", "hu"), _mul("hu", "c_half", "g")],
+    # 0.5 h first, a multiplication by 1/sqrt 2, 1 + erf
+    "mul_half_first": lambda: [_const("c_root", 1 / SQRT_2), _const("c_one", 1.0), _const("c_half", 0.5),
+                               _mul("h", "c_half", "half"),
+                               _mul("c_root", "h", "e_in"),
+                               helper.make_node("Erf", ["e_in"], ["e"]),
+                               helper.make_node("Add", ["c_one", "e"], ["u"]),
+                               _mul("half", "u", "g")],
+    # (1 + erf) * 0.5, then h
+    "half_of_factor": lambda: [_const("c_root", SQRT_2), _const("c_one", 1.0), _const("c_half", 0.5),
+                               helper.make_node("Div", ["h", "c_root"], ["e_in"]),
+                               helper.make_node("Erf", ["e_in"], ["e"]),
+                               helper.make_node("Add", ["e", "c_one"], ["u"]),
+                               _mul("u", "c_half", "uh"), _mul("uh", "h", "g")],
+}
+TANH_FORMS: Dict[str, Callable[[], List[onnx.NodeProto]]] = {
+    # Hugging Face's GPT-2 (NewGELUActivation), TorchScript export
+    "pow": lambda: [_const("c_half", 0.5), _const("c_three", 3.0), _const("c_cubic", 0.044715),
+                    _const("c_k", K), _const("c_one", 1.0),
+                    _mul("h", "c_half", "half"),
+                    helper.make_node("Pow", ["h", "c_three"], ["cube"]),
+                    _mul("cube", "c_cubic", "term"),
+                    helper.make_node("Add", ["h", "term"], ["inner"]),
+                    _mul("inner", "c_k", "t_in"),
+                    helper.make_node("Tanh", ["t_in"], ["t"]),
+                    helper.make_node("Add", ["t", "c_one"], ["u"]),
+                    _mul("half", "u", "g")],
+    # h * h * h, the constants first, 0.5 last
+    "products": lambda: [_const("c_half", 0.5), _const("c_cubic", 0.044715), _const("c_k", K),
+                         _const("c_one", 1.0),
+                         _mul("h", "h", "square"), _mul("h", "square", "cube"),
+                         _mul("c_cubic", "cube", "term"),
+                         helper.make_node("Add", ["term", "h"], ["inner"]),
+                         _mul("c_k", "inner", "t_in"),
+                         helper.make_node("Tanh", ["t_in"], ["t"]),
+                         helper.make_node("Add", ["c_one", "t"], ["u"]),
+                         _mul("h", "u", "hu"), _mul("hu", "c_half", "g")],
+}
+FUSED = {**{name: ("Gelu", "Erf", form) for name, form in ERF_FORMS.items()},
+         **{name: ("FastGelu", "Tanh", form) for name, form in TANH_FORMS.items()}}
+
+
+def mlp_case(name: str, gelu: List[onnx.NodeProto], after: Sequence[onnx.NodeProto] = ()) -> Case:
+    """x -> Gemm -> GELU -> MatMul (then ``after``), every weight trained."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], transB=1)] + gelu + [
+        helper.make_node("MatMul", ["g", "w2"], ["y"])] + list(after)
+    params = {"w1": rng.normal(0, 0.8, (6, 4)).astype(np.float32), "b1": rng.normal(0, 0.3, 6).astype(np.float32),
+              "w2": rng.normal(0, 0.5, (6, 3)).astype(np.float32)}
+    return Case(name, nodes, params, {"x": rng.normal(size=(5, 4)).astype(np.float32)}, symbolic_batch=True)
+
+
+def _ops(model: onnx.ModelProto) -> List[str]:
+    return [n.op_type for n in model.graph.node]
+
+
+@pytest.mark.parametrize("name", sorted(FUSED))
+def test_gelu_forms_become_one_kernel_with_the_gradients_of_finite_differences(name: str) -> None:
+    fused_op, anchor, form = FUSED[name]
+    c = mlp_case(name, form())
+    built = build_models(forward_model(c, {"y": np.ones((5, 3), np.float32)}), list(c.params), [], None)
+    assert _ops(built.training).count(fused_op) == 1 and anchor not in _ops(built.training), _ops(built.training)
+    assert f"{fused_op}Grad" in _ops(built.training)
+    assert anchor in _ops(built.eval) and fused_op not in _ops(built.eval)  # the eval model as exported
+    bad = [cmp for cmp in check(c) if not cmp.ok(c.rtol, c.atol)]
+    assert not bad, bad
+
+
+def test_a_gelu_whose_inner_value_is_read_elsewhere_stays_as_written() -> None:
+    """The erf value also feeds a second branch: fusing would lose it, so the nodes stay, and their own
+    gradients (Erf, Mul, Add) still equal finite differences."""
+    gelu = ERF_FORMS["div_then_half_last"]()
+    c = mlp_case("shared_erf", gelu, after=[helper.make_node("ReduceMean", ["e"], ["e_mean"], axes=[1], keepdims=1),
+                                            helper.make_node("Add", ["y", "e_mean"], ["out"])])
+    built = build_models(forward_model(c, {"out": np.ones((5, 3), np.float32)}), list(c.params), [], None)
+    assert "Gelu" not in _ops(built.training) and "Erf" in _ops(built.training)
+    bad = [cmp for cmp in check(c) if not cmp.ok(c.rtol, c.atol)]
+    assert not bad, bad
+
+
+def test_a_double_gelu_is_not_fused() -> None:
+    """ONNX Runtime's Gelu kernels are float32 only: a float64 model keeps its nodes."""
+    gelu = [n for n in ERF_FORMS["div_then_half_last"]() if n.op_type != "Constant"]
+    consts = [helper.make_node("Constant", [], [k], value=numpy_helper.from_array(np.array(v, np.float64), k))
+              for k, v in (("c_root", SQRT_2), ("c_one", 1.0), ("c_half", 0.5))]
+    graph = helper.make_graph(consts + [helper.make_node("MatMul", ["x", "w"], ["h"])] + gelu
+                              + [helper.make_node("ReduceSum", ["g"], ["loss"], keepdims=0)], "double",
+                              [helper.make_tensor_value_info("x", TensorProto.DOUBLE, ["N", 3])],
+                              [helper.make_tensor_value_info("loss", TensorProto.DOUBLE, [])],
+                              [numpy_helper.from_array(np.ones((3, 2)), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    built = build_models(model, ["w"], [], None)
+    assert "Gelu" not in _ops(built.training) and "Erf" in _ops(built.training)
+
+
+def _classifier(path: Path, form: List[onnx.NodeProto]) -> Path:
+    c = mlp_case(path.stem, form)
+    graph = helper.make_graph(c.nodes, path.stem, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+                              [numpy_helper.from_array(v, k) for k, v in c.params.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def _losses(folder: Path, steps: int) -> List[float]:
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(8, 4)).astype(np.float32)
+    feeds = {"x": x, "labels": np.argmax(x[:, :3], axis=1).astype(np.int64)}
+    with OrtEnvironment.getEnvironment().createTrainingSession(
+            str(folder / "checkpoint"), str(folder / "training_model.onnx"), str(folder / "eval_model.onnx"),
+            str(folder / "optimizer_model.onnx")) as session:
+        session.setLearningRate(0.05)
+        with session.evalStep(feeds) as result:
+            eval_loss = float(result.get(0).getValue())
+        start = session.copyParametersToBuffer()
+        losses = []
+        for _ in range(steps):
+            with session.trainStep(feeds) as result:
+                losses.append(float(result.get(0).getValue()))
+            session.optimizerStep()
+            session.lazyResetGrad()
+        assert np.count_nonzero(start != session.copyParametersToBuffer()) == start.size
+    assert abs(losses[0] - eval_loss) <= 1e-5 * abs(eval_loss)  # the fused kernel computes the exported GELU
+    return losses
+
+
+@pytest.mark.parametrize("name", ["div_then_half_last", "pow"])
+def test_a_gelu_classifier_trains(name: str, tmp_path: Path) -> None:
+    fused_op, _, form = FUSED[name]
+    made = generate_artifacts(_classifier(tmp_path / f"{name}.onnx", form()), artifact_directory=tmp_path / "out")
+    assert fused_op in _ops(onnx.load(str(made.training_model)))
+    losses = _losses(tmp_path / "out", 30)
+    assert np.mean(losses[-3:]) < 0.7 * np.mean(losses[:3]), losses
+
+
+@pytest.mark.needs_onnxruntime_generator
+@pytest.mark.parametrize("name", ["div_then_half_last", "pow"])
+def test_gelu_losses_equal_onnx_runtime_artifacts(name: str, tmp_path: Path) -> None:
+    """ONNX Runtime's generator fuses these forms too: the same kernels, the very same losses."""
+    model = _classifier(tmp_path / f"{name}.onnx", FUSED[name][2]())
+    generate_artifacts(model, artifact_directory=tmp_path / "ours")
+    generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime")
+    assert _losses(tmp_path / "ours", 20) == _losses(tmp_path / "theirs", 20)
