@@ -552,6 +552,23 @@ def nominal_checkpoint_until_parameters_are_loaded() -> None:
 
 
 @case
+def nominal_checkpoint_filled_without_an_optimizer_model() -> None:
+    """ONNX Runtime 1.19.2 segfaults filling a nominal state in a session with no optimizer model: refused,
+    and the same session still takes what it can (the eval step stays refused until filled)."""
+    with env.createTrainingSession(str(TINY / "nominal_checkpoint"), str(TINY / "training_model.onnx"),
+                                   str(TINY / "eval_model.onnx")) as session:
+        with raises("nominal", "optimizer model"):
+            session.copyBufferToParameters(S.copyParametersToBuffer(False), False)
+        with raises("nominal", kind=OrtException):
+            session.evalStep(BATCH).close()
+        assert session.getParametersSize(False) == S.getParametersSize(False)
+    with env.createTrainingSession(str(TINY / "checkpoint"), str(TINY / "training_model.onnx")) as session:
+        session.copyBufferToParameters(S.copyParametersToBuffer(False), False)  # a full state: no refusal
+        with session.trainStep(BATCH) as result:
+            np.testing.assert_allclose(result[0].getValue(), LOSS, rtol=1e-6)
+
+
+@case
 def caller_state_survives_a_failed_session_creation() -> None:
     bad = _variants(TINY / "training_model.onnx", "state-survives")["garbage"]
     with OrtCheckpointState.loadCheckpoint(TINY / "checkpoint") as state:

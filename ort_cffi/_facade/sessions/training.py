@@ -739,7 +739,8 @@ class OrtTrainingSession(NativeHandle):
             OrtClosedException: The session is closed.
             OrtInvalidArgumentException: `buffer` is not a numpy array, not float32, not 1-D, or has
                 another number of elements.
-            OrtException: The runtime fails the copy.
+            OrtException: The runtime fails the copy, or the session would fill a nominal checkpoint
+                without an optimizer model (ONNX Runtime 1.19.2 crashes there: refused).
         """
         if not isinstance(buffer, np.ndarray):
             raise OrtException.invalid_argument(f"the parameter buffer must be a numpy array, not {type(buffer).__name__}")
@@ -750,11 +751,30 @@ class OrtTrainingSession(NativeHandle):
             raise OrtException.invalid_argument(
                 f"the parameter buffer must be 1-D with {expected} elements, got shape {list(buffer.shape)}"
             )
+        if not trainableOnly and not self._has_optimizer and self._holds_nominal_state():
+            # Filling a nominal state makes the session build its optimizer's state, which dereferences the
+            # optimizer it does not have (SIGSEGV, measured; docs/guides/guarantees.md).
+            raise OrtException(
+                "cannot fill a nominal checkpoint through a training session without an optimizer model: ONNX "
+                "Runtime 1.19.2 crashes doing so. Create the session with the optimizer model, fill the parameters "
+                "there (copyBufferToParameters(buffer, False)), and save the checkpoint if another session needs it"
+            )
         array = as_tensor_array(buffer, "parameter buffer")
         with tensor_over_copy(array) as tensor:
             with self._lock:
                 self._call(self._rt.training_api.CopyBufferToParameters, pointer(tensor), bool(trainableOnly),
                            context="CopyBufferToParameters")
+
+    def _holds_nominal_state(self) -> bool:
+        """Whether the checkpoint state holds shapes only, not yet filled: the runtime refuses to copy its
+        parameters out then, and says so."""
+        try:
+            self.copyParametersToBuffer(True)
+        except OrtException as error:
+            if "nominal" in str(error):
+                return True
+            raise
+        return False
 
     # --- seed and close --------------------------------------------------------------------------
 
