@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ort_cffi.artifacts.builder.probe_shapes import ProbeDims, broadcast_axes
 from ort_cffi.artifacts.builder.registry import MICROSOFT
 
 Dims = Optional[Tuple[Union[int, str, None], ...]]  # None: unknown rank; an entry: a size, a symbolic name, None
@@ -33,10 +34,12 @@ class NoGradientError(BuilderError):
 class GradientContext:
     """Emits the backward graph: nodes, constants and their names, with the forward graph's types."""
 
-    def __init__(self, model: onnx.ModelProto, types: Dict[str, Tuple[int, Dims]]):
+    def __init__(self, model: onnx.ModelProto, types: Dict[str, Tuple[int, Dims]],
+                 probes: Sequence[Dict[str, ProbeDims]] = ()):
         self.model = model
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
         self.types = dict(types)
+        self.probes = [dict(p) for p in probes]  # sizes under made-up input sizes (probe_shapes.py)
         self.nodes: List[onnx.NodeProto] = []
         self.initializers: List[onnx.TensorProto] = []
         self.value_infos: List[onnx.ValueInfoProto] = []  # shapes declared for kernels that read them (declare)
@@ -57,7 +60,7 @@ class GradientContext:
         """A context for a subgraph's own backward pass (an If branch wrapped as ``model``): it shares this
         context's names (no name is given twice across the scopes) and knows its constants and types;
         what it emits is its own (``nodes``, ``initializers``)."""
-        child = GradientContext(model, {**self.types, **types})
+        child = GradientContext(model, {**self.types, **types}, self.probes)
         child._taken = self._taken
         child._taken.update(child._taken_by_model(model))
         local = {out for node in model.graph.node for out in node.output}
@@ -209,6 +212,9 @@ class GradientContext:
         """Record that ``name`` has ``like``'s type and shape (a gradient has its value's); returns ``name``."""
         if like in self.types:
             self.types.setdefault(name, self.types[like])
+        for probe in self.probes:
+            if like in probe:
+                probe.setdefault(name, probe[like])
         return name
 
     def shape(self, name: str) -> str:
@@ -282,6 +288,15 @@ class GradientContext:
                 if lead:
                     summed = self.squeeze(summed, list(range(lead)))
                 return self.same_type(summed, operand)
+        probed = broadcast_axes([p.get(operand) for p in self.probes], [p.get(result) for p in self.probes])
+        if probed is not None:  # the axes for every size, as the probes tell them (probe_shapes.py)
+            lead = len(self.probes[0][result]) - len(self.probes[0][operand])
+            if not probed:
+                return grad
+            summed = self.reduce_sum(grad, probed, keepdims=1)
+            if lead:
+                summed = self.squeeze(summed, list(range(lead)))
+            return self.same_type(summed, operand)
         operand_shape = self.shape(operand)
         run_time_axes = self.ms("BroadcastGradientArgs", operand_shape, self.shape(result), outputs=2)[0]
         summed = self.reduce_sum(grad, axes_value=run_time_axes, keepdims=1)

@@ -21,6 +21,7 @@ from ort_cffi.artifacts.builder.context import BuilderError, GradientContext, in
 from ort_cffi.artifacts.builder.engine import Engine
 from ort_cffi.artifacts.builder.fusions import fuse_activations
 from ort_cffi.artifacts.builder.loss_blocks import Namer, add_loss
+from ort_cffi.artifacts.builder.probe_shapes import probe_sizes
 from ort_cffi.artifacts.builder.registry import MICROSOFT
 
 LAZY_RESET_GRAD = "lazy_reset_grad"
@@ -139,8 +140,9 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     training = base
     loss_name = outputs[0]
     types = infer_types(training)
+    probes = probe_sizes(training)  # before the fusions: onnx's inference knows no com.microsoft op
     fuse_activations(training, types)
-    context = GradientContext(training, types)
+    context = GradientContext(training, types, probes)
     seed = f"{loss_name}_grad"
     loss_type = context.types.get(loss_name, (TensorProto.FLOAT, None))[0] or TensorProto.FLOAT
     order = [i.name for i in graph.input if i.name in wanted]

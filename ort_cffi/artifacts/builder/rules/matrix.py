@@ -93,6 +93,9 @@ def _batched(g: GradientContext, product: str, operand: str, out: str) -> str:
     out_dims, own = g.dims(out), g.dims(operand)
     if out_dims is not None and own is not None and len(own) >= 2:
         g.types[product] = (g.elem_type(operand), tuple(out_dims[:-2]) + tuple(own[-2:]))
+    for probe in g.probes:
+        if probe.get(out) is not None and probe.get(operand) is not None and len(probe[operand]) >= 2:
+            probe[product] = probe[out][:-2] + probe[operand][-2:]
     return product
 
 
