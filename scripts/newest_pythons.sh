@@ -126,11 +126,14 @@ enter() {  # enter PYTHON WORKDIR COMMAND...
   [ -d /dev/pts ] && bind /dev/pts /dev/pts
   [ -d /dev/shm ] && bind /dev/shm /dev/shm  # multiprocessing's semaphores
   bind "$shared_dir" "$shared_dir"
-  # ONNX Runtime's Java test data, where it is not beside the checkout (its variable is passed on).
+  # ONNX Runtime's Java test data, where it is not beside the checkout once symlinks are resolved (../shared
+  # may be a link to elsewhere); its variable is passed on.
   local java_data=${ORT_CFFI_JAVA_TESTDATA:-}
-  if [ -n "$java_data" ] && [ -d "$java_data" ] && [ "${java_data#"$shared_dir"/}" = "$java_data" ]; then
+  if [ -n "$java_data" ] && [ -d "$java_data" ]; then
     java_data=$(cd "$java_data" && pwd -P)
-    bind "$java_data" "$java_data"
+    if [ "${java_data#"$(cd "$shared_dir" && pwd -P)"/}" = "$java_data" ]; then
+      bind "$java_data" "$java_data"
+    fi
   fi
   local passed=()
   mapfile -t passed < <(env_to_pass)
