@@ -2,8 +2,8 @@
 does before it differentiates (its GeluFusion and FastGeluFusion): GELU written out with Erf becomes
 ``com.microsoft`` Gelu, GELU's tanh approximation becomes FastGelu. The backward pass is then one GeluGrad or
 FastGeluGrad over X instead of a dozen elementwise gradients, each of which keeps an intermediate alive until
-the backward pass reaches it: measured on the zoo's BERT, GPT-2 and Conv1d models, a step's peak memory came
-out 2-4% above that of ONNX Runtime's artifacts before this, and equal after. The eval model keeps the
+the backward pass reaches it. Measured, a step's peak RSS over that of ONNX Runtime's artifacts: conv1d_regressor
+1.009 before, 0.999 after; gpt2_tiny 1.044 and 1.024; bert_tiny 1.020 and 1.017. The eval model keeps the
 exported form, as ONNX Runtime's does.
 
 A pattern is fused only where every value inside it feeds nothing outside it, and X is float32 (the only
@@ -65,7 +65,8 @@ class _Graph:
         return node if node is not None and node.op_type in ops and node.domain in ("", "ai.onnx") else None
 
     def sole_reader(self, name: str, *ops: str) -> Optional[onnx.NodeProto]:
-        """The one node that reads ``name`` (of type ``ops``), where nothing else does, the graph's outputs included."""
+        """The one node that reads ``name`` (of type ``ops``), where nothing else does (a graph output
+        included)."""
         readers = self.readers.get(name, [])
         if len(readers) != 1 or name in self.outputs:
             return None

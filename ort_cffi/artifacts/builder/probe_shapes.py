@@ -68,7 +68,8 @@ def probe_sizes(model: onnx.ModelProto) -> List[Dict[str, ProbeDims]]:
         for value in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
             tensor = value.type.tensor_type
             if value.type.WhichOneof("value") == "tensor_type" and tensor.HasField("shape"):
-                found[value.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
+                found[value.name] = tuple(d.dim_value if d.HasField("dim_value") else None
+                                          for d in tensor.shape.dim)
         for initializer in inferred.graph.initializer:
             found[initializer.name] = tuple(initializer.dims)
         probes.append(found)

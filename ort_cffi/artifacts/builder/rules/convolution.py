@@ -83,12 +83,9 @@ def _conv_by_groups(g: GradientContext, node: NodeView, attributes: Dict[str, An
 
     pieces: List[List[str]] = [[], [], []]
     for index in range(group):
-        sliced = [part(x, 1, channels // group, index), part(w, 0, maps // group, index)]
-        if len(inputs) > 2:
-            sliced.append(part(inputs[2], 0, maps // group, index))
         outputs = [g.fresh(f"{inputs[i]}_grad") if node.wants(i) else "" for i in range(len(inputs))]
-        g.node("ConvGrad", [part(node.dy(), 1, maps // group, index), sliced[0], sliced[1]], outputs, "com.microsoft",
-               **per_group)
+        g.node("ConvGrad", [part(node.dy(), 1, maps // group, index), part(x, 1, channels // group, index),
+                            part(w, 0, maps // group, index)], outputs, "com.microsoft", **per_group)
         for position, name in enumerate(outputs):
             if name:
                 pieces[position].append(name)
