@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -228,12 +229,13 @@ def test_overwrite_keeps_the_old_run_and_artifacts_when_the_preflight_fails(
 def read_only(folder: Path) -> Iterator[Path]:
     """``folder``, made so that nothing can be created, written or renamed in it. chmod does not stop root
     (these tests run as root in CI): there the folder is made immutable (chattr +i), or, on a file system
-    without that attribute (overlayfs), a read-only bind mount of itself."""
+    without that attribute (overlayfs) or without chattr (the Debian sid root of scripts/newest_pythons.sh), a
+    read-only bind mount of itself."""
     folder.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0:
         folder.chmod(0o555)
         undo = ["chmod", "755", str(folder)]
-    elif subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode == 0:
+    elif shutil.which("chattr") and subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode == 0:
         undo = ["chattr", "-i", str(folder)]
     else:
         subprocess.run(["mount", "--bind", str(folder), str(folder)], check=True)

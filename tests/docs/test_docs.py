@@ -21,6 +21,9 @@ from conftest import ROOT
 
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FRAGMENT = re.compile(r"<!--\s*fragment:\s*(?P<why>.*?)\s*-->")
+# ``<!-- marker: needs_ray (why) -->`` on a page: its examples need what the marker names (pytest.ini), and
+# scripts/test.sh leaves the page out where that cannot run, saying so.
+PAGE_MARKER = re.compile(r"<!--\s*marker:\s*(?P<name>needs_\w+)\s*\((?P<why>[^)]+)\)\s*-->")
 FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)(?P<info>[^\n`]*)$", re.MULTILINE)
 
 
@@ -53,7 +56,12 @@ def page_id(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
 
-@pytest.mark.parametrize("page", DOCUMENTS, ids=page_id)
+def with_page_markers(page: Path) -> Any:
+    marks = [getattr(pytest.mark, m["name"]) for m in PAGE_MARKER.finditer(page.read_text())]
+    return pytest.param(page, marks=marks, id=page_id(page))
+
+
+@pytest.mark.parametrize("page", [with_page_markers(page) for page in DOCUMENTS])
 def test_every_python_example_runs(page: Path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     document = SYBIL.parse(page)
