@@ -94,6 +94,8 @@ CASES: Dict[str, List[Case]] = {
              strides=[2, 2], dilations=[2, 2], ceil_mode=1),
         case("max_pool_same_upper", "MaxPool", [("x", distinct(1, 2, 5, 5))], ["x"], kernel_shape=[2, 2],
              strides=[2, 2], auto_pad="SAME_UPPER"),
+        # MaxPoolGrad under a symbolic batch (it takes the batch from dY, the other sizes from the graph)
+        after_conv("max_pool_symbolic_batch", "MaxPool", (3, 2, 6, 6), 3, kernel_shape=[2, 2], strides=[2, 2]),
         case("max_pool_1d", "MaxPool", [("x", distinct(2, 2, 9))], ["x"], kernel_shape=[3], strides=[2]),
         case("max_pool_3d", "MaxPool", [("x", distinct(1, 2, 4, 4, 4))], ["x"], kernel_shape=[2, 2, 2],
              strides=[2, 2, 2]),

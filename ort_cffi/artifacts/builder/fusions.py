@@ -185,6 +185,80 @@ def _self_contained(g: _Graph, nodes: Sequence[onnx.NodeProto]) -> bool:
     return True
 
 
+def _opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+
+def _fresh(taken: Set[str], hint: str) -> str:
+    name, count = hint, 0
+    while name in taken:
+        count += 1
+        name = f"{hint}_{count}"
+    taken.add(name)
+    return name
+
+
+def _gathers_to_split(model: onnx.ModelProto, g: _Graph, types: Dict[str, Tuple[int, Dims]]) -> int:
+    """Every row of an axis taken apart with one Gather of a constant scalar index each (the query, key and
+    value of a packed projection, as torch's dynamo exporter writes attention): one Split and a Squeeze per
+    row instead, as ONNX Runtime's generator does (its GatherToSplitFusion). The gradient is then one Concat
+    where each Gather's was a GatherGrad scattering into a zeroed tensor of the whole input: measured on the
+    zoo's transformer_dynamo, a step 1.5x as long as with ONNX Runtime's artifacts before this. Returns how
+    many Splits were written."""
+    graph, opset = model.graph, _opset(model)
+    taken = {name for node in graph.node for name in list(node.input) + list(node.output)}
+    taken.update(i.name for i in graph.initializer)
+    taken.update(v.name for v in list(graph.input) + list(graph.output) + list(graph.value_info))
+    fused = 0
+    planned: Dict[int, List[onnx.NodeProto]] = {}  # id of a Gather -> what stands in its place
+    for source, readers in list(g.readers.items()):
+        dims = types.get(source, (0, None))[1]
+        gathers: Dict[int, Dict[int, onnx.NodeProto]] = {}  # axis -> index -> Gather
+        for node in readers:
+            index = g.constants.get(node.input[1]) if node.op_type == "Gather" and len(node.input) == 2 else None
+            if node.domain not in ("", "ai.onnx") or index is None or index.ndim != 0 or index.dtype.kind not in "iu":
+                continue
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            if dims is None or not -len(dims) <= axis < len(dims) or not isinstance(dims[axis % len(dims)], int):
+                continue
+            axis %= len(dims)
+            size = int(dims[axis])  # type: ignore[arg-type]
+            gathers.setdefault(axis, {}).setdefault(int(index) % size if size else 0, node)
+        for axis, by_index in gathers.items():
+            size = int(dims[axis])  # type: ignore[index,arg-type]
+            if size < 2 or sorted(by_index) != list(range(size)):
+                continue  # not every row (a row taken twice keeps its second Gather)
+            pieces = [_fresh(taken, f"{source}_split_{i}") for i in range(size)]
+            if opset >= 13:
+                sizes = _fresh(taken, f"{source}_split_sizes")
+                graph.initializer.append(numpy_helper.from_array(np.ones(size, np.int64), sizes))
+                split = helper.make_node("Split", [source, sizes], pieces, axis=axis,
+                                         name=_fresh(taken, f"{source}/Split"))
+                axes = _fresh(taken, f"{source}_split_axes")
+                graph.initializer.append(numpy_helper.from_array(np.array([axis], np.int64), axes))
+                squeezes = [helper.make_node("Squeeze", [piece, axes], [by_index[i].output[0]], name=by_index[i].name)
+                            for i, piece in enumerate(pieces)]
+            else:
+                split = helper.make_node("Split", [source], pieces, axis=axis, split=[1] * size,
+                                         name=_fresh(taken, f"{source}/Split"))
+                squeezes = [helper.make_node("Squeeze", [piece], [by_index[i].output[0]], axes=[axis],
+                                             name=by_index[i].name) for i, piece in enumerate(pieces)]
+            piece_dims = tuple(1 if i == axis else d for i, d in enumerate(dims))  # type: ignore[arg-type]
+            for piece in pieces:
+                types[piece] = (types[source][0], piece_dims)
+            group = [id(n) for n in by_index.values()]
+            first = next(n for n in graph.node if id(n) in group)
+            planned[id(first)] = [split] + squeezes
+            for member in group:
+                planned.setdefault(member, [])
+            fused += 1
+    if fused:  # each group's nodes where its first Gather was, the Gathers gone
+        kept = [new for n in graph.node for new in planned.get(id(n), [n])]
+        del graph.node[:]
+        graph.node.extend(kept)
+    return fused
+
+
 def fuse_activations(model: onnx.ModelProto, types: Dict[str, Tuple[int, Dims]]) -> Dict[str, int]:
     """Fuse the GELU forms of the module docstring in ``model``'s main graph, in place. ``types`` (name ->
     (element type, dims)) tells X's type. Returns how many of each fused op were written."""
@@ -211,8 +285,17 @@ def fuse_activations(model: onnx.ModelProto, types: Dict[str, Tuple[int, Dims]])
             replaced[id(last)] = fused
             removed.update(id(n) for n in nodes)
             counts[fused_op] = counts.get(fused_op, 0) + 1
-    if not counts:
-        return counts
+    if replaced:
+        _replace(graph, g, replaced, removed)
+    splits = _gathers_to_split(model, _Graph(graph), types)
+    if splits:
+        counts["Split"] = splits
+    return counts
+
+
+def _replace(graph: onnx.GraphProto, g: _Graph, replaced: Dict[int, onnx.NodeProto], removed: Set[int]) -> None:
+    """Each fused pattern's nodes out, its fused node where its last node was, and the constants only the
+    pattern read."""
     kept = [replaced.get(id(n), n) for n in graph.node if id(n) not in removed or id(n) in replaced]
     # The constants only the fused nodes read (0.5, 1, sqrt 2, ...): left behind, ONNX Runtime would warn
     # that it removes them.
@@ -225,4 +308,3 @@ def fuse_activations(model: onnx.ModelProto, types: Dict[str, Tuple[int, Dims]])
     if len(initializers) < len(graph.initializer):
         del graph.initializer[:]
         graph.initializer.extend(initializers)
-    return counts
