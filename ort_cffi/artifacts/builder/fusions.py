@@ -253,9 +253,7 @@ def _gathers_to_split(model: onnx.ModelProto, g: _Graph, types: Dict[str, Tuple[
                 planned.setdefault(member, [])
             fused += 1
     if fused:  # each group's nodes where its first Gather was, the Gathers gone
-        kept = [new for n in graph.node for new in planned.get(id(n), [n])]
-        del graph.node[:]
-        graph.node.extend(kept)
+        _keep(graph, g, [new for n in graph.node for new in planned.get(id(n), [n])])
     return fused
 
 
@@ -297,8 +295,12 @@ def _replace(graph: onnx.GraphProto, g: _Graph, replaced: Dict[int, onnx.NodePro
     """Each fused pattern's nodes out, its fused node where its last node was, and the constants only the
     pattern read."""
     kept = [replaced.get(id(n), n) for n in graph.node if id(n) not in removed or id(n) in replaced]
-    # The constants only the fused nodes read (0.5, 1, sqrt 2, ...): left behind, ONNX Runtime would warn
-    # that it removes them.
+    _keep(graph, g, kept)
+
+
+def _keep(graph: onnx.GraphProto, g: _Graph, kept: List[onnx.NodeProto]) -> None:
+    """Make ``kept`` the graph's nodes, less the scalar constants only the nodes left out read (0.5, 1,
+    sqrt 2, a Gather's index): left behind, ONNX Runtime would warn that it removes them."""
     still_read = {name for node in kept for name in node_inputs(node)} | g.outputs
     orphans = {name for name in g.constants if name not in still_read and g.readers.get(name)}
     kept = [n for n in kept if not (n.op_type == "Constant" and n.output[0] in orphans)]
