@@ -282,25 +282,25 @@ class GradientContext:
             pairs = list(zip(operand_dims, result_dims[lead:]))
             if all(o == 1 or (o is not None and o == r) for o, r in pairs):
                 axes = list(range(lead)) + [lead + i for i, (o, r) in enumerate(pairs) if o == 1 and r != 1]
-                if not axes:
-                    return grad
-                summed = self.reduce_sum(grad, axes, keepdims=1)
-                if lead:
-                    summed = self.squeeze(summed, list(range(lead)))
-                return self.same_type(summed, operand)
+                return self._sum_back(grad, operand, axes, lead)
         probed = broadcast_axes([p.get(operand) for p in self.probes], [p.get(result) for p in self.probes])
         if probed is not None:  # the axes for every size, as the probes tell them (probe_shapes.py)
-            lead = len(self.probes[0][result]) - len(self.probes[0][operand])
-            if not probed:
-                return grad
-            summed = self.reduce_sum(grad, probed, keepdims=1)
-            if lead:
-                summed = self.squeeze(summed, list(range(lead)))
-            return self.same_type(summed, operand)
+            return self._sum_back(grad, operand, probed, len(self.probes[0][result]) - len(self.probes[0][operand]))
         operand_shape = self.shape(operand)
         run_time_axes = self.ms("BroadcastGradientArgs", operand_shape, self.shape(result), outputs=2)[0]
         summed = self.reduce_sum(grad, axes_value=run_time_axes, keepdims=1)
         return self.same_type(self.op("Reshape", summed, operand_shape), operand)
+
+
+    def _sum_back(self, grad: str, operand: str, axes: List[int], lead: int) -> str:
+        """``grad`` summed over the static ``axes`` (the first ``lead`` of them the result's extra leading
+        axes, dropped) to ``operand``'s shape."""
+        if not axes:
+            return grad
+        summed = self.reduce_sum(grad, axes, keepdims=1)
+        if lead:
+            summed = self.squeeze(summed, list(range(lead)))
+        return self.same_type(summed, operand)
 
 
 class NodeView:

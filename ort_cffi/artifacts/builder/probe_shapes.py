@@ -12,7 +12,7 @@ say (data-dependent shapes, sizes a model only accepts in multiples), the builde
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import onnx
 
@@ -22,19 +22,16 @@ ASSIGNMENTS = ((1009, 1013, 1019, 1021, 1031, 1033, 1039, 1049, 1051, 1061, 1063
                (2003, 2011, 2017, 2027, 2029, 2039, 2053, 2063, 2069, 2081, 2083, 2087))
 
 
-def _input_symbols(model: onnx.ModelProto) -> List[str]:
-    """The symbolic (or unknown) sizes of the graph's inputs, as keys: a name, or input:axis when unnamed."""
-    found: List[str] = []
+def _input_dims(model: onnx.ModelProto) -> Iterator[Tuple[str, onnx.TensorShapeProto.Dimension]]:
+    """Each symbolic (or unknown) size of the graph's inputs, with its key: its name, or input:axis when
+    unnamed."""
     for graph_input in model.graph.input:
         tensor = graph_input.type.tensor_type
         if graph_input.type.WhichOneof("value") != "tensor_type" or not tensor.HasField("shape"):
             continue
         for axis, dim in enumerate(tensor.shape.dim):
             if not dim.HasField("dim_value"):
-                key = dim.dim_param or f"{graph_input.name}:{axis}"
-                if key not in found:
-                    found.append(key)
-    return found
+                yield dim.dim_param or f"{graph_input.name}:{axis}", dim
 
 
 def probe_sizes(model: onnx.ModelProto) -> List[Dict[str, ProbeDims]]:
@@ -42,7 +39,7 @@ def probe_sizes(model: onnx.ModelProto) -> List[Dict[str, ProbeDims]]:
     the inputs have no symbolic size, or more than there are primes, or inference fails."""
     from onnx import shape_inference
 
-    symbols = _input_symbols(model)
+    symbols = list(dict.fromkeys(key for key, _ in _input_dims(model)))
     if not symbols or len(symbols) > len(ASSIGNMENTS[0]):
         return []
     probes: List[Dict[str, ProbeDims]] = []
@@ -53,13 +50,8 @@ def probe_sizes(model: onnx.ModelProto) -> List[Dict[str, ProbeDims]]:
         del probe.graph.value_info[:]  # the symbolic declarations would only stand in the way
         for graph_output in probe.graph.output:
             graph_output.type.tensor_type.ClearField("shape")
-        for graph_input in probe.graph.input:
-            tensor = graph_input.type.tensor_type
-            if graph_input.type.WhichOneof("value") != "tensor_type" or not tensor.HasField("shape"):
-                continue
-            for axis, dim in enumerate(tensor.shape.dim):
-                if not dim.HasField("dim_value"):
-                    dim.dim_value = sizes[dim.dim_param or f"{graph_input.name}:{axis}"]
+        for key, dim in list(_input_dims(probe)):
+            dim.dim_value = sizes[key]
         try:
             inferred = shape_inference.infer_shapes(probe, strict_mode=False, data_prop=True)
         except Exception:
@@ -76,7 +68,8 @@ def probe_sizes(model: onnx.ModelProto) -> List[Dict[str, ProbeDims]]:
     return probes
 
 
-def broadcast_axes(operand: Sequence[Optional[ProbeDims]], result: Sequence[Optional[ProbeDims]]) -> Optional[List[int]]:
+def broadcast_axes(operand: Sequence[Optional[ProbeDims]],
+                   result: Sequence[Optional[ProbeDims]]) -> Optional[List[int]]:
     """The axes of the result an operand was broadcast along, as every probe tells it (one pair of sizes per
     probe), or None where some probe cannot tell or two disagree."""
     decided: Optional[List[int]] = None
