@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 graph_facts = (sys.modules.get("_ort_cffi_artifacts_graph_facts")
                or importlib.import_module("ort_cffi.artifacts.graph_facts"))
 
-__all__ = ["REWRITES", "ZERO_GRADIENT"]
+__all__ = ["REWRITES", "ZERO_GRADIENT", "softplus_of"]
 
 
 def _axes_of(prep, node, from_input):
@@ -66,7 +66,7 @@ def rewrite_hard_swish(e, node, prep):
     e.one("Mul", [node.input[0], gate], node.output[0])
 
 
-def _softplus_of(e, x):
+def softplus_of(e, x, output=None):
     """log(1 + exp(x)) as Relu(x) + log1p(exp(-|x|)): no overflow for large x. ONNX has no log1p: with
     u = exp(-|x|) <= 1 and w = 1 + u rounded, log1p(u) = log(w) - ((w - 1) - u) / w to first order, where
     (w - 1) - u is the rounding error of w, computed exactly; without it, log(w) is off by up to 2**-25
@@ -75,16 +75,16 @@ def _softplus_of(e, x):
     w = e.one("Add", [e.const(1.0), u])
     error = e.one("Sub", [e.one("Sub", [w, e.const(1.0)]), u])
     log1p = e.one("Sub", [e.one("Log", [w]), e.one("Div", [error, e.one("Identity", [w])])])
-    return e.one("Add", [e.one("Relu", [x]), log1p])
+    return e.one("Add", [e.one("Relu", [x]), log1p], output)
 
 
 def rewrite_softplus(e, node, prep):
-    e.one("Identity", [_softplus_of(e, node.input[0])], node.output[0])
+    softplus_of(e, node.input[0], node.output[0])
 
 
 def rewrite_mish(e, node, prep):
     # Mish(x) = x * tanh(softplus(x)) (opset 18).
-    e.one("Mul", [node.input[0], e.one("Tanh", [_softplus_of(e, node.input[0])])], node.output[0])
+    e.one("Mul", [node.input[0], e.one("Tanh", [softplus_of(e, node.input[0])])], node.output[0])
 
 
 def _elu_of(e, x, alpha):

@@ -21,6 +21,7 @@ from ort_cffi.artifacts.builder.context import BuilderError, GradientContext, in
 from ort_cffi.artifacts.builder.engine import Engine
 from ort_cffi.artifacts.builder.fusions import fuse_activations
 from ort_cffi.artifacts.builder.loss_blocks import Namer, add_loss
+from ort_cffi.artifacts.builder.lowering import lower_slow_kernels
 from ort_cffi.artifacts.builder.probe_shapes import probe_sizes
 from ort_cffi.artifacts.builder.registry import MICROSOFT
 
@@ -148,6 +149,7 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     order = [i.name for i in graph.input if i.name in wanted]
     gradients = Engine(context).build(loss_name, order, seed)
     graph.node.extend(context.nodes)
+    lower_slow_kernels(graph, context.types)  # after the backward: the gradient rules see the one operator
     graph.initializer.append(helper.make_tensor(seed, loss_type, [], [1.0]))
     graph.initializer.extend(context.initializers)
     graph.value_info.extend(context.value_infos)
