@@ -74,6 +74,29 @@ def test_an_arg_max_beside_the_value_path_carries_nothing() -> None:
     assert comparisons and all(x.ok(c.rtol, c.atol) for x in comparisons)
 
 
+def test_a_scale_computed_from_sizes_takes_no_gradient() -> None:
+    """h / sqrt(width of h), the width cast from Shape (as exporters write attention's scale): the scale
+    depends on the parameters only through a size, so the backward pass computes no gradient for it (Div's
+    gradient for the divisor is a product and a sum over all of h), and w's still equals finite
+    differences."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Shape", ["h"], ["shape"]),
+             _constant("last", np.array(-1, np.int64)), helper.make_node("Gather", ["shape", "last"], ["width"]),
+             helper.make_node("Cast", ["width"], ["width_f"], to=onnx.TensorProto.FLOAT),
+             helper.make_node("Sqrt", ["width_f"], ["scale"]), helper.make_node("Div", ["h", "scale"], ["y0"])]
+    rng = np.random.default_rng(2)
+    c = Case("size_scale", nodes, {"w": rng.normal(size=(3, 4)).astype(np.float32)},
+             {"x": rng.normal(size=(5, 3)).astype(np.float32)}, symbolic_batch=True)
+    built = build_models(forward_model(c, {"y0": np.ones((5, 4), np.float32)}), ["w"], [], None)
+    forward_nodes = len(c.nodes) + 2  # and the loss block's two
+    backward = built.training.graph.node[forward_nodes:]
+    read = {name for node in backward for name in node.input}
+    assert not read & {"width", "width_f"}, [n.op_type for n in backward]
+    assert [n.op_type for n in backward if "scale" in n.input] == ["Div"]  # dh = dy / scale, and no more
+    assert not any(n.op_type in ("Sqrt", "Cast", "DivGrad") for n in backward), [n.op_type for n in backward]
+    comparisons = check(c)
+    assert comparisons and all(x.ok(c.rtol, c.atol) for x in comparisons)
+
+
 def test_an_if_branch_drawing_random_numbers_is_refused() -> None:
     """Its gradient recomputes the branch: a Dropout there would drop other elements than the forward did."""
     then_branch = helper.make_graph(

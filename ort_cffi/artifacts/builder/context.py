@@ -378,3 +378,4 @@ def infer_types(model: onnx.ModelProto) -> Dict[str, Tuple[int, Dims]]:
 
 
 FLOAT = TensorProto.FLOAT
+FLOATS = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)  # carry gradients

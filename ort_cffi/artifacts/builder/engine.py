@@ -8,12 +8,12 @@ accumulators look for.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import onnx
 
 from ort_cffi.artifacts.builder import rules  # noqa: F401  (registers every rule)
-from ort_cffi.artifacts.builder.context import GradientContext, NodeView, NoGradientError
+from ort_cffi.artifacts.builder.context import FLOATS, GradientContext, NodeView, NoGradientError
 from ort_cffi.artifacts.builder.registry import lookup
 
 
@@ -55,16 +55,20 @@ def outer_inputs(node: onnx.NodeProto) -> List[str]:
     return found
 
 
-def path_nodes(nodes: Sequence[onnx.NodeProto], sources: Iterable[str],
-               target: Union[str, Sequence[str]]) -> List[int]:
-    """Indices of the nodes (in graph order) that lie on a path from one of ``sources`` to ``target`` (a
-    value, or several)."""
+def path_nodes(nodes: Sequence[onnx.NodeProto], sources: Iterable[str], target: Union[str, Sequence[str]],
+               carries: Optional[Callable[[onnx.NodeProto, int], bool]] = None,
+               carries_value: Optional[Callable[[str], bool]] = None) -> Tuple[List[int], Set[str]]:
+    """The indices of the nodes (in graph order) that lie on a path from one of ``sources`` to ``target``
+    (a value, or several), and the values such paths reach. ``carries(node, k)``: whether a path goes on
+    through ``node`` from its k-th input (``node_inputs`` order); ``carries_value(name)``: whether a path
+    goes on through that value (default: every node and value)."""
     reached: Set[str] = set(sources)
     forward: List[int] = []
     for index, node in enumerate(nodes):
-        if any(name in reached for name in node_inputs(node) if name):
+        if any(name in reached and (carries is None or carries(node, k))
+               for k, name in enumerate(node_inputs(node)) if name):
             forward.append(index)
-            reached.update(n for n in node.output if n)
+            reached.update(n for n in node.output if n and (carries_value is None or carries_value(n)))
     needed: Set[str] = {target} if isinstance(target, str) else set(target)
     on_path: List[int] = []
     for index in reversed(forward):
@@ -72,7 +76,19 @@ def path_nodes(nodes: Sequence[onnx.NodeProto], sources: Iterable[str],
         if any(name in needed for name in node.output):
             on_path.append(index)
             needed.update(n for n in node_inputs(node) if n in reached)
-    return sorted(on_path)
+    return sorted(on_path), reached
+
+
+def _carries(node: onnx.NodeProto, position: int) -> bool:
+    """Whether a gradient can flow back from ``node``'s outputs into its input at ``position``: not through
+    an operator that passes none by nature (Shape, a comparison), nor into an input its rule never answers
+    for (Reshape's shape). An operator without a rule carries, so that the walk reaches it and names it."""
+    registered = lookup(node.op_type, node.domain)
+    if registered is None:
+        return True
+    if registered.rule is None:
+        return False
+    return registered.differentiable is None or position in registered.differentiable
 
 
 class Engine:
@@ -81,6 +97,13 @@ class Engine:
     def __init__(self, context: GradientContext):
         self.g = context
         self._contributions: Dict[str, List[str]] = {}
+
+    def _carries_value(self, name: str) -> bool:
+        """Integers and booleans carry no gradient: a value computed from sizes (the square root of a
+        head's width, cast from Shape) is no path from the parameters, and its gradient (a product and a
+        sum over a whole activation) would be computed for nothing. Unknown types carry."""
+        elem_type = self.g.types.get(name, (0, None))[0]
+        return not elem_type or elem_type in FLOATS
 
     def _gradient_of(self, value: str, final_name: Optional[str] = None) -> Optional[str]:
         """The gradient of ``value``: its one contribution, or their sum (one Sum node)."""
@@ -117,10 +140,7 @@ class Engine:
         this on the subgraph's own nodes."""
         graph = self.g.model.graph
         nodes = list(graph.node)
-        on_path = path_nodes(nodes, parameters, list(seeds))
-        reached = set(parameters)
-        for index in on_path:
-            reached.update(nodes[index].output)
+        on_path, reached = path_nodes(nodes, parameters, list(seeds), _carries, self._carries_value)
         if final_name:  # kept free, so that no rule's fresh name for an intermediate value takes one
             for parameter in parameters:
                 self.g.reserve(final_name.format(parameter))

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ort_cffi.artifacts.builder.context import BuilderError, GradientContext, NodeView, infer_types
+from ort_cffi.artifacts.builder.context import FLOATS, BuilderError, GradientContext, NodeView, infer_types
 from ort_cffi.artifacts.builder.registry import gradient
 from ort_cffi.artifacts.builder.rules.shape import zeros_like
 
@@ -152,9 +152,6 @@ def _random_node(g: GradientContext, graph: onnx.GraphProto) -> Optional[str]:
     return None
 
 
-_FLOATS = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
-
-
 @gradient("Loop")
 def loop(g: GradientContext, node: NodeView) -> Grads:
     """The forward Loop also stacks each iteration's loop-carried values (new scan outputs of its body); the
@@ -178,7 +175,7 @@ def loop(g: GradientContext, node: NodeView) -> Grads:
                      helper.make_node("Identity", [back.true], [inputs[1]])]
     for k in range(len(carried)):  # the values carried into step t
         back.prelude.append(helper.make_node("Gather", [stacked[k], back.t], [inputs[2 + k]], axis=0))
-    differentiable = [k for k, name in enumerate(carried) if g.elem_type(name) in _FLOATS]
+    differentiable = [k for k, name in enumerate(carried) if g.elem_type(name) in FLOATS]
     for k in differentiable:
         back.carry(inputs[2 + k], carried[k], back.outputs[1 + k], node.grad(k))
     for s in range(scans):
@@ -225,7 +222,7 @@ def scan(g: GradientContext, node: NodeView) -> Grads:
         at = back.t if not input_directions[j] else back.step_in
         back.prelude.append(helper.make_node("Gather", [scanned[j], at], [inputs[len(states) + j]],
                                              axis=input_axes[j]))
-    differentiable = [k for k, name in enumerate(states) if g.elem_type(name) in _FLOATS]
+    differentiable = [k for k, name in enumerate(states) if g.elem_type(name) in FLOATS]
     for k in differentiable:
         back.carry(inputs[k], states[k], back.outputs[k], node.grad(k))
     for n in range(scans):
