@@ -41,6 +41,8 @@ class GradientContext:
         self.types = dict(types)
         self.probes = [dict(p) for p in probes]  # sizes under made-up input sizes (probe_shapes.py)
         self.nodes: List[onnx.NodeProto] = []
+        self._producers: Dict[str, onnx.NodeProto] = {}  # of what ``nodes`` compute, and what they read:
+        self._read: Set[str] = set()  # rename_output asks for each parameter's gradient
         self.initializers: List[onnx.TensorProto] = []
         self.value_infos: List[onnx.ValueInfoProto] = []  # shapes declared for kernels that read them (declare)
         self._taken: Set[str] = self._taken_by_model(model)
@@ -113,18 +115,21 @@ class GradientContext:
             names = list(outputs)
             self._taken.update(names)
         attributes = {k: v for k, v in attributes.items() if v is not None}
-        self.nodes.append(helper.make_node(op, ["" if i is None else i for i in inputs], names,
-                                           name=self.fresh(f"{base}_{op}_Grad"), domain=domain or None,
-                                           **attributes))
+        proto = helper.make_node(op, ["" if i is None else i for i in inputs], names,
+                                 name=self.fresh(f"{base}_{op}_Grad"), domain=domain or None, **attributes)
+        self.nodes.append(proto)
+        self._producers.update((name, proto) for name in names)
+        self._read.update(proto.input)
         return names
 
     def rename_output(self, old: str, new: str) -> bool:
         """Give the value ``old``, an output of a node emitted here that nothing reads yet, the name ``new``
         (a parameter's gradient is named ``<parameter>_grad``); False where it cannot be renamed."""
-        producer = next((n for n in self.nodes if old in n.output), None)
-        if producer is None or any(old in n.input for n in self.nodes):
+        producer = self._producers.get(old)
+        if producer is None or old in self._read:
             return False
         producer.output[list(producer.output).index(old)] = new
+        self._producers[new] = self._producers.pop(old)
         self._taken.add(new)
         for declared in self.value_infos:
             if declared.name == old:
