@@ -34,12 +34,17 @@ def _input_dims(model: onnx.ModelProto) -> Iterator[Tuple[str, onnx.TensorShapeP
                 yield dim.dim_param or f"{graph_input.name}:{axis}", dim
 
 
+def symbolic_sizes(model: onnx.ModelProto) -> List[str]:
+    """The symbolic (or unknown) sizes of the graph's inputs, each once."""
+    return list(dict.fromkeys(key for key, _ in _input_dims(model)))
+
+
 def probe_sizes(model: onnx.ModelProto) -> List[Dict[str, ProbeDims]]:
     """For each assignment, name -> the value's sizes (None where inference cannot tell one). Empty when
     the inputs have no symbolic size, or more than there are primes, or inference fails."""
     from onnx import shape_inference
 
-    symbols = list(dict.fromkeys(key for key, _ in _input_dims(model)))
+    symbols = symbolic_sizes(model)
     if not symbols or len(symbols) > len(ASSIGNMENTS[0]):
         return []
     probes: List[Dict[str, ProbeDims]] = []

@@ -17,12 +17,12 @@ from typing import Dict, List, Optional, Sequence
 import onnx
 from onnx import TensorProto, helper
 
-from ort_cffi.artifacts.builder.context import BuilderError, GradientContext, infer_types
+from ort_cffi.artifacts.builder.context import BuilderError, GradientContext
 from ort_cffi.artifacts.builder.engine import Engine
+from ort_cffi.artifacts.builder.folding import fold_constants
 from ort_cffi.artifacts.builder.fusions import fuse_activations
 from ort_cffi.artifacts.builder.loss_blocks import Namer, add_loss
 from ort_cffi.artifacts.builder.lowering import lower_slow_kernels
-from ort_cffi.artifacts.builder.probe_shapes import probe_sizes
 from ort_cffi.artifacts.builder.registry import MICROSOFT
 
 LAZY_RESET_GRAD = "lazy_reset_grad"
@@ -140,8 +140,8 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
 
     training = base
     loss_name = outputs[0]
-    types = infer_types(training)
-    probes = probe_sizes(training)  # before the fusions: onnx's inference knows no com.microsoft op
+    types, probes = fold_constants(training, sorted(parameters))  # before the fusions: onnx's inference
+    # knows no com.microsoft op
     fuse_activations(training, types)
     context = GradientContext(training, types, probes)
     seed = f"{loss_name}_grad"
