@@ -16,6 +16,7 @@ than ``MAX_ELEMENTS`` elements stays computed at run time, and the eval model ke
 onnx's reference evaluator computes the folded values."""
 from __future__ import annotations
 
+import math
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
@@ -61,13 +62,13 @@ def _stored_value(initializer: onnx.TensorProto) -> Optional[np.ndarray]:
 
 
 def _declared_sizes(node: onnx.NodeProto, types: Dict[str, Tuple[int, Dims]],
-                    probes: Optional[Sequence[Dict[str, ProbeDims]]]) -> Optional[List[object]]:
+                    probes: Optional[Sequence[Dict[str, ProbeDims]]]) -> Optional[List[Optional[int]]]:
     """The sizes ``Shape`` (or ``Size``) measures, one per axis: an int where it does not depend on the
     inputs' sizes, else None. ``probes``: None where the inputs' sizes are all declared."""
     dims = types.get(node.input[0], (0, None))[1]
     if dims is None:
         return None
-    found: List[object] = list(dims)
+    found: List[Optional[int]] = [d if isinstance(d, int) else None for d in dims]
     for probe in probes or ():  # the model's own declarations may hold the sizes an export was traced with
         probed = probe.get(node.input[0])
         found = [d if probed is not None and len(probed) == len(found) and probed[i] == d else None
@@ -76,12 +77,12 @@ def _declared_sizes(node: onnx.NodeProto, types: Dict[str, Tuple[int, Dims]],
     return found[slice(attributes.get("start", 0), attributes.get("end"))]
 
 
-def _take(sizes: List[object], node: onnx.NodeProto, known: Dict[str, np.ndarray]) -> Optional[np.ndarray]:
+def _take(sizes: List[Optional[int]], node: onnx.NodeProto, known: Dict[str, np.ndarray]) -> Optional[np.ndarray]:
     """A Gather or Slice of ``sizes`` (some symbolic) with known indices, where it picks declared ones."""
     positions = np.arange(len(sizes))
     if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in known:
         indices = known[node.input[1]].astype(np.int64)
-        if indices.size and not (-len(sizes) <= indices.min() and indices.max() < len(sizes)):
+        if indices.size and not (-len(sizes) <= int(np.min(indices)) and int(np.max(indices)) < len(sizes)):
             return None  # the runtime will say so
         picked = positions[indices]
     elif node.op_type == "Slice" and len(node.input) >= 3 and all(i in known for i in node.input[1:] if i):
@@ -93,7 +94,7 @@ def _take(sizes: List[object], node: onnx.NodeProto, known: Dict[str, np.ndarray
     else:
         return None
     values = [sizes[int(i)] for i in picked.reshape(-1)]
-    if not all(isinstance(v, int) for v in values):
+    if any(v is None for v in values):
         return None
     return np.array(values, np.int64).reshape(picked.shape)
 
@@ -146,7 +147,7 @@ def _fold(model: onnx.ModelProto, types: Dict[str, Tuple[int, Dims]],
             value = _stored_value(initializer)
             if value is not None:
                 known[initializer.name] = value
-    sizes: Dict[str, List[object]] = {}  # Shape outputs with sizes that depend on the inputs' among them
+    sizes: Dict[str, List[Optional[int]]] = {}  # Shape outputs with sizes that depend on the inputs' among them
     constants: Set[int] = set()  # positions of Constant nodes
     folded: List[int] = []  # positions of the nodes computed here, in graph order
     evaluated: Dict[int, onnx.NodeProto] = {}  # those onnx's reference evaluator computes, by position
@@ -165,8 +166,9 @@ def _fold(model: onnx.ModelProto, types: Dict[str, Tuple[int, Dims]],
         value = None
         if node.op_type in ("Shape", "Size") and (trusted or not symbolic):
             declared = _declared_sizes(node, types, trusted)
-            if declared is not None and all(isinstance(d, int) for d in declared):
-                value = np.array(declared if node.op_type == "Shape" else int(np.prod(declared)), np.int64)
+            if declared is not None and all(d is not None for d in declared):
+                exact = [d for d in declared if d is not None]  # every one, typed
+                value = np.array(exact if node.op_type == "Shape" else math.prod(exact), np.int64)
             elif declared is not None and node.op_type == "Shape":
                 sizes[node.output[0]] = declared
                 measured.add(position)

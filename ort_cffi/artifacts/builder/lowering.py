@@ -13,7 +13,7 @@ artifacts before this (which run that decomposition), and no longer after it (do
 The eval model keeps the exported form, as with the fusions."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import onnx
 from onnx import TensorProto, helper
@@ -41,7 +41,7 @@ class _Writer:
         self.taken.add(name)
         return name
 
-    def one(self, op_type: str, inputs: Sequence[str], output: Optional[str] = None, **attributes: object) -> str:
+    def one(self, op_type: str, inputs: Sequence[str], output: Optional[str] = None, **attributes: Any) -> str:
         output = output or self.name(f"{op_type}_out")
         self.nodes.append(helper.make_node(op_type, list(inputs), [output], name=self.name(op_type), **attributes))
         return output
