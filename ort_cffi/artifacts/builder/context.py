@@ -296,12 +296,14 @@ class GradientContext:
         summed = self.reduce_sum(grad, axes_value=run_time_axes, keepdims=1)
         return self.same_type(self.op("Reshape", summed, operand_shape), operand)
 
-
     def _sum_back(self, grad: str, operand: str, axes: List[int], lead: int) -> str:
         """``grad`` summed over the static ``axes`` (the first ``lead`` of them the result's extra leading
-        axes, dropped) to ``operand``'s shape."""
+        axes, dropped) to ``operand``'s shape: one ReduceSum where only leading axes go (a bias's gradient),
+        as ONNX Runtime's generator writes it."""
         if not axes:
             return grad
+        if axes == list(range(lead)):
+            return self.same_type(self.reduce_sum(grad, axes, keepdims=0), operand)
         summed = self.reduce_sum(grad, axes, keepdims=1)
         if lead:
             summed = self.squeeze(summed, list(range(lead)))
