@@ -70,7 +70,9 @@ def softplus_of(e, x, output=None):
     """log(1 + exp(x)) as Relu(x) + log1p(exp(-|x|)): no overflow for large x. ONNX has no log1p: with
     u = exp(-|x|) <= 1 and w = 1 + u rounded, log1p(u) = log(w) - ((w - 1) - u) / w to first order, where
     (w - 1) - u is the rounding error of w, computed exactly; without it, log(w) is off by up to 2**-25
-    absolute (all of u for x < -17). The correction's derivative is zero, so the gradient stays 1 / w."""
+    absolute (all of u for x < -17). The correction's derivative is zero, so the gradient stays 1 / w.
+    ort_cffi's builder writes Softplus in this form too (builder/lowering.py), through ``e.one`` and
+    ``e.const`` alone."""
     u = e.one("Exp", [e.one("Neg", [e.one("Abs", [x])])])
     w = e.one("Add", [e.const(1.0), u])
     error = e.one("Sub", [e.one("Sub", [w, e.const(1.0)]), u])

@@ -384,5 +384,15 @@ def infer_types(model: onnx.ModelProto) -> Dict[str, Tuple[int, Dims]]:
     return found
 
 
+def unique_name(taken: Set[str], hint: str) -> str:
+    """``hint``, or ``hint`` with a number, whichever ``taken`` lacks first; added to ``taken``."""
+    name, count = hint, 0
+    while name in taken:
+        count += 1
+        name = f"{hint}_{count}"
+    taken.add(name)
+    return name
+
+
 FLOAT = TensorProto.FLOAT
 FLOATS = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)  # carry gradients

@@ -56,19 +56,18 @@ def outer_inputs(node: onnx.NodeProto) -> List[str]:
 
 
 def path_nodes(nodes: Sequence[onnx.NodeProto], sources: Iterable[str], target: Union[str, Sequence[str]],
-               carries: Optional[Callable[[onnx.NodeProto, int], bool]] = None,
-               carries_value: Optional[Callable[[str], bool]] = None) -> Tuple[List[int], Set[str]]:
+               carries: Callable[[onnx.NodeProto, int], bool],
+               carries_value: Callable[[str], bool]) -> Tuple[List[int], Set[str]]:
     """The indices of the nodes (in graph order) that lie on a path from one of ``sources`` to ``target``
     (a value, or several), and the values such paths reach. ``carries(node, k)``: whether a path goes on
     through ``node`` from its k-th input (``node_inputs`` order); ``carries_value(name)``: whether a path
-    goes on through that value (default: every node and value)."""
+    goes on through that value."""
     reached: Set[str] = set(sources)
     forward: List[int] = []
     for index, node in enumerate(nodes):
-        if any(name in reached and (carries is None or carries(node, k))
-               for k, name in enumerate(node_inputs(node)) if name):
+        if any(name in reached and carries(node, k) for k, name in enumerate(node_inputs(node)) if name):
             forward.append(index)
-            reached.update(n for n in node.output if n and (carries_value is None or carries_value(n)))
+            reached.update(n for n in node.output if n and carries_value(n))
     needed: Set[str] = {target} if isinstance(target, str) else set(target)
     on_path: List[int] = []
     for index in reversed(forward):

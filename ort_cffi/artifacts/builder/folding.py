@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ort_cffi.artifacts.builder.context import Dims, infer_types
+from ort_cffi.artifacts.builder.context import Dims, infer_types, unique_name
 from ort_cffi.artifacts.builder.engine import node_inputs
 from ort_cffi.artifacts.builder.probe_shapes import ProbeDims, probe_sizes, symbolic_sizes
 
@@ -235,7 +235,7 @@ def _replace(graph: onnx.GraphProto, folded: List[int], constants: Set[int], mea
         elif position in gone:
             for name in node.output:
                 if name in read:
-                    label = _fresh(taken, f"{name}/Constant")
+                    label = unique_name(taken, f"{name}/Constant")
                     kept.append(helper.make_node("Constant", [], [name], name=label,
                                                  value=numpy_helper.from_array(known[name], name)))
         else:
@@ -250,11 +250,3 @@ def _replace(graph: onnx.GraphProto, folded: List[int], constants: Set[int], mea
         graph.initializer.extend(initializers)
     return len(gone)
 
-
-def _fresh(taken: Set[str], hint: str) -> str:
-    name, count = hint, 0
-    while name in taken:
-        count += 1
-        name = f"{hint}_{count}"
-    taken.add(name)
-    return name

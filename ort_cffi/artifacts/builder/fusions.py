@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ort_cffi.artifacts.builder.context import Dims
+from ort_cffi.artifacts.builder.context import Dims, unique_name
 from ort_cffi.artifacts.builder.engine import node_inputs
 from ort_cffi.artifacts.builder.registry import MICROSOFT
 
@@ -189,15 +189,6 @@ def _opset(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
-def _fresh(taken: Set[str], hint: str) -> str:
-    name, count = hint, 0
-    while name in taken:
-        count += 1
-        name = f"{hint}_{count}"
-    taken.add(name)
-    return name
-
-
 def _gathers_to_split(model: onnx.ModelProto, g: _Graph, types: Dict[str, Tuple[int, Dims]]) -> int:
     """Every row of an axis taken apart with one Gather of a constant scalar index each (the query, key and
     value of a packed projection, as torch's dynamo exporter writes attention): one Split and a Squeeze per
@@ -228,19 +219,19 @@ def _gathers_to_split(model: onnx.ModelProto, g: _Graph, types: Dict[str, Tuple[
             size = int(dims[axis])  # type: ignore[index,arg-type]
             if size < 2 or sorted(by_index) != list(range(size)):
                 continue  # not every row (a row taken twice keeps its second Gather)
-            pieces = [_fresh(taken, f"{source}_split_{i}") for i in range(size)]
+            pieces = [unique_name(taken, f"{source}_split_{i}") for i in range(size)]
             if opset >= 13:
-                sizes = _fresh(taken, f"{source}_split_sizes")
+                sizes = unique_name(taken, f"{source}_split_sizes")
                 graph.initializer.append(numpy_helper.from_array(np.ones(size, np.int64), sizes))
                 split = helper.make_node("Split", [source, sizes], pieces, axis=axis,
-                                         name=_fresh(taken, f"{source}/Split"))
-                axes = _fresh(taken, f"{source}_split_axes")
+                                         name=unique_name(taken, f"{source}/Split"))
+                axes = unique_name(taken, f"{source}_split_axes")
                 graph.initializer.append(numpy_helper.from_array(np.array([axis], np.int64), axes))
                 squeezes = [helper.make_node("Squeeze", [piece, axes], [by_index[i].output[0]], name=by_index[i].name)
                             for i, piece in enumerate(pieces)]
             else:
                 split = helper.make_node("Split", [source], pieces, axis=axis, split=[1] * size,
-                                         name=_fresh(taken, f"{source}/Split"))
+                                         name=unique_name(taken, f"{source}/Split"))
                 squeezes = [helper.make_node("Squeeze", [piece], [by_index[i].output[0]], axes=[axis],
                                              name=by_index[i].name) for i, piece in enumerate(pieces)]
             piece_dims = tuple(1 if i == axis else d for i, d in enumerate(dims))  # type: ignore[arg-type]

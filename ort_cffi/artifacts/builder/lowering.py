@@ -9,7 +9,7 @@ operator (Softplus's gradient stays dy * Sigmoid(x), two kernels, rather than th
 - Mish (opset 18) runs through that same Softplus kernel: x * Tanh(Softplus(x)), Softplus written out.
 
 Measured on the zoo's mish_cnn (three Softplus on the path): a step 1.08x as long as with ONNX Runtime's
-artifacts before this (which run that decomposition), and no longer after it (docs/guides/performance.md).
+artifacts before this (which run that decomposition), 0.76-0.79x after it (docs/guides/performance.md).
 The eval model keeps the exported form, as with the fusions."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ort_cffi.artifacts import rewrite_rules
-from ort_cffi.artifacts.builder.context import Dims
+from ort_cffi.artifacts.builder.context import Dims, unique_name
 
 LOWERED_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE)
 
@@ -33,13 +33,7 @@ class _Writer:
         self.nodes: List[onnx.NodeProto] = []
 
     def name(self, hint: str) -> str:
-        base = f"{self.label}/{hint}"
-        name, count = base, 0
-        while name in self.taken:
-            count += 1
-            name = f"{base}_{count}"
-        self.taken.add(name)
-        return name
+        return unique_name(self.taken, f"{self.label}/{hint}")
 
     def one(self, op_type: str, inputs: Sequence[str], output: Optional[str] = None, **attributes: Any) -> str:
         output = output or self.name(f"{op_type}_out")

@@ -152,8 +152,8 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
 
     training = base
     loss_name = outputs[0]
-    types, probes = fold_constants(training, sorted(parameters))  # before the fusions: onnx's inference
-    # knows no com.microsoft op
+    # folded and measured before the fusions: onnx's shape inference knows no com.microsoft op
+    types, probes = fold_constants(training, sorted(parameters))
     fuse_activations(training, types)
     context = GradientContext(training, types, probes)
     seed = f"{loss_name}_grad"
