@@ -213,6 +213,23 @@ def _newest_type(graph):
     return newest
 
 
+def inline_functions(model):
+    """Write the model's local functions into its graph (torch's TorchScript exporter with
+    ``export_modules_as_functions``, onnxscript's functions), as ONNX Runtime does when it loads a model: the
+    preparation and the gradient builders then see the operators inside, which they know, rather than
+    calls of a function, which they do not. Returns the notes of what changed (none with an onnx older than
+    1.16, which has no inliner: the functions stay)."""
+    if not len(model.functions):
+        return []
+    try:
+        inliner = importlib.import_module("onnx.inliner")
+    except ImportError:
+        return []
+    names = sorted(set(f.name for f in model.functions))
+    model.CopyFrom(inliner.inline_local_functions(model))
+    return ["local function{} {} written into the graph".format("s" if len(names) > 1 else "", ", ".join(names))]
+
+
 def bring_down(onnx, model, what):
     """Make ``model`` loadable by ONNX Runtime 1.19: the default-domain opset down to 21 (through onnx's
     version converter) and the IR version down to 10. Returns the notes of what changed."""
@@ -470,7 +487,7 @@ def generate(request, backend=None):
                 "inputs": [value_spec(onnx, v) for v in model.graph.input if v.name not in
                            set(i.name for i in model.graph.initializer)],
                 "outputs": [value_spec(onnx, v) for v in model.graph.output]}
-    notes = bring_down(onnx, model, what)
+    notes = inline_functions(model) + bring_down(onnx, model, what)
 
     loss = request.get("loss")
     preparing = request.get("prepare", True)

@@ -112,7 +112,7 @@ class GeneratedArtifacts:
     model_ir_version: int
     model_opset: Optional[int]
     ir_version: int
-    notes: Tuple[str, ...]  # what was brought down for ONNX Runtime 1.19 (IR version, opset)
+    notes: Tuple[str, ...]  # what was changed to load in ONNX Runtime 1.19 (IR version, opset, local functions)
     versions: Dict[str, str]  # onnx, onnxruntime and python of the generator
     manifest: Dict[str, Any] = field(repr=False)
     # What was changed before the gradient build (``prepare``): one record per rule and operator type,

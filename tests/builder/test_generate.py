@@ -83,6 +83,52 @@ def test_parameters_move_after_a_step(tmp_path: Path) -> None:
     assert len(moved) == 4 and all(moved), moved
 
 
+def test_a_model_calling_local_functions_trains(tmp_path: Path) -> None:
+    """torch's TorchScript exporter with ``export_modules_as_functions`` (and onnxscript) writes each module
+    as a model-local function and calls it: the function is written into the graph before anything else,
+    as ONNX Runtime does when it loads the model, so the builder sees the Gemm and Relu inside."""
+    dense = helper.make_function("local", "Dense", ["x", "w", "b"], ["y"],
+                                 [helper.make_node("Gemm", ["x", "w", "b"], ["h"], transB=1),
+                                  helper.make_node("Relu", ["h"], ["y"])],
+                                 [helper.make_opsetid("", 17)])
+    weights = {"l1.w": rng.normal(0, 0.4, (16, 8)), "l1.b": rng.normal(0, 0.1, 16),
+               "l2.w": rng.normal(0, 0.3, (16, 16)), "l2.b": rng.normal(0, 0.1, 16),
+               "fc.w": rng.normal(0, 0.3, (4, 16)), "fc.b": rng.normal(0, 0.1, 4)}
+    graph = helper.make_graph(
+        [helper.make_node("Dense", ["x", "l1.w", "l1.b"], ["h1"], domain="local", name="l1"),
+         helper.make_node("Dense", ["h1", "l2.w", "l2.b"], ["h2"], domain="local", name="l2"),
+         helper.make_node("Gemm", ["h2", "fc.w", "fc.b"], ["logits"], transB=1)],
+        "functions", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()])
+    model = helper.make_model(graph, functions=[dense],
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "functions.onnx")
+    made = generate_artifacts(tmp_path / "functions.onnx", artifact_directory=tmp_path / "out")
+    assert made.notes == ("local function Dense written into the graph",)
+    assert sorted(t.name for t in made.trainable) == sorted(weights)
+    feeds = {"x": rng.normal(size=(16, 8)).astype(np.float32), "labels": rng.integers(0, 4, 16).astype(np.int64)}
+    with env.createTrainingSession(str(made.checkpoint), str(made.training_model), str(made.eval_model),
+                                   str(made.optimizer_model)) as session:
+        session.setLearningRate(0.02)
+        with session.evalStep(feeds) as result:
+            eval_loss = float(result.get(0).getValue())
+        start = session.copyParametersToBuffer()
+        losses = []
+        for _ in range(30):
+            with session.trainStep(feeds) as result:
+                losses.append(float(result.get(0).getValue()))
+            session.optimizerStep()
+            session.lazyResetGrad()
+        after = session.copyParametersToBuffer()
+    sizes = [int(np.prod(p.shape)) for p in made.trainable]
+    moved = [not np.array_equal(a, b) for a, b in zip(np.split(start, np.cumsum(sizes)[:-1]),
+                                                       np.split(after, np.cumsum(sizes)[:-1]))]
+    assert all(moved), moved  # every tensor (a unit whose Relu never opens keeps its row)
+    assert losses[0] == eval_loss and losses[-1] < 0.5 * losses[0], losses
+
+
 @pytest.mark.needs_onnxruntime_generator
 def test_losses_are_bit_identical_to_onnx_runtime_artifacts(tmp_path: Path) -> None:
     model = mlp(tmp_path / "mlp.onnx")
