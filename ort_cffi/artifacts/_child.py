@@ -294,6 +294,36 @@ def no_gradient_reason(name, uses, outputs):
     return None
 
 
+def _float_constants(model):
+    """The main graph's Constant nodes that hold a floating-point tensor, by output name."""
+    found = {}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.domain in graph_facts.DEFAULT_DOMAINS:
+            for attribute in node.attribute:
+                if attribute.name == "value" and attribute.t.data_type in FLOAT_TYPES:
+                    found[node.output[0]] = node
+    return found
+
+
+def constants_as_parameters(model, patterns):
+    """Make the floating-point Constant nodes that ``patterns`` name (exactly or as globs) initializers of
+    the same name: some exporters write weights as Constant nodes, which only initializers can replace as
+    parameters. Returns the notes of what changed."""
+    constants = _float_constants(model)
+    chosen = [name for name in constants if any(fnmatch.fnmatchcase(name, p) for p in patterns or ())]
+    if not chosen:
+        return []
+    for name in chosen:
+        tensor = next(a.t for a in constants[name].attribute if a.name == "value")
+        tensor.name = name
+        model.graph.initializer.append(tensor)
+    kept = [node for node in model.graph.node if not (node.op_type == "Constant" and node.output[0] in chosen)]
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    return ["Constant {} made {} (requires_grad)".format(", ".join(repr(n) for n in chosen),
+                                                         "parameters" if len(chosen) > 1 else "a parameter")]
+
+
 def resolve(onnx, patterns, what, initializers, module_names):
     """The floating-point initializers ``patterns`` select, as {name: exact}, where exact tells a plain
     name from a glob match. A pattern matches an initializer's name or the torch name its exporter renamed
@@ -509,13 +539,14 @@ def generate(request, backend=None):
             raise Refusal("options", "additional_output_names names {!r}, which is no value of the model (its "
                                      "outputs: {})".format(name, ", ".join(o.name for o in model.graph.output) or "none"))
 
+    patterns = request.get("requires_grad")
+    notes.extend(constants_as_parameters(model, patterns))
     initializers = list(model.graph.initializer)
     uses = _consumers(model.graph)
     graph_outputs = set(o.name for o in model.graph.output)
     torch_names = load_sibling("module_names")
     renamed = torch_names.module_names(onnx, model)  # torch's names of what its default exporter renamed
     frozen = resolve(onnx, request.get("frozen_params") or [], "frozen_params", initializers, renamed)
-    patterns = request.get("requires_grad")
     if patterns is None:  # every parameter, not the numbers torch's default exporter wrote as initializers
         constants = torch_names.exporter_constants(onnx, model, renamed)
         wanted = dict((i.name, False) for i in initializers
@@ -536,9 +567,14 @@ def generate(request, backend=None):
         del wanted[name]
         left_out[name] = reason
     if not wanted:
+        constants = sorted(_float_constants(model))
+        hint = "" if not constants else (
+            ". The model's floating-point Constant nodes ({}{}) are not parameters; name them in requires_grad to "
+            "train them".format(", ".join(repr(n) for n in constants[:4]), ", ..." if len(constants) > 4 else ""))
         raise Refusal("options", "nothing to train: the selection leaves no floating-point parameter that a "
-                                 "gradient reaches (requires_grad {}, frozen_params {})".format(
-                                     patterns if patterns is not None else "all", request.get("frozen_params") or "none"))
+                                 "gradient reaches (requires_grad {}, frozen_params {}){}".format(
+                                     patterns if patterns is not None else "all", request.get("frozen_params") or "none",
+                                     hint))
     # BatchNormalization's running statistics follow training (batchnorm.py): frozen parameters that the
     # training model outputs updated, for the trainer to write back after each step.
     statistics, statistics_records = [], []

@@ -154,7 +154,8 @@ def generate_artifacts(
     - ``requires_grad``: names or glob patterns (``"fc2.*"``) of the initializers to train; default: every
       floating-point initializer that a gradient reaches, less ``frozen_params``. Patterns skip tensors no
       gradient reaches (a dropout ratio, batch-norm statistics; listed in ``left_out``); a plain name of
-      one is refused.
+      one is refused. A floating-point Constant node that a name or pattern matches becomes a parameter
+      (weights some exporters write as Constant nodes; a note says which).
     - ``frozen_params``: names or patterns of parameters kept in the checkpoint but not trained. Other
       initializers stay constants of the graphs.
     - ``loss``: ``LossType`` or its value: ``"cross-entropy"`` (default; adds an int64 ``labels`` input),

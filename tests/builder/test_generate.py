@@ -129,6 +129,44 @@ def test_a_model_calling_local_functions_trains(tmp_path: Path) -> None:
     assert losses[0] == eval_loss and losses[-1] < 0.5 * losses[0], losses
 
 
+def test_weights_written_as_constant_nodes_train_when_named(tmp_path: Path) -> None:
+    """Some exporters write weights as Constant nodes, which no generator takes for parameters: by default
+    generation says so and how to train them; named in requires_grad, they become parameters."""
+    weights = {"w1": rng.normal(0, 0.4, (16, 8)), "w2": rng.normal(0, 0.3, (4, 16))}
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], [k], value=numpy_helper.from_array(v.astype(np.float32), k))
+         for k, v in weights.items()]
+        + [helper.make_node("Gemm", ["x", "w1"], ["h"], transB=1), helper.make_node("Tanh", ["h"], ["t"]),
+           helper.make_node("Gemm", ["t", "w2"], ["logits"], transB=1)],
+        "constant_weights", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "constants.onnx")
+    with pytest.raises(ArtifactsInputError, match=r"nothing to train.*Constant nodes \('w1', 'w2'\).*requires_grad"):
+        generate_artifacts(tmp_path / "constants.onnx", artifact_directory=tmp_path / "refused")
+    made = generate_artifacts(tmp_path / "constants.onnx", requires_grad="w*", artifact_directory=tmp_path / "out")
+    assert sorted(t.name for t in made.trainable) == ["w1", "w2"]
+    assert made.notes == ("Constant 'w1', 'w2' made parameters (requires_grad)",)
+    feeds = {"x": rng.normal(size=(16, 8)).astype(np.float32), "labels": rng.integers(0, 4, 16).astype(np.int64)}
+    with env.createSession(str(tmp_path / "constants.onnx")) as original:
+        with original.run({"x": feeds["x"]}) as result:
+            exported = result.get(0).getValue()
+    with env.createTrainingSession(str(made.checkpoint), str(made.training_model), str(made.eval_model),
+                                   str(made.optimizer_model)) as session:
+        with session.evalStep(feeds) as result:  # the eval model's outputs: the loss, then the logits
+            assert np.array_equal(result.get(1).getValue(), exported)
+        start = session.copyParametersToBuffer()
+        losses = []
+        for _ in range(20):
+            with session.trainStep(feeds) as result:
+                losses.append(float(result.get(0).getValue()))
+            session.optimizerStep()
+            session.lazyResetGrad()
+        assert np.count_nonzero(start != session.copyParametersToBuffer()) == start.size
+    assert losses[-1] < losses[0], losses
+
+
 @pytest.mark.needs_onnxruntime_generator
 def test_losses_are_bit_identical_to_onnx_runtime_artifacts(tmp_path: Path) -> None:
     model = mlp(tmp_path / "mlp.onnx")
