@@ -305,6 +305,13 @@ def _float_constants(model):
     return found
 
 
+def _elements(dims):
+    count = 1
+    for size in dims:
+        count *= size
+    return count
+
+
 def constants_as_parameters(model, patterns):
     """Make the floating-point Constant nodes that ``patterns`` name (exactly or as globs) initializers of
     the same name: some exporters write weights as Constant nodes, which only initializers can replace as
@@ -567,7 +574,8 @@ def generate(request, backend=None):
         del wanted[name]
         left_out[name] = reason
     if not wanted:
-        constants = sorted(_float_constants(model))
+        constants = sorted(name for name, node in _float_constants(model).items()  # weights, not scalars
+                           if any(a.name == "value" and _elements(a.t.dims) > 1 for a in node.attribute))
         hint = "" if not constants else (
             ". The model's floating-point Constant nodes ({}{}) are not parameters; name them in requires_grad to "
             "train them".format(", ".join(repr(n) for n in constants[:4]), ", ..." if len(constants) > 4 else ""))
