@@ -8,7 +8,7 @@ from typing import Dict, List
 import numpy as np
 import onnx
 from gradcheck import Case
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 rng = np.random.default_rng(11)
 
@@ -193,12 +193,29 @@ def scan_axes_and_directions() -> Case:
     return c
 
 
+def with_body_constants(c: Case, name: str) -> Case:
+    """``c`` with the last Add of its first subgraph that has one scaling its second operand by 0.5, an
+    initializer of the subgraph itself, as tf2onnx writes a Loop body's constants: a + b becomes
+    a + b * 0.5."""
+    node = next(n for n in c.nodes if n.op_type in ("If", "Loop", "Scan"))
+    graph = next(a.g for a in node.attribute if a.HasField("g") and any(n.op_type == "Add" for n in a.g.node))
+    add = [n for n in graph.node if n.op_type == "Add"][-1]
+    half, scaled = f"{name}_half", f"{name}_scaled"
+    graph.initializer.append(numpy_helper.from_array(np.array(0.5, np.float32), half))
+    graph.node.insert(list(graph.node).index(add), helper.make_node("Mul", [add.input[1], half], [scaled]))
+    add.input[1] = scaled
+    c.name = name
+    return c
+
+
 CASES: Dict[str, List[Case]] = {
     "If": [if_case("if_then", True), if_case("if_else", False), if_case("if_batch", True, symbolic_batch=True),
            nested_if("if_nested_then", True), nested_if("if_nested_else", False), if_on_batch_value(True),
-           if_on_batch_value(False), if_with_two_outputs(), if_with_layer_norm()],
-    "Scan": [scan_rnn(), scan_axes_and_directions()],
-    "Loop": [rnn_loop("loop_rnn"), rnn_loop("loop_rnn_batch", symbolic=True), while_loop(), scan_only_loop()],
+           if_on_batch_value(False), if_with_two_outputs(), if_with_layer_norm(),
+           with_body_constants(if_case("if_else_branch", False), "if_branch_constants")],
+    "Scan": [scan_rnn(), scan_axes_and_directions(), with_body_constants(scan_rnn(), "scan_body_constants")],
+    "Loop": [rnn_loop("loop_rnn"), rnn_loop("loop_rnn_batch", symbolic=True), while_loop(), scan_only_loop(),
+             with_body_constants(rnn_loop("loop_rnn_body"), "loop_body_constants")],
 }
 
 # The recurrent family's Scan cases (counter states, values read from outside, both scan directions) check

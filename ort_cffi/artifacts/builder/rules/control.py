@@ -56,16 +56,34 @@ def _rename(graph: onnx.GraphProto, mapping: Dict[str, str]) -> None:
         output.name = mapping.get(output.name, output.name)
 
 
+def _initializers_as_constants(g: GradientContext, graph: onnx.GraphProto, mapping: Dict[str, str]) -> None:
+    """A subgraph's own initializers (tf2onnx writes a Loop body's constants so) as Constant nodes at its
+    start, under their names in ``mapping``: the backward pass rebuilds a subgraph from its nodes alone."""
+    constants = []
+    for tensor in graph.initializer:
+        value = onnx.TensorProto()
+        value.CopyFrom(tensor)
+        value.name = mapping.get(tensor.name, tensor.name)
+        constants.append(helper.make_node("Constant", [], [value.name], name=g.fresh(f"{value.name}/Constant"),
+                                          value=value))
+    if constants:
+        nodes = constants + list(graph.node)
+        del graph.initializer[:]
+        del graph.node[:]
+        graph.node.extend(nodes)
+
+
 def _recomputed(g: GradientContext, branch: onnx.GraphProto) -> Tuple[onnx.GraphProto, List[str]]:
     """A copy of ``branch`` whose own values and nodes have fresh names (the backward If is a sibling
     scope of the forward one), and the names of its outputs."""
     copy = onnx.GraphProto()
     copy.CopyFrom(branch)
-    produced = [out for n in copy.node for out in n.output if out]
+    produced = [out for n in copy.node for out in n.output if out] + [i.name for i in copy.initializer]
     mapping = {name: g.fresh(f"{name}_recomputed") for name in produced}
     _rename(copy, mapping)
     for n in copy.node:
         n.name = g.fresh(f"{n.name or n.op_type}_recomputed")
+    _initializers_as_constants(g, copy, mapping)
     return copy, [o.name for o in copy.output]
 
 
@@ -268,11 +286,13 @@ class _Backwards:
         last_step = _scalar_int(g, g.op("Sub", steps, g.const(np.array(1, dtype=np.int64))))
         copy = onnx.GraphProto()
         copy.CopyFrom(body)
-        names = [i.name for i in copy.input] + [out for n in copy.node for out in n.output if out]
+        names = ([i.name for i in copy.input] + [out for n in copy.node for out in n.output if out]
+                 + [i.name for i in copy.initializer])
         mapping = {name: g.fresh(f"{name}_recomputed") for name in names}
         _rename(copy, mapping)
         for n in copy.node:
             n.name = g.fresh(f"{n.name or n.op_type}_recomputed")
+        _initializers_as_constants(g, copy, mapping)
         self.copy = copy
         self.inputs = [mapping[i.name] for i in copy.input]
         self.outputs = [o.name for o in copy.output]
