@@ -92,9 +92,15 @@ def rnn_activations() -> List[Case]:
             recurrent("rnn_clip", "RNN", "bidirectional", clip=0.5, initial=True)]
 
 
+# The default activations written out in capitals, as tf2onnx writes them (ONNX Runtime's training kernels
+# take them in lower case only).
+SPELLED_OUT = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
+
 CASES: Dict[str, List[Case]] = {
-    "LSTM": family("LSTM"),
+    "LSTM": family("LSTM") + [recurrent("lstm_bidirectional_activations_spelled_out", "LSTM", "bidirectional",
+                                        activations=SPELLED_OUT["LSTM"] * 2)],
     "GRU": family("GRU") + [
+        recurrent("gru_activations_spelled_out", "GRU", activations=SPELLED_OUT["GRU"], initial=True),
         recurrent("gru_linear_before_reset", "GRU", linear_before_reset=1, initial=True),
         recurrent("gru_linear_before_reset_bidirectional", "GRU", "bidirectional", linear_before_reset=1, lens=True)],
     "RNN": family("RNN") + rnn_activations(),

@@ -98,8 +98,13 @@ def _output_grad(node: NodeView, index: int) -> Optional[str]:
 
 # --- ONNX Runtime's form -------------------------------------------------------------------------------------
 def _kernel_attributes(node: NodeView) -> Dict[str, Any]:
-    """The node's attributes for its training kernel, less ``layout`` (the kernels have none)."""
-    return {a.name: helper.get_attribute_value(a) for a in node.proto.attribute if a.name != "layout"}
+    """The node's attributes for its training kernel, less ``layout`` (the kernels have none), the
+    activations in lower case: the training kernels compare the names as written ("sigmoid"), where the
+    inference kernels take any case (tf2onnx writes "Sigmoid")."""
+    found = {a.name: helper.get_attribute_value(a) for a in node.proto.attribute if a.name != "layout"}
+    if "activations" in found:
+        found["activations"] = [(a.decode() if isinstance(a, bytes) else str(a)).lower() for a in found["activations"]]
+    return found
 
 
 def _in_place(g: GradientContext, node: NodeView, kind: Recurrence) -> Grads:
@@ -231,8 +236,8 @@ class _Directions:
         found = {a.name: helper.get_attribute_value(a) for a in node.proto.attribute
                  if a.name not in ("direction", "activations", "activation_alpha", "activation_beta", "layout")}
         found["direction"] = "forward"
-        if node.attr("activations") is not None:
-            found["activations"] = _activations(node, self.kind)[d]
+        if node.attr("activations") is not None:  # in lower case, as _kernel_attributes says why
+            found["activations"] = [a.lower() for a in _activations(node, self.kind)[d]]
         for name in ("activation_alpha", "activation_beta"):
             values = node.attr(name)
             if values:
