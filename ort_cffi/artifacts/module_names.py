@@ -24,7 +24,7 @@ named by the module and the ONNX operator's input it feeds: ``lstm.W``, ``lstm.R
 initializer whose reader read no renamed parameter is a constant the exporter made, and gets no name; the
 graph signature tells such constants (``exporter_constants``) from the module's parameters and buffers, and
 they are left out of the default selection. Models without this metadata (the TorchScript exporter, other
-exporters) get no names, and every floating-point initializer is a parameter, as before.
+exporters) get no names; their numbers are told by rank (``exporter_constants``).
 
 Python 3.8 syntax, the standard library at import time and ``onnx`` (its operator schemas) inside
 ``module_names``, as the other modules the artifacts child loads (graph_facts.py says why).
@@ -65,17 +65,30 @@ def module_state(model):
 
 
 def exporter_constants(onnx, model, names):
-    """The floating-point initializers of a model from torch's default exporter that hold none of the module's
-    parameters or buffers: neither named after one nor renamed from one (``names``, from ``module_names``).
-    They are numbers the exporter wrote as initializers where the TorchScript exporter writes Constant nodes
-    (attention's scale, a divisor taken from a shape, the zeros an LSTM's state starts from), and they stay
-    constants unless a pattern names them. Empty for a model without the exporter's graph signature."""
-    state = module_state(model)
-    if not state:
-        return set()
+    """The floating-point initializers that are numbers an exporter wrote, not weights; they stay constants
+    unless a pattern names them.
+
+    - torch's default exporter: those that hold none of the module's parameters or buffers, neither named
+      after one nor renamed from one (``names``, from ``module_names``): attention's scale, a divisor taken
+      from a shape, the zeros an LSTM's state starts from. The TorchScript exporter writes these as
+      Constant nodes.
+    - Any other exporter that names itself (the model's ``producer_name``): those of rank 0. tf2onnx writes a LayerNormalization's epsilon, GELU's
+      coefficients and the exponent of its Pow this way. Trained, the exponent's gradient (x^p ln x) turns
+      NaN at the first negative x, and the rest would stop being what the model was built with.
+    - The exceptions: the TorchScript exporter, whose rank-0 initializers are parameters (a learned scale,
+      ``nn.Parameter(torch.tensor(1.0))``), except the ``onnx::`` ones its constant folding names; and a
+      model that names no producer (built by hand with onnx.helper), whose every floating-point
+      initializer is a parameter."""
     floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)
+    state = module_state(model)
+    if state:
+        return set(i.name for i in model.graph.initializer
+                   if i.data_type in floats and i.name not in state and i.name not in names)
+    if not model.producer_name:
+        return set()
+    torchscript = model.producer_name == "pytorch"
     return set(i.name for i in model.graph.initializer
-               if i.data_type in floats and i.name not in state and i.name not in names)
+               if i.data_type in floats and len(i.dims) == 0 and (not torchscript or i.name.startswith("onnx::")))
 
 
 def module_path(metadata):

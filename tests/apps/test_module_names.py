@@ -138,3 +138,59 @@ def test_by_default_the_exporters_numbers_stay_constants(name: str, tmp_path: Pa
                                loss=dynamo["loss"], loss_input_names=[dynamo["loss_reads"]],
                                artifact_directory=tmp_path / "named")
     assert [p.name for p in named.trainable] == [made.constants[0].name]  # a pattern may still choose it
+
+
+def _scalar_model(path: Path, producer: str, scalars: Dict[str, float]) -> Path:
+    """x [N, 8] -> Gemm -> tanh-approximated GELU whose numbers are rank-0 initializers (as tf2onnx writes
+    them: 0.5, 0.044715, sqrt(2/pi), 1 and the Pow exponent 3) -> times ``scale`` -> Gemm -> logits."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(9)
+    weights = {"w1": rng.normal(0, 0.5, (16, 8)), "b1": rng.normal(0, 0.1, 16), "w2": rng.normal(0, 0.3, (4, 16))}
+    numbers = {"half": 0.5, "cubic": 0.044715, "root": float(np.sqrt(2 / np.pi)), "one": 1.0, "three": 3.0, **scalars}
+    n = helper.make_node
+    graph = helper.make_graph(
+        [n("Gemm", ["x", "w1", "b1"], ["h"], transB=1), n("Pow", ["h", "three"], ["h3"]), n("Mul", ["h3", "cubic"], ["c"]),
+         n("Add", ["h", "c"], ["inner"]), n("Mul", ["inner", "root"], ["t_in"]), n("Tanh", ["t_in"], ["t"]),
+         n("Add", ["t", "one"], ["u"]), n("Mul", ["h", "half"], ["hh"]), n("Mul", ["hh", "u"], ["g"]),
+         n("Mul", ["g", list(scalars)[0]], ["gs"]), n("Gemm", ["gs", "w2"], ["logits"], transB=1)],
+        "scalars", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4])],
+        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in {**weights, **numbers}.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name=producer)
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_other_exporters_numbers_stay_constants_and_train_without_nan(tmp_path: Path) -> None:
+    """tf2onnx writes a model's numbers as rank-0 initializers. Trained, GELU's Pow exponent got the gradient
+    x^3 ln x, NaN at the first negative x: a Keras transformer's loss went NaN after one step."""
+    path = _scalar_model(tmp_path / "tf.onnx", "tf2onnx", {"ln_epsilon": 1.0})
+    made = generate_artifacts(path, artifact_directory=tmp_path / "out")
+    assert sorted(p.name for p in made.trainable) == ["b1", "w1", "w2"]
+    assert sorted(p.name for p in made.constants) == ["cubic", "half", "ln_epsilon", "one", "root", "three"]
+    rng = np.random.default_rng(4)
+    x = (2 * rng.normal(size=(16, 8))).astype(np.float32)
+    feeds = {"x": x, "labels": np.argmax(x[:, :4], axis=1).astype(np.int64)}
+    with OrtEnvironment.getEnvironment().createTrainingSession(
+            str(made.checkpoint), str(made.training_model), str(made.eval_model), str(made.optimizer_model)) as session:
+        session.setLearningRate(0.01)
+        losses = []
+        for _ in range(20):
+            with session.trainStep(feeds) as result:
+                losses.append(float(result.get(0).getValue()))
+            session.optimizerStep()
+            session.lazyResetGrad()
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
+    named = generate_artifacts(path, requires_grad=["w*", "ln_epsilon"], artifact_directory=tmp_path / "named")
+    assert sorted(p.name for p in named.trainable) == ["ln_epsilon", "w1", "w2"]  # a pattern may still choose one
+
+
+def test_torchscripts_rank_0_parameters_still_train(tmp_path: Path) -> None:
+    """The TorchScript exporter writes numbers as Constant nodes, and names what its constant folding makes
+    onnx::...: a rank-0 initializer named otherwise is a parameter (nn.Parameter(torch.tensor(1.0)))."""
+    path = _scalar_model(tmp_path / "ts.onnx", "pytorch", {"logit_scale": 1.5, "onnx::Mul_7": 1.0})
+    made = generate_artifacts(path, artifact_directory=tmp_path / "out")
+    assert "logit_scale" in {p.name for p in made.trainable}
+    assert "onnx::Mul_7" in {p.name for p in made.constants}
