@@ -11,6 +11,7 @@ from typing import Any, Dict
 import numpy as np
 import onnx
 import pytest
+from _training_run import train_artifacts
 from conftest import ROOT
 
 from ort_cffi import OrtEnvironment
@@ -173,15 +174,7 @@ def test_other_exporters_numbers_stay_constants_and_train_without_nan(tmp_path: 
     rng = np.random.default_rng(4)
     x = (2 * rng.normal(size=(16, 8))).astype(np.float32)
     feeds = {"x": x, "labels": np.argmax(x[:, :4], axis=1).astype(np.int64)}
-    with OrtEnvironment.getEnvironment().createTrainingSession(
-            str(made.checkpoint), str(made.training_model), str(made.eval_model), str(made.optimizer_model)) as session:
-        session.setLearningRate(0.01)
-        losses = []
-        for _ in range(20):
-            with session.trainStep(feeds) as result:
-                losses.append(float(result.get(0).getValue()))
-            session.optimizerStep()
-            session.lazyResetGrad()
+    losses = train_artifacts(made, feeds, 20, learning_rate=0.01).losses
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
     named = generate_artifacts(path, requires_grad=["w*", "ln_epsilon"], artifact_directory=tmp_path / "named")
     assert sorted(p.name for p in named.trainable) == ["ln_epsilon", "w1", "w2"]  # a pattern may still choose one

@@ -84,6 +84,19 @@ def forward_model(c: Case, weights: Dict[str, np.ndarray]) -> onnx.ModelProto:
     return model
 
 
+def save_model(c: Case, path: Path, output: str, classes: int) -> Path:
+    """The case's nodes as a model file for ``generate_artifacts``: its data inputs with a symbolic batch,
+    its parameters initializers, ``output`` ([batch, classes]) the model's output."""
+    graph = helper.make_graph(c.nodes, path.stem, [_value_info(n, v, True) for n, v in c.data.items()],
+                              [helper.make_tensor_value_info(output, TensorProto.FLOAT, ["batch", classes])],
+                              [numpy_helper.from_array(v, n) for n, v in c.params.items()])
+    opsets = [helper.make_opsetid("", c.opset)] + [helper.make_opsetid(d, v) for d, v in c.extra_opsets.items()]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
 def output_shapes(c: Case) -> Dict[str, Tuple[Tuple[int, ...], int]]:
     """Run the case's nodes once to learn its outputs' shapes and element types."""
     outputs = c.outputs or [o for o in c.nodes[-1].output if o]

@@ -11,7 +11,7 @@ from typing import List
 
 import numpy as np
 import onnx
-from gradcheck import Case, check, forward_model
+from gradcheck import Case, check, forward_model, save_model
 from onnx import TensorProto, helper, numpy_helper
 
 from ort_cffi import OrtEnvironment
@@ -85,17 +85,6 @@ def test_arithmetic_on_declared_sizes_is_folded_and_the_gradients_hold() -> None
     assert not bad, bad
 
 
-def _classifier(path: Path) -> Path:
-    c = heads_case()
-    graph = helper.make_graph(c.nodes, path.stem, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
-                              [numpy_helper.from_array(v, k) for k, v in c.params.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
-
-
 def _first_losses(folder: Path, batch: int) -> List[float]:
     """The eval loss, then the first training loss, on one batch."""
     rng = np.random.default_rng(batch)
@@ -115,7 +104,7 @@ def _first_losses(folder: Path, batch: int) -> List[float]:
 
 
 def test_the_training_model_computes_the_exported_values_at_any_batch_size(tmp_path: Path) -> None:
-    path = _classifier(tmp_path / "heads.onnx")
+    path = save_model(heads_case(), tmp_path / "heads.onnx", "y", 3)
     made = generate_artifacts(path, artifact_directory=tmp_path / "out")
     forward = _forward_ops(onnx.load(str(made.training_model)))
     assert "Sqrt" not in forward and forward.count("Gather") == 1, forward

@@ -7,15 +7,15 @@ training model by ONNX Runtime's Gelu and FastGelu kernels, as its own generator
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 import numpy as np
 import onnx
 import pytest
-from gradcheck import Case, check, forward_model
+from _training_run import train_artifacts
+from gradcheck import Case, check, forward_model, save_model
 from onnx import TensorProto, helper, numpy_helper
 
-from ort_cffi import OrtEnvironment
 from ort_cffi.artifacts import generate_artifacts
 from ort_cffi.artifacts.builder.training_model import build_models
 
@@ -142,36 +142,17 @@ def test_a_double_gelu_is_not_fused() -> None:
 
 
 def _classifier(path: Path, form: List[onnx.NodeProto]) -> Path:
-    c = mlp_case(path.stem, form)
-    graph = helper.make_graph(c.nodes, path.stem, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
-                              [numpy_helper.from_array(v, k) for k, v in c.params.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
+    return save_model(mlp_case(path.stem, form), path, "y", 3)
 
 
-def _losses(folder: Path, steps: int) -> List[float]:
+def _losses(made: Any, steps: int) -> List[float]:
     rng = np.random.default_rng(5)
     x = rng.normal(size=(8, 4)).astype(np.float32)
-    feeds = {"x": x, "labels": np.argmax(x[:, :3], axis=1).astype(np.int64)}
-    with OrtEnvironment.getEnvironment().createTrainingSession(
-            str(folder / "checkpoint"), str(folder / "training_model.onnx"), str(folder / "eval_model.onnx"),
-            str(folder / "optimizer_model.onnx")) as session:
-        session.setLearningRate(0.05)
-        with session.evalStep(feeds) as result:
-            eval_loss = float(result.get(0).getValue())
-        start = session.copyParametersToBuffer()
-        losses = []
-        for _ in range(steps):
-            with session.trainStep(feeds) as result:
-                losses.append(float(result.get(0).getValue()))
-            session.optimizerStep()
-            session.lazyResetGrad()
-        assert np.count_nonzero(start != session.copyParametersToBuffer()) == start.size
-    assert abs(losses[0] - eval_loss) <= 1e-5 * abs(eval_loss)  # the fused kernel computes the exported GELU
-    return losses
+    run = train_artifacts(made, {"x": x, "labels": np.argmax(x[:, :3], axis=1).astype(np.int64)}, steps,
+                          learning_rate=0.05)
+    assert all(run.moved), run.moved
+    assert abs(run.losses[0] - run.eval_loss) <= 1e-5 * abs(run.eval_loss)  # the fused kernel computes the exported GELU
+    return run.losses
 
 
 @pytest.mark.parametrize("name", ["div_then_half_last", "pow"])
@@ -179,7 +160,7 @@ def test_a_gelu_classifier_trains(name: str, tmp_path: Path) -> None:
     fused_op, _, form = FUSED[name]
     made = generate_artifacts(_classifier(tmp_path / f"{name}.onnx", form()), artifact_directory=tmp_path / "out")
     assert fused_op in _ops(onnx.load(str(made.training_model)))
-    losses = _losses(tmp_path / "out", 30)
+    losses = _losses(made, 30)
     assert np.mean(losses[-3:]) < 0.7 * np.mean(losses[:3]), losses
 
 
@@ -188,9 +169,9 @@ def test_a_gelu_classifier_trains(name: str, tmp_path: Path) -> None:
 def test_gelu_losses_equal_onnx_runtime_artifacts(name: str, tmp_path: Path) -> None:
     """ONNX Runtime's generator fuses these forms too: the same kernels, the very same losses."""
     model = _classifier(tmp_path / f"{name}.onnx", FUSED[name][2]())
-    generate_artifacts(model, artifact_directory=tmp_path / "ours")
-    generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime")
-    assert _losses(tmp_path / "ours", 20) == _losses(tmp_path / "theirs", 20)
+    ours = generate_artifacts(model, artifact_directory=tmp_path / "ours")
+    theirs = generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime")
+    assert _losses(ours, 20) == _losses(theirs, 20)
 
 
 def packed_rows_case(indices: Sequence[int], opset: int = 17) -> Case:

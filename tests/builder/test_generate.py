@@ -13,6 +13,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from _training_run import train_artifacts
+
 from ort_cffi import OrtEnvironment
 from ort_cffi.artifacts import ArtifactsInputError, generate_artifacts
 
@@ -109,24 +111,9 @@ def test_a_model_calling_local_functions_trains(tmp_path: Path) -> None:
     assert made.notes == ("local function Dense written into the graph",)
     assert sorted(t.name for t in made.trainable) == sorted(weights)
     feeds = {"x": rng.normal(size=(16, 8)).astype(np.float32), "labels": rng.integers(0, 4, 16).astype(np.int64)}
-    with env.createTrainingSession(str(made.checkpoint), str(made.training_model), str(made.eval_model),
-                                   str(made.optimizer_model)) as session:
-        session.setLearningRate(0.02)
-        with session.evalStep(feeds) as result:
-            eval_loss = float(result.get(0).getValue())
-        start = session.copyParametersToBuffer()
-        losses = []
-        for _ in range(30):
-            with session.trainStep(feeds) as result:
-                losses.append(float(result.get(0).getValue()))
-            session.optimizerStep()
-            session.lazyResetGrad()
-        after = session.copyParametersToBuffer()
-    sizes = [int(np.prod(p.shape)) for p in made.trainable]
-    moved = [not np.array_equal(a, b) for a, b in zip(np.split(start, np.cumsum(sizes)[:-1]),
-                                                       np.split(after, np.cumsum(sizes)[:-1]))]
-    assert all(moved), moved  # every tensor (a unit whose Relu never opens keeps its row)
-    assert losses[0] == eval_loss and losses[-1] < 0.5 * losses[0], losses
+    run = train_artifacts(made, feeds, 30, learning_rate=0.02)
+    assert all(run.moved), run.moved  # every tensor (a unit whose Relu never opens keeps its row)
+    assert run.losses[0] == run.eval_loss and run.losses[-1] < 0.5 * run.losses[0], run.losses
 
 
 def test_weights_written_as_constant_nodes_train_when_named(tmp_path: Path) -> None:
@@ -152,19 +139,11 @@ def test_weights_written_as_constant_nodes_train_when_named(tmp_path: Path) -> N
     with env.createSession(str(tmp_path / "constants.onnx")) as original:
         with original.run({"x": feeds["x"]}) as result:
             exported = result.get(0).getValue()
-    with env.createTrainingSession(str(made.checkpoint), str(made.training_model), str(made.eval_model),
-                                   str(made.optimizer_model)) as session:
+    with env.createTrainingSession(str(made.checkpoint), str(made.training_model), str(made.eval_model)) as session:
         with session.evalStep(feeds) as result:  # the eval model's outputs: the loss, then the logits
             assert np.array_equal(result.get(1).getValue(), exported)
-        start = session.copyParametersToBuffer()
-        losses = []
-        for _ in range(20):
-            with session.trainStep(feeds) as result:
-                losses.append(float(result.get(0).getValue()))
-            session.optimizerStep()
-            session.lazyResetGrad()
-        assert np.count_nonzero(start != session.copyParametersToBuffer()) == start.size
-    assert losses[-1] < losses[0], losses
+    run = train_artifacts(made, feeds, 20)
+    assert all(run.moved) and run.losses[0] == run.eval_loss and run.losses[-1] < run.losses[0], run
 
 
 @pytest.mark.needs_onnxruntime_generator

@@ -12,10 +12,10 @@ from typing import List
 import numpy as np
 import onnx
 import pytest
-from gradcheck import Case, check, forward_model
+from _training_run import train_artifacts
+from gradcheck import Case, check, forward_model, save_model
 from onnx import TensorProto, helper, numpy_helper
 
-from ort_cffi import OrtEnvironment
 from ort_cffi.artifacts import generate_artifacts
 from ort_cffi.artifacts.builder.training_model import build_models
 
@@ -61,36 +61,15 @@ def test_a_double_softplus_is_written_out_in_double() -> None:
     assert all(t.data_type == TensorProto.DOUBLE for t in constants)
 
 
-def _classifier(path: Path, op: str) -> Path:
-    c = activation_case(op, 0.8)
-    graph = helper.make_graph(c.nodes, path.stem, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
-                              [numpy_helper.from_array(v, k) for k, v in c.params.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSETS[op])])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
-
-
 @pytest.mark.parametrize("op", sorted(OPSETS))
 def test_a_classifier_trains_from_the_exported_forward(op: str, tmp_path: Path) -> None:
-    made = generate_artifacts(_classifier(tmp_path / f"{op}.onnx", op), artifact_directory=tmp_path / "out")
+    made = generate_artifacts(save_model(activation_case(op, 0.8), tmp_path / f"{op}.onnx", "y", 3),
+                              artifact_directory=tmp_path / "out")
     assert op not in _ops(onnx.load(str(made.training_model)))
     rng = np.random.default_rng(5)
     x = (3 * rng.normal(size=(8, 4))).astype(np.float32)
     feeds = {"x": x, "labels": np.argmax(x[:, :3], axis=1).astype(np.int64)}
-    with OrtEnvironment.getEnvironment().createTrainingSession(
-            str(made.checkpoint), str(made.training_model), str(made.eval_model), str(made.optimizer_model)) as session:
-        session.setLearningRate(0.05)
-        with session.evalStep(feeds) as result:
-            eval_loss = float(result.get(0).getValue())
-        start = session.copyParametersToBuffer()
-        losses = []
-        for _ in range(30):
-            with session.trainStep(feeds) as result:
-                losses.append(float(result.get(0).getValue()))
-            session.optimizerStep()
-            session.lazyResetGrad()
-        assert np.count_nonzero(start != session.copyParametersToBuffer()) == start.size
-    assert abs(losses[0] - eval_loss) <= 1e-6 * abs(eval_loss)
-    assert np.mean(losses[-3:]) < 0.7 * np.mean(losses[:3]), losses
+    run = train_artifacts(made, feeds, 30, learning_rate=0.05)
+    assert all(run.moved), run.moved
+    assert abs(run.losses[0] - run.eval_loss) <= 1e-6 * abs(run.eval_loss)
+    assert np.mean(run.losses[-3:]) < 0.7 * np.mean(run.losses[:3]), run.losses

@@ -5,7 +5,6 @@ and ``optimizer_model.onnx``.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
