@@ -236,7 +236,7 @@ class _Directions:
         found = {a.name: helper.get_attribute_value(a) for a in node.proto.attribute
                  if a.name not in ("direction", "activations", "activation_alpha", "activation_beta", "layout")}
         found["direction"] = "forward"
-        if node.attr("activations") is not None:  # in lower case, as _kernel_attributes says why
+        if node.attr("activations") is not None:  # in lower case: _kernel_attributes says why
             found["activations"] = [a.lower() for a in _activations(node, self.kind)[d]]
         for name in ("activation_alpha", "activation_beta"):
             values = node.attr(name)
