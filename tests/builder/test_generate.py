@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from _training_run import train_artifacts
+from _training_run import run_steps, train_artifacts
 
 from ort_cffi import OrtEnvironment
 from ort_cffi.artifacts import ArtifactsInputError, generate_artifacts
@@ -41,13 +41,7 @@ def mlp(path: Path, hidden: int = 16, classes: int = 4) -> Path:
 def train(folder: Path, feeds: Dict[str, np.ndarray], steps: int = 20) -> List[float]:
     with env.createTrainingSession(str(folder / "checkpoint"), str(folder / "training_model.onnx"),
                                    str(folder / "eval_model.onnx"), str(folder / "optimizer_model.onnx")) as session:
-        losses = []
-        for _ in range(steps):
-            with session.trainStep(feeds) as result:
-                losses.append(float(result.get(0).getValue()))
-            session.optimizerStep()
-            session.lazyResetGrad()
-        return losses
+        return run_steps(session, feeds, steps)
 
 
 def test_generation_imports_no_onnxruntime_package(tmp_path: Path) -> None:

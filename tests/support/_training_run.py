@@ -18,6 +18,18 @@ class TrainingRun:
     moved: List[bool]  # per trainable tensor of the artifacts, in their order
 
 
+def run_steps(session: Any, feeds: Dict[str, np.ndarray], steps: int) -> List[float]:
+    """``steps`` training steps of an open training session on one batch (train step, optimizer step, lazy
+    reset): the losses."""
+    losses = []
+    for _ in range(steps):
+        with session.trainStep(feeds) as result:
+            losses.append(float(result.get(0).getValue()))
+        session.optimizerStep()
+        session.lazyResetGrad()
+    return losses
+
+
 def train_artifacts(made: Any, feeds: Dict[str, np.ndarray], steps: int,
                     learning_rate: Optional[float] = None) -> TrainingRun:
     """``steps`` AdamW steps of ``made`` (a GeneratedArtifacts) on one batch."""
@@ -28,12 +40,7 @@ def train_artifacts(made: Any, feeds: Dict[str, np.ndarray], steps: int,
         with session.evalStep(feeds) as result:
             eval_loss = float(result.get(0).getValue())
         before = session.copyParametersToBuffer()
-        losses = []
-        for _ in range(steps):
-            with session.trainStep(feeds) as result:
-                losses.append(float(result.get(0).getValue()))
-            session.optimizerStep()
-            session.lazyResetGrad()
+        losses = run_steps(session, feeds, steps)
         after = session.copyParametersToBuffer()
     bounds = np.cumsum([int(np.prod(p.shape)) for p in made.trainable])[:-1]
     moved = [not np.array_equal(a, b) for a, b in zip(np.split(before, bounds), np.split(after, bounds))]
