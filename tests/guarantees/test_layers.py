@@ -5,6 +5,8 @@ The layers, lowest first (docs/layout.md draws the same map):
 
 0. ``ort_cffi._native``: errors, files, the loader and its ELF reading and store, the declarations, the
    tables with the status chokepoint, the handles;
+0.5 ``ort_cffi._backends``: what runs a training session, the training C API or ort_cffi's engine over the
+   inference API (it keeps the same contract);
 1. ``ort_cffi.capi`` (the raw layer's public face) and ``ort_cffi._facade`` less its sessions: the
    element-type catalogue, conversions, tensors, and the helpers the applications share;
 2. ``ort_cffi._facade.sessions``: options, signatures, results, sessions, checkpoint, steps, training,
@@ -29,6 +31,7 @@ PACKAGE = ROOT / "ort_cffi"
 # (module prefix, rank): the longest matching prefix gives a module its rank.
 LAYERS: List[Tuple[str, float]] = [
     ("ort_cffi._native", 0),
+    ("ort_cffi._backends", 0.5),
     ("ort_cffi.capi", 1),
     ("ort_cffi._facade", 1),
     ("ort_cffi._facade.sessions", 2),
@@ -133,7 +136,7 @@ def problems(graph: Dict[str, Set[str]]) -> List[str]:
         for target in sorted(targets):
             if rank(target) > rank(module):
                 found.append(f"{module} (layer {rank(module)}) imports {target}, of a higher layer ({rank(target)})")
-            elif rank(module) >= APPLICATIONS and rank(target) == 0:
+            elif rank(module) >= APPLICATIONS and rank(target) < 1:
                 found.append(f"{module}, an application, imports {target}, below the facade")
     found += [f"import cycle: {' -> '.join(component)}" for component in cycles(graph)]
     return found
