@@ -56,6 +56,10 @@ for op, short in (("SoftmaxCrossEntropyLoss", "softmax_ce"), ("NegativeLogLikeli
               loss_case(op, f"{short}_sum_weighted_ignored", (6, 3), "sum", weighted=True, ignore_index=1),
               loss_case(op, f"{short}_spatial_mean", (2, 4, 3, 2), "mean", weighted=True, ignore_index=2),
               loss_case(op, f"{short}_spatial_none", (2, 3, 5), "none")]
+    if op == "SoftmaxCrossEntropyLoss":  # a model's own loss declaring the loss alone (transformers' with labels)
+        loss_only = loss_case(op, f"{short}_loss_only", (5, 4), "mean", weighted=True, ignore_index=1)
+        del loss_only.nodes[0].output[1:]
+        found.append(loss_only)
     symbolic = loss_case(op, f"{short}_symbolic_mean", (5, 4), "mean", ignore_index=0)
     symbolic.data["scores"] = symbolic.params.pop("scores")
     symbolic.params["w"] = rng.uniform(0.5, 1.5, (4,)).astype(np.float32)

@@ -12,14 +12,34 @@ from ort_cffi.artifacts.builder.registry import gradient
 Grads = List[Optional[str]]
 
 
+def _declared_output(g: GradientContext, node: NodeView, index: int, hint: str) -> str:
+    """The name of the forward node's optional output ``index``, declared under a fresh name in the training
+    graph (the node itself, ``node.proto``, is the graph's) where the model leaves it out; typed like the
+    node's first input, as the log-probabilities are."""
+    if index < len(node.outputs) and node.outputs[index]:
+        return node.outputs[index]
+    name = g.fresh(f"{node.name or node.op_type}/{hint}")
+    outputs = node.proto.output
+    while len(outputs) < index:
+        outputs.append("")
+    if len(outputs) == index:
+        outputs.append(name)
+    else:
+        outputs[index] = name
+    node.outputs = list(outputs)
+    g.same_type(name, node.inputs[0])
+    return name
+
+
 @gradient("SoftmaxCrossEntropyLoss", inputs=(0,))
 def softmax_cross_entropy(g: GradientContext, node: NodeView) -> Grads:
-    """Needs the log-probabilities output (the loss block declares it). Weights, ignore_index and every
-    reduction are the kernel's own attributes and inputs, passed on."""
-    if len(node.outputs) < 2 or not node.outputs[1]:
-        raise BuilderError(f"{node.describe()}: its gradient reads the log-probabilities, its second output, "
-                           "which the node does not declare")
-    inputs = [node.dy(), node.outputs[1], node.inputs[1]] + ([node.inputs[2]] if node.has_input(2) else [])
+    """Reads the log-probabilities, the node's optional second output. The loss block declares it; a model's
+    own loss often does not (a transformers model given labels declares the loss alone): the training graph's
+    node then declares it under a fresh name, as ONNX Runtime's generator does. The eval model is copied
+    before the backward pass and keeps the node as written. Weights, ignore_index and every reduction are the
+    kernel's own attributes and inputs, passed on."""
+    log_prob = _declared_output(g, node, 1, "log_prob")
+    inputs = [node.dy(), log_prob, node.inputs[1]] + ([node.inputs[2]] if node.has_input(2) else [])
     attributes = {"reduction": node.attr("reduction", "mean")}
     if node.attr("ignore_index") is not None:
         attributes["ignore_index"] = node.attr("ignore_index")
