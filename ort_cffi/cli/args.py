@@ -28,6 +28,24 @@ def positive_float(text: str) -> float:
     return value
 
 
+def fraction(text: str) -> float:
+    value = float(text)
+    if not (0 < value < 1):
+        raise argparse.ArgumentTypeError(f"must be a fraction between 0 and 1, got {text}")
+    return value
+
+
+def number_list(text: str) -> "list[float]":
+    """One number, or several separated by commas (one per channel): ``0.5`` or ``0.485,0.456,0.406``."""
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number or numbers separated by commas, got {text!r}") from None
+    if not all(math.isfinite(v) for v in values):
+        raise argparse.ArgumentTypeError(f"must be finite numbers, got {text!r}")
+    return values
+
+
 # The API's parameter words and the command-line flags that set them (--trainable sets requires_grad).
 _FLAG_WORDS = {"requires_grad": "--trainable", "frozen_params": "--frozen"}
 

@@ -26,8 +26,9 @@ from typing import Optional, Sequence
 from ort_cffi import OrtException, __version__
 from ort_cffi.artifacts import ArtifactsError, LossType, OptimType
 from ort_cffi.artifacts.options import GENERATORS
-from ort_cffi.cli.args import in_flag_words, non_negative_int, positive_float, positive_int
+from ort_cffi.cli.args import fraction, in_flag_words, non_negative_int, number_list, positive_float, positive_int
 from ort_cffi.trainer import DEFAULT_ARTIFACTS, GENERATION_FLAGS, OutputError, SetupError, TrainingJob, settings_from
+from ort_cffi.trainer.schedule import SCHEDULES
 
 DESCRIPTION = """\
 Fine-tune an ONNX model, or train ONNX Runtime training artifacts, on a dataset, through
@@ -40,11 +41,25 @@ they match the model and options); --trainable limits training to some parameter
 (what ort-cffi-artifacts or onnxruntime.training.artifacts.generate_artifacts writes). The
 first output of the training and eval models is the loss.
 
-dataset (.npz): one array per model input and split, named train_<input> and val_<input>,
-e.g. train_input, train_labels, val_input, val_labels for a model whose inputs are
-'input' and 'labels'. The first dimension is the sample; dtypes and the other dimensions
-must be the model's. When an integer input is the labels and the first exported output
-has one score per class, accuracy is reported too, and labels outside the classes are refused.
+--data takes what the data is (docs/guides/bring-your-data.md):
+- an image folder: one subfolder of images per class, or train/ and val/ folders that each
+  hold such subfolders. Images are resized to the model's input, scaled to 0-1 (--normalize
+  MEAN STD after that) and laid out as the input says (channels first or last). Needs Pillow
+  (pip install "ort-cffi[images]").
+- a CSV or TSV file with a header row: --label-column (default: the last column) holds the
+  labels, every other column is a numeric feature, standardised on the training split.
+- text: a CSV or TSV file with --text-column and --label-column; token ids from --tokenizer
+  tokenizer.json (pip install "ort-cffi[text]"), or from a vocabulary built on the training
+  split that fits the model's embedding, padded or truncated to its sequence length.
+- an .npz file: one array per model input and split, train_<input> and val_<input> (e.g.
+  train_input, train_labels, val_input, val_labels); the first dimension is the sample,
+  dtypes and the other dimensions are the model's.
+Label strings become class ids, sorted. Data without a validation part gets one: --val-split
+(default 0.2), seeded and stratified by class. The class names, the preprocessing and the
+vocabulary or tokenizer go into the inference model's metadata (and preprocessing.json):
+ort-cffi-predict MODEL.onnx INPUT... reads them. When an integer input is the labels and the
+first exported output has one score per class, accuracy is reported too, and labels outside
+the classes are refused.
 """
 
 EPILOG = """\
@@ -69,6 +84,10 @@ stored values; one that contradicts them is refused unless --override is given.
 examples:
   ort-cffi-train                                  # the digits example, into runs/digits
   ort-cffi-train --model model.onnx --data data.npz --trainable 'head.*' --out runs/mine
+  ort-cffi-train --model cnn.onnx --data photos/ --patience 5 --out runs/photos
+  ort-cffi-train --model mlp.onnx --data table.csv --label-column species
+  ort-cffi-train --model text.onnx --data reviews.csv --text-column review --label-column stars
+  ort-cffi-predict runs/photos/inference_model.onnx new_photo.jpg
   ort-cffi-train --artifacts my_artifacts --data my_data.npz --epochs 10 --lr 1e-3
   ort-cffi-train --out runs/mine --resume         # continue from runs/mine/last_checkpoint
 """
@@ -100,18 +119,33 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     model.add_argument("--python", metavar="PYTHON",
                        help="interpreter that runs ONNX Runtime's generator (default: $ORT_CFFI_ARTIFACTS_PYTHON, else "
                        "this one)")
-    parser.add_argument("--data", type=Path, metavar="FILE.npz",
-                        help="dataset (default: the one .npz file in the artifacts folder)")
+    parser.add_argument("--data", type=Path, metavar="PATH",
+                        help="dataset: an image folder, a CSV/TSV file or an .npz file (default: the one .npz file in "
+                        "the artifacts folder)")
+    data = parser.add_argument_group("what --data is made into")
+    data.add_argument("--val-split", type=fraction, metavar="FRACTION",
+                      help="hold out this fraction for validation where the data has no validation part "
+                      "(default: 0.2; seeded by --seed, stratified by class)")
+    data.add_argument("--label-column", metavar="NAME", help="CSV/TSV: the labels' column (default: the last one)")
+    data.add_argument("--text-column", metavar="NAME", help="CSV/TSV: a column of text, fed as token ids")
+    data.add_argument("--tokenizer", metavar="TOKENIZER.json",
+                      help="text: a Hugging Face tokenizers file (default: a vocabulary built on the training split)")
+    data.add_argument("--normalize", nargs=2, type=number_list, metavar=("MEAN", "STD"),
+                      help="images: after scaling to 0-1, subtract MEAN and divide by STD, one number for every "
+                      "channel or one per channel separated by commas (e.g. 0.485,0.456,0.406 0.229,0.224,0.225)")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="output folder (default: runs/<model or artifacts folder name>)")
     parser.add_argument("--epochs", type=positive_int, metavar="N", help="epochs to train in all (default: 30)")
     parser.add_argument("--batch-size", type=positive_int, metavar="N", help="default: 32")
     parser.add_argument("--lr", type=positive_float, help="(peak) learning rate (default: 0.01)")
-    parser.add_argument("--schedule", choices=("linear", "constant"),
-                        help="linear: warm up to --lr, then decay linearly to 0 at the last step "
-                        "(ONNX Runtime's linear scheduler); constant: --lr throughout (default: linear)")
+    parser.add_argument("--schedule", choices=SCHEDULES,
+                        help="linear: warm up to --lr, then decay linearly towards 0 at the last step; cosine: warm "
+                        "up, then decay along a half cosine; constant: --lr throughout (default: linear)")
     parser.add_argument("--warmup-steps", type=non_negative_int, metavar="N",
-                        help="linear warm-up length in optimizer steps (default: one epoch)")
+                        help="warm-up length in optimizer steps, the first step already learning (default: one epoch)")
+    parser.add_argument("--patience", type=positive_int, metavar="N",
+                        help="stop when the validation loss has not improved for N epochs; the best epoch is kept "
+                        "and exported (default: train all epochs)")
     parser.add_argument("--seed", type=non_negative_int, help="shuffling and runtime seed, 0 or more (default: 0)")
     parser.add_argument("--bn-reestimate", dest="bn_reestimate", action="store_true", default=None,
                         help="BatchNorm models: before each validation (and so before the export), re-estimate the "

@@ -21,10 +21,12 @@ CONFIG = "run_config"  # the RunConfig as JSON (a string property keeps floats e
 # bn_reestimate: the BatchNorm statistics re-estimated over the training set before each validation.
 DEFAULTS: Dict[str, Any] = {"epochs": 30, "batch_size": 32, "lr": 0.01, "schedule": "linear", "warmup_steps": None, "seed": 0,
                             "bn_reestimate": True}
+DEFAULTS["patience"] = None  # early stopping: epochs without a lower validation loss (None: never stops early)
 FLAGS = {"epochs": "--epochs", "batch_size": "--batch-size", "lr": "--lr", "schedule": "--schedule",
          "warmup_steps": "--warmup-steps", "seed": "--seed", "bn_reestimate": "--bn-reestimate"}
+FLAGS["patience"] = "--patience"
 # What a configuration stored before an option existed ran with (such a run did not re-estimate).
-EARLIER = {"bn_reestimate": False}
+EARLIER = {"bn_reestimate": False, "patience": None}
 # Artifact files whose content a run's parameters depend on (the checkpoint is the run's own).
 MODEL_FILES = ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx")
 
@@ -32,11 +34,6 @@ MODEL_FILES = ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx")
 def artifacts_identity(folder: Path) -> Dict[str, Any]:
     """Where the artifacts are and what they hold: the sha256 of each model file."""
     return {"path": str(folder.resolve()), "sha256": {name: file_sha256(folder / name) for name in MODEL_FILES}}
-
-
-def data_identity(path: Path) -> Dict[str, Any]:
-    """Where the dataset is and what it holds (its sha256)."""
-    return {"path": str(path.resolve()), "sha256": file_sha256(path)}
 
 
 @dataclass
@@ -51,6 +48,7 @@ class RunConfig:
     warmup_steps: Optional[int]
     seed: int
     bn_reestimate: bool = True
+    patience: Optional[int] = None
     data: Dict[str, Any] = field(default_factory=dict)
     artifacts: Dict[str, Any] = field(default_factory=dict)
     model: Optional[Dict[str, Any]] = None
@@ -80,7 +78,9 @@ def as_flag(key: str, value: Any) -> str:
     """One option as typed: ``--epochs 30``; a switch as itself or its ``--no-`` form."""
     if isinstance(value, bool):
         return FLAGS[key] if value else FLAGS[key].replace("--", "--no-", 1)
-    return f"{FLAGS[key]} {'one epoch' if value is None else value}"
+    if value is None:  # the defaults that are no number: the warm-up's one epoch, no early stopping
+        return f"{FLAGS[key]} {'one epoch' if key == 'warmup_steps' else 'off'}"
+    return f"{FLAGS[key]} {value}"
 
 
 def describe_options(options: Dict[str, Any]) -> str:

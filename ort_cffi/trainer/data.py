@@ -41,6 +41,8 @@ def find_artifacts(folder: Path) -> Dict[str, Path]:
 def find_dataset(data: Optional[Path], artifacts: Path) -> Path:
     """``data`` if it exists, else the one ``.npz`` file of the artifacts folder; a SetupError otherwise."""
     if data is not None:
+        if data.is_dir():  # ort-cffi-train reads folders (ort_cffi.trainer.sources); the others take .npz only
+            raise SetupError(f"dataset {str(data)!r} is a folder, not an .npz file (numpy.savez writes one)")
         if not data.is_file():
             raise SetupError(f"dataset {str(data)!r} does not exist")
         return data
@@ -79,13 +81,7 @@ def load_dataset(path: Path, splits: Dict[str, List[str]], infos: Dict[str, Tens
     against the model's inputs (names, dtypes, shapes, and at least one batch per split when the model
     fixes the batch size) so that a mismatch is reported here, by name, rather than as a runtime error
     in the middle of the first step."""
-    if not zipfile.is_zipfile(path):  # np.load would try it as a pickle and say so, confusingly
-        raise SetupError(f"dataset {str(path)!r} is not an .npz file (numpy.savez writes one)")
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            stored = {key: npz[key] for key in npz.files}
-    except Exception as exc:  # not a zip, a pickled array, a truncated file...
-        raise SetupError(f"cannot read dataset {str(path)!r}: {exc}") from None
+    stored = read_npz(path)
     where = f"dataset {str(path)!r}"
     expected = [f"{split}_{name}" for split, names in splits.items() for name in names]
     missing = [key for key in expected if key not in stored]
@@ -99,10 +95,27 @@ def load_dataset(path: Path, splits: Dict[str, List[str]], infos: Dict[str, Tens
             f"{where} {' and '.join(problems)}: the model's inputs are {', '.join(splits['train'])}, "
             f"so the arrays must be {', '.join(expected)}; the file has {', '.join(stored) or 'no arrays'}"
         )
+    return check_splits({split: {name: stored[f"{split}_{name}"] for name in names} for split, names in splits.items()},
+                        infos, where)
+
+
+def read_npz(path: Path) -> Arrays:
+    """The arrays of an ``.npz`` file by key; a SetupError for what is not one."""
+    if not zipfile.is_zipfile(path):  # np.load would try it as a pickle and say so, confusingly
+        raise SetupError(f"dataset {str(path)!r} is not an .npz file (numpy.savez writes one)")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {key: npz[key] for key in npz.files}
+    except Exception as exc:  # not a zip, a pickled array, a truncated file...
+        raise SetupError(f"cannot read dataset {str(path)!r}: {exc}") from None
+
+
+def check_splits(splits: Dict[str, Arrays], infos: Dict[str, TensorInfo], where: str) -> Dict[str, Arrays]:
+    """The arrays of each split checked against the model's inputs (dtypes, shapes, as many samples in each
+    array of a split, and at least one batch per split when the model fixes the batch size)."""
     dataset: Dict[str, Arrays] = {}
     batch = fixed_batch(infos)
-    for split, names in splits.items():
-        arrays = {name: stored[f"{split}_{name}"] for name in names}
+    for split, arrays in splits.items():
         for name, array in arrays.items():
             key, info = f"{split}_{name}", infos.get(name)
             if info is None:

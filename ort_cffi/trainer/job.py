@@ -35,7 +35,6 @@ from ort_cffi.trainer.config import (
     RunConfig,
     artifacts_identity,
     check_identity,
-    data_identity,
     read_checkpoint,
     resume_options,
 )
@@ -48,7 +47,6 @@ from ort_cffi.trainer.data import (
     find_artifacts,
     find_dataset,
     fixed_batch,
-    load_dataset,
     loss_labels,
     running_statistics,
     shape_text,
@@ -56,13 +54,26 @@ from ort_cffi.trainer.data import (
 from ort_cffi.trainer.errors import OutputError, SetupError
 from ort_cffi.trainer.loop import Outputs, Plan, check_export, evaluate, inference_check, run_epochs
 from ort_cffi.trainer.output import MadeFolders, load_history, plot, write_json, writing
+from ort_cffi.trainer.schedule import describe as describe_schedule
+from ort_cffi.trainer.schedule import learning_rate
+from ort_cffi.trainer.sources import (
+    RUN_FILE,
+    DataOptions,
+    ModelFeed,
+    check_exists,
+    data_identity,
+    decoded,
+    load_data,
+    write_metadata,
+)
+from ort_cffi.trainer.sources.common import FLAGS as DATA_FLAGS
 
 # The files that make a folder a run's: a new run refuses such an --out unless told --resume or --overwrite.
 # Where --overwrite generates --model's new artifacts (inside --out) until the pre-flight passed.
 STAGED_ARTIFACTS = ".artifacts-staged"
 RUN_FILES = ("last_checkpoint", "best_checkpoint", "metrics.json", "inference_model.onnx")
 # What a new run with --overwrite removes of the old run before its first epoch (artifacts/ aside).
-REPLACED_FILES = RUN_FILES + ("training.png",)
+REPLACED_FILES = RUN_FILES + ("training.png", RUN_FILE)
 
 # The settings that choose how --model's artifacts are made, and their flags (for messages).
 GENERATION_FLAGS = {"trainable": "--trainable", "frozen": "--frozen", "loss": "--loss", "loss_input": "--loss-input",
@@ -87,6 +98,13 @@ class TrainSettings:
     generator: Optional[str] = None  # who generates --model's artifacts (generate_artifacts' generator=)
     class_axis: Optional[int] = None  # the scores' class axis for cross-entropy (generate_artifacts' class_axis=)
     data: Optional[Path] = None
+    # What the dataset is made of, besides --data (ort_cffi.trainer.sources.DataOptions): kept with the run.
+    val_split: Optional[float] = None
+    label_column: Optional[str] = None
+    text_column: Optional[str] = None
+    tokenizer: Optional[str] = None
+    normalize: Optional[List[List[float]]] = None
+    patience: Optional[int] = None  # stop when the validation loss has not improved for this many epochs
     epochs: Optional[int] = None
     batch_size: Optional[int] = None
     lr: Optional[float] = None
@@ -218,9 +236,9 @@ class TrainingJob:
                       f"{config.epochs} epochs; to train further, resume with --epochs N (more than "
                       f"{plan.first_epoch - 1}) --override")
             try:
-                run_epochs(session, prepared.data, plan, prepared.names, self.out, history.best, history.steps,
-                           history.epochs, lambda: history.record(self.out, config, self.settings),
-                           (history.before or {}).get("val_loss"))
+                history.stopped_early = run_epochs(
+                    session, prepared.data, plan, prepared.names, self.out, history.best, history.steps, history.epochs,
+                    lambda: history.record(self.out, config, self.settings), (history.before or {}).get("val_loss"))
             except KeyboardInterrupt:
                 print(f"\ninterrupted: resume with --out {self.out} --resume", file=sys.stderr)
                 return 130
@@ -326,17 +344,21 @@ class TrainingJob:
                                  "name it with --artifacts DIR")
         else:
             folder = DEFAULT_ARTIFACTS
+        if not lines and model is not None and model.get("path"):  # a resumed --model run: named by its model
+            lines = [f"artifacts: {folder} (the run's, made from {model['path']})"]
         if not lines:
             lines = [f"artifacts: {folder}{' (the embedded digits example)' if folder == DEFAULT_ARTIFACTS else ''}"]
         files = find_artifacts(folder)
         checkpoint = files["checkpoint"] if resumed is None else resumed.path
         if settings.data is None and stored is not None:
             data = Path(stored.data["path"])
-            if not data.is_file():
+            if not data.exists():
                 raise SetupError(f"the dataset of the run being resumed, {str(data)!r}, no longer exists: "
-                                 "name it with --data FILE.npz")
+                                 "name it with --data")
+        elif settings.data is not None:
+            data = check_exists(settings.data)  # what it is, and whether it is usable, is the sources' to say
         else:
-            data = find_dataset(settings.data, folder)
+            data = find_dataset(None, folder)
         return _Source(folder, files, checkpoint, data, model, lines, replaces)
 
     def _model_artifacts(self, resumed: Optional[Resumed]) -> Tuple[Path, Dict[str, Any], List[str]]:
@@ -393,6 +415,7 @@ class TrainingJob:
             artifacts_id["path"] = str(source.replaces.resolve())
         notes: List[str] = []
         stored = resumed.config if resumed is not None else None
+        data_id["options"] = self._data_options(stored, notes)
         if stored is not None:
             options, changes = resume_options(stored, given, self.settings.override)
             notes += [f"overriding: {change}" for change in changes]
@@ -410,14 +433,31 @@ class TrainingJob:
                              "with the options given and the defaults")
         return RunConfig(**options, data=data_id, artifacts=artifacts_id, model=source.model), notes
 
+    def _data_options(self, stored: Optional[RunConfig], notes: List[str]) -> Dict[str, Any]:
+        """The options that shape the dataset (--val-split, --label-column, ...): those given, else the resumed
+        run's; one that contradicts the resumed run's is refused unless --override (it would change the split,
+        the vocabulary or the standardisation the trained parameters depend on)."""
+        given = DataOptions(**{key: getattr(self.settings, key) for key in DATA_FLAGS}).given()
+        if stored is None:
+            return given
+        before = stored.data.get("options") or {}
+        changed = [key for key, value in given.items() if before.get(key) != value]
+        if changed and not self.settings.override:
+            flags = " and ".join(DATA_FLAGS[key] for key in changed)
+            raise SetupError(f"{flags} differ{'s' if len(changed) == 1 else ''} from the run being resumed "
+                             f"({', '.join(f'{DATA_FLAGS[k]} {v}' for k, v in before.items()) or 'the defaults'}): "
+                             "the trained parameters depend on its data as it was shaped; leave "
+                             f"{'it' if len(changed) == 1 else 'them'} out, or add --override")
+        notes += [f"overriding: {DATA_FLAGS[key]} {before.get(key)} -> {given[key]}" for key in changed]
+        return {**before, **given}
+
     # --- after training ------------------------------------------------------------------------------------
 
     def _finish(self, source: _Source, prepared: "_Prepared", history: "_History", config: RunConfig) -> None:
         """Export the best parameters, run the exported model, write the metrics and the plot."""
         settings, out = self.settings, self.out
         best_epochs = [e for e in history.epochs if e["best"]]
-        title = f"{(settings.model.stem if settings.model is not None else source.folder.resolve().name)}: " \
-                f"{len(history.epochs)} epochs"
+        title = f"{run_name(settings, config, source.folder)}: {len(history.epochs)} epochs"
         if best_epochs:
             chosen = best_epochs[-1]
             accuracy = f", val acc {chosen['val_accuracy']:.4f}" if chosen["val_accuracy"] is not None else ""
@@ -434,6 +474,17 @@ class TrainingJob:
                                                               config.batch_size, prepared.drop_last, prepared.scores,
                                                               prepared.class_axis)
         print(f"inference model: {model_path} (from {exported_from.name}; outputs {', '.join(outputs)})")
+        loaded = prepared.loaded
+        if loaded.metadata:  # what a user of the model needs: the classes, the preprocessing, the tokens
+            with writing(model_path):
+                write_metadata(model_path, loaded.metadata)
+            with writing(out / RUN_FILE):
+                write_json(out / RUN_FILE, decoded(loaded.metadata), "preprocessing record")
+            history.files.append(out / RUN_FILE)
+            print(f"metadata:  {', '.join(loaded.metadata)} in the inference model's metadata_props and in {RUN_FILE}")
+        if loaded.classes is not None:
+            shown = ", ".join(loaded.classes[:20]) + (", ..." if len(loaded.classes) > 20 else "")
+            print(f"classes:   {shown} ({len(loaded.classes)}, in id order)")
         history.inference = {"model": model_path.name, "outputs": outputs, "val_accuracy": history.inference_accuracy}
         with writing(out / "metrics.json"):
             history.record(out, config, settings)
@@ -476,11 +527,12 @@ class _History:
     inference: Optional[dict] = None
     inference_accuracy: Optional[float] = None
     files: List[Path] = field(default_factory=list)
+    stopped_early: Optional[int] = None  # the epoch --patience stopped the run after
 
     def record(self, out: Path, config: RunConfig, settings: TrainSettings) -> None:
         write_json(out / "metrics.json", {"config": config.__dict__, "options": settings.as_record(),
                                           "before": self.before, "epochs": self.epochs, "steps": self.steps,
-                                          "inference": self.inference}, "metrics")
+                                          "inference": self.inference, "stopped_early": self.stopped_early}, "metrics")
         if out / "metrics.json" not in self.files:
             self.files.insert(0, out / "metrics.json")
 
@@ -495,7 +547,6 @@ class _Prepared:
         inputs, self.outputs = eval_signature(env, files["eval"])  # one inference session, not one per question
         self.infos = {name: inputs[name] for name in sorted(set(self.splits["train"]) | set(self.splits["val"]))
                       if name in inputs}
-        self.data = load_dataset(source.data, self.splits, self.infos)
         eval_outputs = list(session.getEvalOutputNames())
         self.export = job.settings.export_outputs or eval_outputs[1:]
         if not self.export:
@@ -517,12 +568,18 @@ class _Prepared:
                              tuple(entry for entry in (manifest or {}).get("batchnorm_statistics") or ()
                                    if {entry["mean_output"], entry["var_output"]} <= set(train_outputs)))
         where = f"dataset {str(source.data)!r}"
+        classes = -1
         if self.labels is not None and self.scores is not None:
             shape = self.outputs[self.scores].shape
             classes = shape[self.class_axis] if len(shape) > self.class_axis else -1
-            if classes > 1:
-                check_labels(self.data, self.labels, classes, self.scores, where,
-                             -1 if self.class_axis == len(shape) - 1 else self.class_axis)
+        # The data, shaped as the model's inputs say (an .npz, an image folder, a CSV or text file).
+        feed = ModelFeed(self.infos, self.labels, classes if classes > 1 else None, files["eval"], inputs)
+        self.loaded = load_data(source.data, self.splits, feed, DataOptions(**config.data.get("options", {})),
+                                config.seed)
+        self.data = self.loaded.splits
+        if classes > 1 and self.labels is not None and self.scores is not None:
+            check_labels(self.data, self.labels, classes, self.scores, where,
+                         -1 if self.class_axis == len(shape) - 1 else self.class_axis)
         self.drop_last = False
         model_batch = fixed_batch(self.infos)
         if model_batch is not None:
@@ -551,25 +608,25 @@ class _Prepared:
         if config.warmup_steps is None:
             config.warmup_steps = self.steps_per_epoch
         total_steps = step + max(0, config.epochs - epoch) * self.steps_per_epoch
-        if config.schedule == "linear":
-            warmup = min(config.warmup_steps, total_steps)
-            self.session.registerLinearLRScheduler(warmup, max(total_steps, 1), config.lr)
-            # Registering sets the rate to --lr; one schedulerStep sets the rate for the steps already
-            # taken (0, or those of the resumed checkpoint's optimizer state), so that warm-up starts
-            # at the first step and a resumed run continues the schedule where it stopped.
-            self.session.schedulerStep()
-            self.schedule = f"linear schedule, warm-up {warmup} steps"
-        else:
-            self.session.setLearningRate(config.lr)
-            self.schedule = "constant"
-        return Plan(config, epoch + 1, step, self.steps_per_epoch, self.drop_last, _progress(self.job.settings)), history
+        warmup = min(config.warmup_steps, total_steps)
+        schedule, peak = config.schedule, config.lr
+
+        def rate(taken: int) -> float:  # set before each step, from the global step: a resume continues it
+            return learning_rate(schedule, peak, warmup, max(total_steps, 1), taken)
+
+        self.session.setLearningRate(rate(step))
+        self.schedule = describe_schedule(schedule, warmup)
+        return Plan(config, epoch + 1, step, self.steps_per_epoch, self.drop_last, _progress(self.job.settings),
+                    rate), history
 
     def describe(self, resumed: Optional[Resumed], checkpoint: Path, restored: bool) -> List[str]:
         config, infos = self.config, self.infos
         described = ", ".join(f"{n} {infos[n].dtype} {shape_text(infos[n].shape)}" for n in self.splits["train"] if n in infos)
-        lines = [f"dataset:   {self.source.data} ({self.n_train} train, {self.n_val} validation; {described})",
-                 f"training:  {config.epochs} epochs x {self.steps_per_epoch} steps, batch {config.batch_size}, "
-                 f"lr {config.lr:g} ({self.schedule}), seed {config.seed}"]
+        lines = [f"dataset:   {self.source.data} ({self.n_train} train, {self.n_val} validation; {described})"]
+        lines += [f"           {line}" for line in [self.loaded.description] + self.loaded.notes if line]
+        lines += [f"training:  {config.epochs} epochs x {self.steps_per_epoch} steps, batch {config.batch_size}, "
+                 f"lr {config.lr:g} ({self.schedule}), seed {config.seed}"
+                 + (f", early stop after {config.patience} epochs without a lower val loss" if config.patience else "")]
         if self.names.batchnorm:
             layers = len(self.names.batchnorm)
             lines.append(f"batchnorm: {layers} layer{'s' if layers > 1 else ''}; running statistics "
@@ -587,6 +644,16 @@ class _Prepared:
         accuracy = f"  val acc {val_acc:.4f}" if val_acc is not None else ""
         print(f"before training: val loss {val_loss:.4f}{accuracy}", flush=True)
         return {"val_loss": val_loss, "val_accuracy": val_acc}
+
+
+def run_name(settings: TrainSettings, config: RunConfig, folder: Path) -> str:
+    """The run's name for the plot's title: the model's (``--model``, or the one the resumed run was made from),
+    else the artifacts folder's."""
+    if settings.model is not None:
+        return settings.model.stem
+    if config.model is not None and config.model.get("path"):
+        return Path(config.model["path"]).stem
+    return folder.resolve().name
 
 
 def _progress(settings: TrainSettings) -> bool:

@@ -63,16 +63,19 @@ def count_correct(scores: np.ndarray, labels: np.ndarray, class_axis: int = 1) -
 
 
 def train_epoch(session: OrtTrainingSession, data: Arrays, loss_name: str, epoch_batches: Iterator[np.ndarray],
-                scheduled: bool, epoch: int, step: int, steps: List[dict], bar: Any,
+                rate: Optional[Callable[[int], float]], epoch: int, step: int, steps: List[dict], bar: Any,
                 statistics: Sequence[Tuple[str, str]] = ()) -> float:
     """One pass over the training batches, the first of them global step ``step + 1``; appends a record
-    per step to ``steps`` and returns the epoch's mean loss. ``statistics``: (training output, frozen
+    per step to ``steps`` and returns the epoch's mean loss. ``rate(step)``: the learning rate of the step that
+    follows ``step`` steps taken, set before it (None: the session's rate stays). ``statistics``: (training output, frozen
     parameter) pairs, BatchNormalization's running statistics as the step updated them, written back into
     the parameters after each step (artifacts.json's ``batchnorm_statistics``)."""
     loss_sum, count = 0.0, 0
     state = session.getCheckpointState() if statistics else None
     wanted = [loss_name] + [output for output, _ in statistics]
     for idx in epoch_batches:
+        if rate is not None:
+            session.setLearningRate(rate(step))
         lr = session.getLearningRate()  # the rate this step runs at
         with session.trainStep({name: array[idx] for name, array in data.items()}, wanted) as result:
             loss = float(result.get(0).getValue())
@@ -84,8 +87,6 @@ def train_epoch(session: OrtTrainingSession, data: Arrays, loss_name: str, epoch
         if state is not None:
             for (_, parameter), value in zip(statistics, updated):
                 state.updateParameter(parameter, value)
-        if scheduled:
-            session.schedulerStep()  # the rate for the next step
         step += 1
         loss_sum, count = loss_sum + loss * len(idx), count + len(idx)
         steps.append({"step": step, "epoch": epoch, "loss": loss, "lr": lr})
@@ -161,15 +162,18 @@ class Plan:
     steps_per_epoch: int
     drop_last: bool
     progress: bool
+    rate: Optional[Callable[[int], float]] = None  # the learning rate after a number of steps (schedule.learning_rate)
 
 
 def run_epochs(session: OrtTrainingSession, data: Dict[str, Arrays], plan: Plan, names: Outputs, out: Path,
                best: Optional[Tuple[float, float]], steps: List[dict], epochs: List[dict],
-               record: Callable[[], None], before_val_loss: Optional[float] = None) -> None:
+               record: Callable[[], None], before_val_loss: Optional[float] = None) -> Optional[int]:
     """Train, validate, checkpoint and record each epoch from ``plan.first_epoch`` on. Each epoch stores
     the epoch, step, best score and the run's configuration as checkpoint properties, saves
     ``best_checkpoint`` when validation improved and ``last_checkpoint`` always (with the optimizer state,
-    for --resume), appends to ``steps`` and ``epochs``, calls ``record()`` and prints its line."""
+    for --resume), appends to ``steps`` and ``epochs``, calls ``record()`` and prints its line. With
+    ``config.patience``, stops once the validation loss has not improved for that many epochs, and returns the
+    epoch it stopped after (None when it ran to the end); ``best_checkpoint`` keeps the best epoch."""
     config, step = plan.config, plan.step
     n_train = len(next(iter(data["train"].values())))
     width = len(str(config.epochs))
@@ -180,7 +184,7 @@ def run_epochs(session: OrtTrainingSession, data: Dict[str, Arrays], plan: Plan,
         bar = progress_bar(plan.progress, n_train, f"epoch {epoch}/{config.epochs}")
         try:
             train_loss = train_epoch(session, data["train"], names.loss, batches(order, config.batch_size, plan.drop_last),
-                                     config.schedule == "linear", epoch, step, steps, bar, names.statistics)
+                                     plan.rate, epoch, step, steps, bar, names.statistics)
         finally:
             bar.close()
         step, lr = steps[-1]["step"], steps[-1]["lr"]
@@ -223,6 +227,21 @@ def run_epochs(session: OrtTrainingSession, data: Dict[str, Arrays], plan: Plan,
         statistics = f"  bn re-estimated ({reestimated.seconds:.1f} s)" if reestimated is not None else ""
         print(f"epoch {epoch:{width}d}/{config.epochs}  train loss {train_loss:.4f}  "
               f"val loss {val_loss:.4f}{accuracy}  lr {lr:.2e}{statistics}{'  *best' if improved else ''}", flush=True)
+        waited = epochs_without_improvement(epochs, before_val_loss)
+        if config.patience and waited >= config.patience and epoch < config.epochs:
+            print(f"early stop: the validation loss has not improved for {waited} epochs (--patience "
+                  f"{config.patience}); the best epoch is kept in best_checkpoint", flush=True)
+            return epoch
+    return None
+
+
+def epochs_without_improvement(epochs: List[dict], before_val_loss: Optional[float]) -> int:
+    """How many epochs have passed since the lowest validation loss (that before training included)."""
+    losses = ([before_val_loss] if before_val_loss is not None else []) + [e["val_loss"] for e in epochs]
+    if not losses:
+        return 0
+    finite = [loss if math.isfinite(loss) else math.inf for loss in losses]
+    return len(finite) - 1 - finite.index(min(finite))
 
 
 EXPLODED = 100.0  # a validation loss this many times its lowest so far, while training loss falls
