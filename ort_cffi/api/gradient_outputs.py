@@ -11,13 +11,16 @@ gradients beside the loss, and ``Module`` hides them from its caller.
 The model is edited on the protobuf wire format, as ``ort_cffi``'s facade reads it (no ``onnx`` package at
 run time): ``ModelProto.graph`` (field 7) is split into its fields; ``NodeProto`` entries (field 1) whose
 ``op_type`` (4) is ``InPlaceAccumulatorV2`` get a second ``output`` (2); ``ValueInfoProto`` entries are
-appended as outputs (12). Every other byte is copied unchanged. A model this cannot follow, or whose
-initializers keep their data in other files (the edited model is written elsewhere), is left as it is and
-its gradients are not offered.
+appended as outputs (12), typed as the accumulator's buffer input is. Every other byte is copied unchanged.
+Only names are decoded, each from its own field: a ``ValueInfoProto`` also holds its value's type and shape
+(varints, not text: a dim of 128 or more is no UTF-8), so its name is read from its field 1, never from the
+whole message. A model this cannot follow, or whose initializers keep their data in other files (the edited
+model is written elsewhere), is left as it is: ``GradientsUnreadable`` says why, and ``Parameter.grad``
+raises with that reason rather than answering nothing.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Set, Tuple
 
 from ort_cffi._facade.protobuf_wire import (
     LENGTH_DELIMITED,
@@ -34,6 +37,10 @@ _ACCUMULATOR = b"InPlaceAccumulatorV2"
 _EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
 
 
+class GradientsUnreadable(Exception):
+    """The training model cannot be given its gradients as outputs; the message says why."""
+
+
 def _fields(data: bytes) -> Iterator[Tuple[int, int, int, int, int]]:
     """(field number, wire type, start of the whole field, start of its payload, end) for each field."""
     view = memoryview(data)
@@ -48,6 +55,30 @@ def _strings(data: bytes, number: int) -> List[bytes]:
     return [data[p:e] for n, w, _, p, e in _fields(data) if n == number and w == LENGTH_DELIMITED]
 
 
+def _name(data: bytes, number: int) -> str:
+    """The name (field ``number``, a string) of a message: the last one given counts, as in protobuf."""
+    names = _strings(data, number)
+    return names[-1].decode("utf-8") if names else ""
+
+
+def _value_names(graph: bytes) -> Set[str]:
+    """Every value name of a graph: its inputs, outputs and value infos (ValueInfoProto.name = 1), its
+    initializers (TensorProto.name = 8), and its nodes' inputs and outputs (NodeProto.input = 1, output = 2)."""
+    names: Set[str] = set()
+    for number, wire, _, payload, end in _fields(graph):
+        if wire != LENGTH_DELIMITED:
+            continue
+        if number in (11, 12, 13):
+            names.add(_name(graph[payload:end], 1))
+        elif number == 5:
+            names.add(_name(graph[payload:end], 8))
+        elif number == 1:
+            node = graph[payload:end]
+            names.update(name.decode("utf-8") for name in _strings(node, 1) + _strings(node, 2))
+    names.discard("")
+    return names
+
+
 def _has_external_data(initializer: bytes) -> bool:
     for number, wire, _, payload, _end in _fields(initializer):
         if number == 14 and wire == 0 and varint(memoryview(initializer), payload)[0] == _EXTERNAL:
@@ -55,51 +86,85 @@ def _has_external_data(initializer: bytes) -> bool:
     return False
 
 
-def _float_tensor_output(name: str, elem_type: int) -> bytes:
-    tensor_type = encode_varint(1 << 3) + encode_varint(elem_type)  # TypeProto.Tensor.elem_type
-    type_proto = length_delimited(1, tensor_type)  # TypeProto.tensor_type
+def _tensor_output(name: str, type_proto: bytes) -> bytes:
     return length_delimited(1, name.encode()) + length_delimited(2, type_proto)  # ValueInfoProto.name, .type
 
 
-def with_gradient_outputs(model: bytes, elem_types: Dict[str, int]) -> Optional[Tuple[bytes, Dict[str, str]]]:
-    """The model with a gradient output per accumulated parameter, and parameter name → output name;
-    None when the model cannot be edited (or has no accumulator to read). ``elem_types`` gives each
-    parameter's ONNX element type (float when not listed)."""
+def _elem_type_only(elem_type: int) -> bytes:
+    """A TypeProto of a tensor of ``elem_type`` and no shape."""
+    return length_delimited(1, encode_varint(1 << 3) + encode_varint(elem_type))  # TypeProto.tensor_type.elem_type
+
+
+def _input_types(graph: bytes) -> Dict[str, bytes]:
+    """Name → TypeProto (ValueInfoProto.type = 2, as stored) of each graph input (GraphProto.input = 11)."""
+    found: Dict[str, bytes] = {}
+    for number, wire, _, payload, end in _fields(graph):
+        if number == 11 and wire == LENGTH_DELIMITED:
+            value = graph[payload:end]
+            types = _strings(value, 2)
+            if types:
+                found[_name(value, 1)] = types[-1]
+    return found
+
+
+def with_gradient_outputs(model: bytes, elem_types: Dict[str, int]) -> Tuple[bytes, Dict[str, str]]:
+    """The model with a gradient output per accumulated parameter, and parameter name → output name.
+    ``elem_types`` gives each parameter's ONNX element type where the graph does not type its buffer (float
+    when not listed either).
+
+    Raises:
+        GradientsUnreadable: The model cannot be edited, or has no accumulator to read (the message says which).
+    """
     try:
         return _edit(model, elem_types)
-    except (Malformed, UnicodeDecodeError):
-        return None
+    except Malformed as exc:
+        raise GradientsUnreadable(f"the training model is not a protobuf message this reader can follow ({exc})") from None
+    except UnicodeDecodeError:
+        raise GradientsUnreadable("a name in the training model is not UTF-8") from None
 
 
-def _edit(model: bytes, elem_types: Dict[str, int]) -> Optional[Tuple[bytes, Dict[str, str]]]:
+def _edit(model: bytes, elem_types: Dict[str, int]) -> Tuple[bytes, Dict[str, str]]:
     model_fields = list(_fields(model))
     graphs = [f for f in model_fields if f[0] == 7 and f[1] == LENGTH_DELIMITED]
     if len(graphs) != 1:
-        return None
+        raise GradientsUnreadable(f"the training model has {len(graphs)} graph fields, not one")
     _, _, _, graph_start, graph_end = graphs[0]
     graph = model[graph_start:graph_end]
     outputs: Dict[str, str] = {}
-    taken = {name.decode() for name in _strings(graph, 12)}
+    taken = _value_names(graph)
+    input_types = _input_types(graph)
+    accumulators = 0
     pieces: List[bytes] = []
     for number, wire, start, payload, end in _fields(graph):
         field = graph[start:end]
         if number == 5 and wire == LENGTH_DELIMITED and _has_external_data(graph[payload:end]):
-            return None  # its data lies beside the original file, not beside the edited copy
+            # its data lies beside the original file, not beside the edited copy
+            raise GradientsUnreadable(f"its initializer {_name(graph[payload:end], 8)!r} keeps its data in another file")
         if number == 1 and wire == LENGTH_DELIMITED:
             node = graph[payload:end]
+            if _strings(node, 4) != [_ACCUMULATOR]:
+                pieces.append(field)
+                continue
+            accumulators += 1
             inputs, node_outputs = _strings(node, 1), _strings(node, 2)
-            if (_strings(node, 4) == [_ACCUMULATOR] and len(node_outputs) == 1 and inputs
-                    and inputs[0].endswith(_BUFFER_SUFFIX.encode())):
-                parameter = inputs[0][: -len(_BUFFER_SUFFIX)].decode()
+            if len(node_outputs) == 1 and inputs and inputs[0].endswith(_BUFFER_SUFFIX.encode()):
+                parameter = inputs[0][: -len(_BUFFER_SUFFIX)].decode("utf-8")
                 name = parameter + GRADIENT_OUTPUT_SUFFIX
-                if name in taken or parameter in outputs:
-                    return None
+                if name in taken:
+                    raise GradientsUnreadable(f"the name {name!r} ort_cffi would give its gradient output is taken")
+                if parameter in outputs:
+                    raise GradientsUnreadable(f"two accumulator nodes write the gradient buffer of {parameter!r}")
                 outputs[parameter] = name
                 field = length_delimited(1, node + length_delimited(2, name.encode()))
         pieces.append(field)
     if not outputs:
-        return None
-    pieces.extend(length_delimited(12, _float_tensor_output(name, elem_types.get(parameter, 1)))
+        raise GradientsUnreadable(
+            "it has no InPlaceAccumulatorV2 node" if not accumulators else
+            f"none of its {accumulators} InPlaceAccumulatorV2 nodes is ONNX Runtime's form (one output, a first input "
+            f"named '<parameter>{_BUFFER_SUFFIX}')")
+    # each output is typed as its buffer is (the parameter's element type and shape), where the graph says
+    pieces.extend(length_delimited(12, _tensor_output(name, input_types.get(parameter + _BUFFER_SUFFIX)
+                                                      or _elem_type_only(elem_types.get(parameter, 1))))
                   for parameter, name in outputs.items())
     new_graph = b"".join(pieces)
     rebuilt = b"".join(model[start:end] if number != 7 else length_delimited(7, new_graph) for number, _w, start, _p, end in model_fields)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ort_cffi import OnnxTensor, OrtEnvironment, OrtException, OrtTrainingSession, Result, SessionOptions
 from ort_cffi.api.checkpoint_state import CheckpointState
-from ort_cffi.api.gradient_outputs import with_gradient_outputs
+from ort_cffi.api.gradient_outputs import GradientsUnreadable, with_gradient_outputs
 from ort_cffi.api.ortvalue import OrtValue, check_device
 
 Outputs = Union[np.ndarray, Tuple[np.ndarray, ...], OrtValue, Tuple[OrtValue, ...]]
@@ -92,6 +92,7 @@ class Module:
         if self._device_type == "cuda" and self._session_options is not None:
             self._session_options.addCUDA(device_id)
         self._gradient_outputs: Dict[str, str] = {}
+        self._gradients_unreadable = ""  # why ``_gradient_outputs`` is empty, for Parameter.grad to say
         self._gradients_pending = False  # a training step ran since the last lazy_reset_grad()
         self._optimizer_path: Optional[str] = None
         self._generation = 0  # bumped each time the session is created again (an Optimizer's check)
@@ -116,9 +117,10 @@ class Module:
                 model = file.read()
         layout = self._state._layout
         elem_types = {p.name: p.onnx_type for p in layout.parameters.values()} if layout is not None else {}
-        edited = with_gradient_outputs(model, elem_types) if model else None
-        if edited is None:
-            self._gradient_outputs = {}
+        try:
+            edited = with_gradient_outputs(model, elem_types)
+        except GradientsUnreadable as exc:
+            self._gradient_outputs, self._gradients_unreadable = {}, str(exc)
             return env.createTrainingSession(self._state._state, self._train_path, self._eval_path,
                                              optimizer_path, self._session_options)
         folder = tempfile.mkdtemp(prefix="ort_cffi-api-")
@@ -128,14 +130,15 @@ class Module:
                 file.write(edited[0])
             session = env.createTrainingSession(self._state._state, path, self._eval_path, optimizer_path,
                                                 self._session_options)
-        except OrtException:
+        except OrtException as exc:
             # The edited copy is refused: the user's own file decides, and its error names that file.
             self._gradient_outputs = {}
+            self._gradients_unreadable = f"ONNX Runtime refused it with its gradients as outputs ({exc})"
             return env.createTrainingSession(self._state._state, self._train_path, self._eval_path,
                                              optimizer_path, self._session_options)
         finally:
             shutil.rmtree(folder, ignore_errors=True)  # the runtime read the model at creation
-        self._gradient_outputs = edited[1]
+        self._gradient_outputs, self._gradients_unreadable = edited[1], ""
         return session
 
     def _has_session(self) -> bool:
@@ -349,8 +352,8 @@ class Module:
         session = self._live_session()
         if not self._gradient_outputs:
             raise OrtException(
-                f"the gradient of {name!r} cannot be read: this training model has no accumulator node ort_cffi "
-                "can read the gradients from (or keeps data in other files)"
+                f"the gradient of {name!r} cannot be read: ort_cffi reads gradients as extra outputs of the "
+                f"training model's accumulator nodes, and {self._gradients_unreadable}"
             )
         if name not in self._gradient_outputs:
             raise OrtException(

@@ -192,7 +192,7 @@ def test_a_training_model_whose_gradients_cannot_be_read_still_trains(tmp_path: 
     model(*batch(784))
     optimizer.step()
     assert not np.array_equal(before, state.parameters["fc2.bias"].data)
-    with pytest.raises(OrtException, match="gradient of 'fc2.bias' cannot be read"):
+    with pytest.raises(OrtException, match="gradient of 'fc2.bias' cannot be read: .* none of its 4 InPlaceAccumulatorV2"):
         state.parameters["fc2.bias"].grad
 
 
