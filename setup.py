@@ -56,6 +56,7 @@ setup(
     # Folders by layer: _native (loader, declarations, tables, handles), _facade (the Java classes), the
     # applications (artifacts, trainer, runtime, flower) and cli (the four commands).
     packages=find_packages(include=["ort_cffi", "ort_cffi.*"]) + ["ort_cffi.include"],
+    py_modules=["ort_cffi_commands"],  # the commands' entry points, light enough to catch Ctrl-C as they start
     package_dir={"ort_cffi.include": "include"},
     package_data={"ort_cffi": ["py.typed", "data/*", "data/*/*"], "ort_cffi.include": ["*.h"]},
     install_requires=[
@@ -101,10 +102,12 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "ort-cffi-train=ort_cffi.cli.train:main",
-            "ort-cffi-federated=ort_cffi.cli.federated:main",
-            "ort-cffi-runtime=ort_cffi.cli.runtime:main",
-            "ort-cffi-artifacts=ort_cffi.cli.artifacts:main",
+            # Through ort_cffi_commands, outside the package: Ctrl-C while a command starts (imports
+            # included) ends with one line and exit status 130 (that module says why).
+            "ort-cffi-train=ort_cffi_commands:train",
+            "ort-cffi-federated=ort_cffi_commands:federated",
+            "ort-cffi-runtime=ort_cffi_commands:runtime",
+            "ort-cffi-artifacts=ort_cffi_commands:artifacts",
         ]
     },
 )
