@@ -73,6 +73,12 @@ setup(
         "cuda": [CUDA_WHEEL],
         # The command-line trainer's progress bar and plots.
         "demo": ["tqdm>=4.60", "matplotlib>=3.5"],
+        # ort-cffi-train --data on a folder of images, and ort-cffi-predict on image files: Pillow reads, converts
+        # and resizes them (9.1: Image.Resampling).
+        "images": ["Pillow>=9.1"],
+        # ort-cffi-train --tokenizer tokenizer.json and ort-cffi-predict for a model trained with one: Hugging
+        # Face's tokenizers reads that format (a vocabulary built from the data needs nothing).
+        "text": ["tokenizers>=0.13"],
         # ort-cffi-federated and ort_cffi.flower: Flower's client/server apps, SuperLink/SuperNode and its
         # Ray simulation engine (flwr[simulation]); the plot.
         "federated": [FLOWER, "matplotlib>=3.5"],
@@ -85,6 +91,8 @@ setup(
             "sybil>=9",  # runs every Python example of the README and the documentation
             FLOWER,  # the federated tests run simulations and a SuperLink with SuperNodes on loopback
             "cryptography>=42",  # the TLS test makes its own CA, certificates and SuperNode keys
+            "Pillow>=9.1",  # the trainer's image-folder tests write PNG and JPEG files and train on them
+            "tokenizers>=0.13",  # the text tests train with a tokenizer.json
         ],
         # The documentation site (scripts/docs.sh).
         "docs": DOCS,
@@ -108,6 +116,7 @@ setup(
             "ort-cffi-federated=ort_cffi_commands:federated",
             "ort-cffi-runtime=ort_cffi_commands:runtime",
             "ort-cffi-artifacts=ort_cffi_commands:artifacts",
+            "ort-cffi-predict=ort_cffi.cli.predict:main",
         ]
     },
 )
