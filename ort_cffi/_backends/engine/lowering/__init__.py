@@ -1,4 +1,185 @@
-"""The lowering of ``com.microsoft`` training operators to standard ONNX operators, done once per session.
+"""The lowering of training operators to standard ONNX operators, done once when a session is created.
 
-The rules are in ``registry.RULES`` (see ``registry`` for what a rule is), one file per family beside it.
+Training artifacts (ort_cffi's builder's, or ONNX Runtime 1.19.2's generator's) hold operators that only a
+training build has kernels for: ``com.microsoft`` gradients (ConvGrad, SoftmaxCrossEntropyLossGrad, ...) and a
+few default-domain ones that are not in the ONNX standard (MaxPoolGrad, AveragePoolGrad). ``lower_training_ops``
+writes each as standard operators valid at the model's opset, or as inference contrib operators every build
+has (``registry.CONTRIB_TARGETS``), so that a current inference build runs the model. The engine itself runs
+``KEPT_FOR_THE_ENGINE`` (gradient accumulation and the optimizers): they stay.
+
+The rules are in ``registry.RULES`` (``registry`` says what a rule is), one file per family beside it. An
+operator with no rule, or a node its rule cannot write, is refused by name before anything runs
+(``UnsupportedTrainingOpError``).
 """
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Dict, Iterator, List, Set, Tuple
+
+import onnx
+from onnx import helper
+
+from ort_cffi._backends.engine.lowering.registry import (
+    CONTRIB_TARGETS, MICROSOFT, RULES, Emitter, LoweringError, UnsupportedTrainingOpError, infer_types)
+
+# run by the engine itself on its own state, not by the session's graph
+KEPT_FOR_THE_ENGINE = frozenset({"InPlaceAccumulatorV2", "AdamWOptimizer", "SGDOptimizerV2"})
+
+# importing a family's module registers its rules: every module beside this one is a family
+for _family in pkgutil.iter_modules(__path__):
+    if _family.name != "registry":
+        importlib.import_module(f"{__name__}.{_family.name}")
+
+__all__ = ["KEPT_FOR_THE_ENGINE", "LoweringError", "UnsupportedTrainingOpError", "lower_training_ops",
+           "needs_lowering", "unlowerable_ops"]
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    """The version of the model's default-domain opset import."""
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    return 1
+
+
+def _is_standard(op_type: str, opset: int) -> bool:
+    try:
+        onnx.defs.get_schema(op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return False
+    return True
+
+
+def needs_lowering(node: onnx.NodeProto, opset: int) -> bool:
+    """Whether ``node`` is a training operator the engine must write in standard operators: a
+    ``com.microsoft`` operator other than the inference ones every build has and those the engine keeps, or a
+    default-domain operator that the ONNX standard lacks at ``opset`` (MaxPoolGrad, AveragePoolGrad)."""
+    if node.domain == MICROSOFT:
+        return node.op_type not in KEPT_FOR_THE_ENGINE and node.op_type not in CONTRIB_TARGETS
+    if node.domain in ("", "ai.onnx"):
+        return not _is_standard(node.op_type, opset)
+    return False
+
+
+def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.g
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            yield from attr.graphs
+
+
+def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    for node in graph.node:
+        yield node
+        for sub in _subgraphs(node):
+            yield from _nodes(sub)
+
+
+def unlowerable_ops(model: onnx.ModelProto) -> List[str]:
+    """The training operator types in ``model`` (subgraphs included) that have no lowering rule, sorted."""
+    opset = default_opset(model)
+    return sorted({n.op_type for n in _nodes(model.graph) if needs_lowering(n, opset) and n.op_type not in RULES})
+
+
+def _names(graph: onnx.GraphProto, taken: Set[str]) -> None:
+    for collection in (graph.input, graph.output, graph.value_info):
+        taken.update(v.name for v in collection)
+    taken.update(t.name for t in graph.initializer)
+    for node in graph.node:
+        taken.update(node.input)
+        taken.update(node.output)
+        if node.name:
+            taken.add(node.name)
+        for sub in _subgraphs(node):
+            _names(sub, taken)
+
+
+def _types(graph: onnx.GraphProto, types: Dict[str, onnx.TypeProto], data: Dict[str, onnx.TensorProto]) -> None:
+    for collection in (graph.input, graph.output, graph.value_info):
+        for value in collection:
+            if value.type.WhichOneof("value"):
+                types.setdefault(value.name, value.type)
+    for tensor in graph.initializer:
+        data[tensor.name] = tensor
+        types.setdefault(tensor.name, helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims)))
+    for node in graph.node:
+        for sub in _subgraphs(node):
+            _types(sub, types, data)
+
+
+def _known(model: onnx.ModelProto) -> Tuple[Dict[str, onnx.TypeProto], Dict[str, onnx.TensorProto]]:
+    """Types of values (onnx's shape inference where it can tell) and the values known before run time."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # a model onnx cannot infer (too large, an op it rejects): the declared types still count
+        inferred = model
+    types: Dict[str, onnx.TypeProto] = {}
+    data: Dict[str, onnx.TensorProto] = {}
+    _types(inferred.graph, types, data)
+    return types, data
+
+
+class _Lowering:
+    def __init__(self, model: onnx.ModelProto):
+        self.opset = default_opset(model)
+        self.taken: Set[str] = set()
+        _names(model.graph, self.taken)
+        self.types, self.data = _known(model)
+        self.producers: Dict[str, onnx.NodeProto] = {}
+        self.refused: List[Tuple[str, str]] = []
+
+    def graph(self, graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            for out in node.output:
+                if out:
+                    self.producers[out] = node
+        lowered: List[onnx.NodeProto] = []
+        for node in graph.node:
+            for sub in _subgraphs(node):
+                self.graph(sub)
+            if not needs_lowering(node, self.opset):
+                if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1 \
+                        and node.attribute[0].name == "value":
+                    self.data[node.output[0]] = node.attribute[0].t
+                infer_types(node, self.opset, self.types, self.data)
+                lowered.append(node)
+                continue
+            lowered.extend(self.node(node))
+        del graph.node[:]
+        graph.node.extend(lowered)
+
+    def node(self, node: onnx.NodeProto) -> List[onnx.NodeProto]:
+        label = node.name or f"{node.op_type}_{node.output[0] if node.output else ''}"
+        emit = Emitter(self.opset, self.taken, self.types, label=label, data=self.data, producers=self.producers)
+        try:
+            RULES[node.op_type](node, emit)
+        except LoweringError as refused:
+            self.refused.append((node.op_type, str(refused)))
+            return [node]
+        made = {out for n in emit.nodes for out in n.output}
+        missing = [out for out in node.output if out and out not in made]
+        if missing:  # a rule's own mistake: say so rather than run a graph with a value nobody computes
+            raise RuntimeError(f"the lowering of {node.op_type} node {label!r} left outputs {missing} uncomputed")
+        return emit.nodes
+
+
+def lower_training_ops(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A new model in which every training operator of ``model`` (subgraphs of Loop, If and Scan included) is
+    written in standard operators; ``KEPT_FOR_THE_ENGINE`` stay. ``model`` is not changed. Raises
+    ``UnsupportedTrainingOpError`` naming every operator that has no lowering or whose lowering refused a node."""
+    missing = unlowerable_ops(model)
+    if missing:
+        raise UnsupportedTrainingOpError(missing)
+    lowered = onnx.ModelProto()
+    lowered.CopyFrom(model)
+    lowering = _Lowering(lowered)
+    lowering.graph(lowered.graph)
+    if lowering.refused:
+        raise UnsupportedTrainingOpError([op for op, _ in lowering.refused], [why for _, why in lowering.refused])
+    if not any(n.domain == MICROSOFT for n in _nodes(lowered.graph)):
+        kept = [entry for entry in lowered.opset_import if entry.domain != MICROSOFT]
+        del lowered.opset_import[:]
+        lowered.opset_import.extend(kept)
+    return lowered

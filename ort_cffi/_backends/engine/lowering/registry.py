@@ -27,7 +27,21 @@ CONTRIB_TARGETS = frozenset({"FusedMatMul", "Gelu", "FastGelu", "BiasGelu", "Qui
 
 
 class LoweringError(ValueError):
-    """A node that its rule cannot write in standard operators (an attribute value outside what it knows)."""
+    """A node that its rule cannot write in standard operators (an attribute value outside what it knows, a
+    rank it needs and cannot learn)."""
+
+
+class UnsupportedTrainingOpError(ValueError):
+    """Training operators the engine cannot run: each has no lowering, or its lowering refused the node. Raised
+    when a session is created, before anything runs; ``ops`` names every operator type concerned."""
+
+    def __init__(self, ops: Sequence[str], reasons: Sequence[str] = ()):
+        self.ops = sorted(set(ops))
+        lines = [f"these training operators have no lowering to standard ONNX operators: {', '.join(self.ops)}"]
+        lines += [f"- {reason}" for reason in reasons]
+        lines.append("The training build of ONNX Runtime (1.19.2) runs them; this engine over the inference API "
+                     "cannot.")
+        super().__init__("\n".join(lines))
 
 
 Rule = Callable[[onnx.NodeProto, "Emitter"], None]
@@ -72,13 +86,25 @@ class Emitter:
     to date as nodes are emitted); ``taken`` holds every name in use in the model, so that ``fresh`` names
     never collide, also across subgraphs."""
 
-    def __init__(self, opset: int, taken: Set[str], types: Dict[str, onnx.TypeProto], label: str = "lowered"):
+    def __init__(self, opset: int, taken: Set[str], types: Dict[str, onnx.TypeProto], label: str = "lowered",
+                 data: Optional[Dict[str, onnx.TensorProto]] = None,
+                 producers: Optional[Dict[str, onnx.NodeProto]] = None):
         self.opset = opset
         self.taken = taken
         self.types = types
         self.label = label
+        self.data: Dict[str, onnx.TensorProto] = {} if data is None else data  # values known before run time
+        self.producers: Dict[str, onnx.NodeProto] = {} if producers is None else producers
         self.nodes: List[onnx.NodeProto] = []
-        self.initializers: List[onnx.TensorProto] = []  # kept empty: constants are Constant nodes
+
+    def producer(self, name: str) -> Optional[onnx.NodeProto]:
+        """The node of the model being lowered that computes ``name`` (None: a graph input or initializer)."""
+        return self.producers.get(name)
+
+    def value(self, name: str) -> Optional[np.ndarray]:
+        """``name``'s value where it is known before run time (an initializer or a Constant), else None."""
+        known = self.data.get(name)
+        return None if known is None else numpy_helper.to_array(known)
 
     # names ---------------------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -123,6 +149,7 @@ class Emitter:
         made = helper.make_node("Constant", [], [name], name=self.fresh("Constant"),
                                 value=numpy_helper.from_array(np.ascontiguousarray(array), name))
         self.nodes.append(made)
+        self.data[name] = made.attribute[0].t
         self.types[name] = helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(array.dtype),
                                                          list(array.shape))
         return name
@@ -179,18 +206,7 @@ class Emitter:
         return found
 
     def _infer(self, made: onnx.NodeProto) -> None:
-        """Record the types of ``made``'s outputs from onnx's inference of one node, where onnx knows it."""
-        if made.domain not in ("", "ai.onnx") or not all(i in self.types for i in made.input if i):
-            return
-        try:
-            schema = onnx.defs.get_schema(made.op_type, self.opset, "")
-            inferred = onnx.shape_inference.infer_node_outputs(
-                schema, made, {i: self.types[i] for i in made.input if i})
-        except Exception:  # onnx cannot tell (a data-dependent shape, a check it makes): the type stays unknown
-            return
-        for out, type_proto in inferred.items():
-            if out and out not in self.types:
-                self.types[out] = type_proto
+        infer_types(made, self.opset, self.types, self.data)
 
     # opset-aware forms (inputs or attributes by the model's opset) ---------------------------------
     def unsqueeze(self, x: str, axes: Sequence[int], output: Optional[str] = None) -> str:
@@ -219,6 +235,59 @@ class Emitter:
             return self.one(op_type, [x, self.const(np.array(list(axes), np.int64))], output, keepdims=int(keepdims))
         return self.one(op_type, [x], output, axes=list(axes), keepdims=int(keepdims))
 
+    def shape_of(self, x: str, start: int = 0, end: Optional[int] = None) -> str:
+        """``Shape(x)[start:end]`` as an int64 vector."""
+        if self.opset >= 15:
+            return self.one("Shape", [x], start=start if start else None, end=end)
+        whole = self.one("Shape", [x])
+        if not start and end is None:
+            return whole
+        ends = np.iinfo(np.int64).max if end is None else end
+        return self.one("Slice", [whole, self.const(np.array([start], np.int64)), self.const(np.array([ends], np.int64))])
+
+    def zeros(self, shape: str, like: str, output: Optional[str] = None) -> str:
+        """Zeros of shape ``shape`` (an int64 vector) and of ``like``'s element type."""
+        elem = self.elem_type(like)
+        if elem is not None:
+            zero = helper.make_tensor("zero", elem, [1], np.zeros(1, helper.tensor_dtype_to_np_dtype(elem)).tolist())
+            return self.one("ConstantOfShape", [shape], output, value=zero)
+        return self.cast_like(self.one("ConstantOfShape", [shape]), like, output)
+
+    def sum_to(self, x: str, target: str, output: Optional[str] = None) -> str:
+        """``x`` (a result broadcast from ``target``'s shape) summed back to ``target``'s shape: over the leading
+        axes ``target`` lacks and the axes where it has size 1. Axes are found before run time where the
+        shapes are known, else at run time."""
+        x_shape, t_shape = self.shape(x), self.shape(target)
+        if x_shape is not None and t_shape is not None and all(isinstance(d, int) for d in t_shape) and \
+                all(isinstance(d, int) for d in x_shape[len(x_shape) - len(t_shape):]):
+            lead = len(x_shape) - len(t_shape)
+            axes = list(range(lead)) + [lead + i for i, d in enumerate(t_shape) if d == 1 and x_shape[lead + i] != 1]
+            if not axes:
+                return self.copy(x, output) if output else x
+            summed = self.reduce("ReduceSum", x, axes, keepdims=True)
+            return self.one("Reshape", [summed, self.const(np.array(t_shape, np.int64))], output)
+        if self.opset < 13:
+            raise LoweringError(f"{self.label}: summing a gradient back over broadcast axes known only at run time "
+                                f"needs opset 13; the model imports {self.opset}")
+        x_dims, t_dims = self.shape_of(x), self.shape_of(target)
+        axes = self.broadcast_axes(t_dims, x_dims)
+        summed = self.one("ReduceSum", [x, axes], keepdims=1, noop_with_empty_axes=1)
+        return self.one("Reshape", [summed, t_dims], output)
+
+    def broadcast_axes(self, small: str, large: str) -> str:
+        """The axes (int64 vector, ascending) of a shape ``large`` along which shape ``small`` (no longer than
+        it) was broadcast: the leading axes ``small`` lacks, and those where ``small`` is 1 and ``large`` is not."""
+        one = self.const(np.array([1], np.int64))
+        rank_small, rank_large = self.one("Shape", [small]), self.one("Shape", [large])
+        lead = self.one("Sub", [rank_large, rank_small])
+        padded = self.one("Concat", [self.one("Expand", [one, lead]), small], axis=0)
+        index = self.one("Range", [self.const(np.array(0, np.int64)), self.squeeze(rank_large, [0]),
+                                   self.const(np.array(1, np.int64))])
+        is_lead = self.one("Less", [index, lead])
+        stretched = self.one("And", [self.one("Equal", [padded, one]),
+                                     self.one("Not", [self.one("Equal", [large, one])])])
+        return self.one("Compress", [index, self.one("Or", [is_lead, stretched])], axis=0)
+
     def cast_like(self, x: str, like: str, output: Optional[str] = None) -> str:
         """``x`` cast to ``like``'s element type (CastLike where the opset has it, else Cast to a known type)."""
         elem = self.elem_type(like)
@@ -229,10 +298,30 @@ class Emitter:
         raise LoweringError(f"{self.label}: the element type of {like!r} is not known")
 
 
+def infer_types(node: onnx.NodeProto, opset: int, types: Dict[str, onnx.TypeProto],
+                data: Dict[str, onnx.TensorProto]) -> None:
+    """Record in ``types`` the types of ``node``'s outputs that onnx's inference of this one node gives (a
+    default-domain node whose inputs' types are known; ``data`` holds the values known before run time)."""
+    if node.domain not in ("", "ai.onnx") or any(out in types for out in node.output if out):
+        return
+    if not all(i in types for i in node.input if i):
+        return
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, "")
+        inferred = onnx.shape_inference.infer_node_outputs(
+            schema, node, {i: types[i] if i else onnx.TypeProto() for i in node.input},
+            {i: data[i] for i in node.input if i in data})
+    except Exception:  # onnx cannot tell (a subgraph, a check it makes): the type stays unknown, which is allowed
+        return
+    for out, type_proto in inferred.items():
+        if out and type_proto.WhichOneof("value"):
+            types[out] = type_proto
+
+
 def make_tensor_type(elem_type: int, shape: Optional[Sequence[Dim]]) -> onnx.TypeProto:
     """A tensor ``TypeProto`` (a helper for rules that know an output's type better than inference does)."""
     return helper.make_tensor_type_proto(elem_type, None if shape is None else list(shape))
 
 
-__all__ = ["CONTRIB_TARGETS", "Emitter", "LoweringError", "MICROSOFT", "RULES", "Rule", "attribute", "lowers",
-           "make_tensor_type", "TensorProto"]
+__all__ = ["CONTRIB_TARGETS", "Emitter", "LoweringError", "MICROSOFT", "RULES", "Rule", "TensorProto",
+           "UnsupportedTrainingOpError", "attribute", "infer_types", "lowers", "make_tensor_type"]
