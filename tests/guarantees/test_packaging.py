@@ -32,4 +32,5 @@ def test_the_wheel_is_pure_python_and_builds_without_a_compiler(tmp_path):
         assert needed in names, needed
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     with zipfile.ZipFile(wheel) as archive:
-        assert "ort-cffi-runtime = ort_cffi.cli.runtime:main" in archive.read(entry_points).decode()
+        assert "ort-cffi-runtime = ort_cffi_commands:runtime" in archive.read(entry_points).decode()
+    assert "ort_cffi_commands.py" in names  # the commands' entry points, outside the package
