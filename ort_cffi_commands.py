@@ -122,3 +122,8 @@ def runtime() -> int:
 def federated() -> int:
     """``ort-cffi-federated`` (``ort_cffi.cli.federated``)."""
     return _run("ort_cffi.cli.federated", "ort-cffi-federated")
+
+
+def predict() -> int:
+    """``ort-cffi-predict`` (``ort_cffi.cli.predict``)."""
+    return _run("ort_cffi.cli.predict", "ort-cffi-predict")

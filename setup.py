@@ -116,7 +116,7 @@ setup(
             "ort-cffi-federated=ort_cffi_commands:federated",
             "ort-cffi-runtime=ort_cffi_commands:runtime",
             "ort-cffi-artifacts=ort_cffi_commands:artifacts",
-            "ort-cffi-predict=ort_cffi.cli.predict:main",
+            "ort-cffi-predict=ort_cffi_commands:predict",
         ]
     },
 )

@@ -54,6 +54,7 @@ COMMANDS = {
     "ort-cffi-artifacts": "ort_cffi_commands:artifacts",
     "ort-cffi-runtime": "ort_cffi_commands:runtime",
     "ort-cffi-federated": "ort_cffi_commands:federated",
+    "ort-cffi-predict": "ort_cffi_commands:predict",
 }
 
 
