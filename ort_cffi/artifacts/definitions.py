@@ -210,8 +210,10 @@ def describe(made: GeneratedArtifacts, model: str, verbose: bool = False) -> Lis
     if made.frozen:
         lines.append(f"frozen:     {_tensors(made.frozen)}, {_count(sum(p.size for p in made.frozen))} (in the checkpoint, not trained)")
     if made.constants:
-        lines.append(f"constant:   {_tensors(made.constants)}, {_count(sum(p.size for p in made.constants))} "
-                     "(stay constants of the graphs)")
+        names = ", ".join(p.shown_name for p in made.constants[:SHOWN])
+        more = f" and {len(made.constants) - SHOWN} more" if len(made.constants) > SHOWN else ""
+        lines.append(f"constant:   {_tensors(made.constants)}, {_count(sum(p.size for p in made.constants))}: "
+                     f"{names}{more} (stay constants of the graphs)")
     for name, reason in made.left_out.items():
         lines.append(f"not trained: {name}: {reason}")
     if made.loss is None:

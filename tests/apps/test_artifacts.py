@@ -269,7 +269,7 @@ def test_only_the_last_layer(tmp_path: Path, digits_model: Path, capsys: pytest.
     assert code == 0
     assert "trainable:  2 tensors, 650 parameters (13.5% of the model's 4,810 parameters)" in out
     assert "            fc2.weight  float32 [10, 64]  640\n            fc2.bias    float32 [10]       10\n" in out
-    assert "constant:   2 tensors, 4,160 parameters (stay constants of the graphs)" in out
+    assert "constant:   2 tensors, 4,160 parameters: fc1.weight, fc1.bias (stay constants of the graphs)" in out
     assert "training model inputs: input float32 [batch, 64], labels int64 [batch] (added by the loss: labels)" in out
     assert "eval model outputs:    the loss, logits" in out  # the loss by its role: its name is the generator's
     assert "converted:" not in out  # internals (IR version, opset brought down) only with --verbose
