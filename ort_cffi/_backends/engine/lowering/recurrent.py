@@ -56,9 +56,9 @@ def _describe(node: onnx.NodeProto) -> str:
     return f"com.microsoft::{node.op_type} node {node.name!r}" if node.name else f"a com.microsoft::{node.op_type} node"
 
 
-def _check_attributes(node: onnx.NodeProto, activations: Sequence[str]) -> int:
-    """Refuse what ONNX Runtime's training kernels refuse (lstm_io_utils.cc, gru_io_utils.cc); returns
-    hidden_size."""
+def _check_attributes(node: onnx.NodeProto, activations: Sequence[str], lens: int = SEQUENCE_LENS) -> int:
+    """Refuse what ONNX Runtime's training kernels refuse (lstm_io_utils.cc, gru_io_utils.cc); ``lens``: the
+    position of the node's sequence lengths. Returns hidden_size."""
     where = _describe(node)
     hidden = attribute(node, "hidden_size")
     if hidden is None or int(hidden) <= 0:
@@ -78,7 +78,7 @@ def _check_attributes(node: onnx.NodeProto, activations: Sequence[str]) -> int:
                             "training kernels do not compute")
     if int(attribute(node, "layout", 0)):
         raise LoweringError(f"{where} has layout=1 (batch first); the training kernels read time first only")
-    if len(node.input) > SEQUENCE_LENS and node.input[SEQUENCE_LENS]:
+    if _input(node, lens) is not None:
         raise LoweringError(f"{where} has sequence lengths, which ONNX Runtime's training kernels refuse "
                             "(\"Varying sequence lengths is not supported yet\")")
     return int(hidden)
@@ -214,7 +214,8 @@ def lstm_training(node: onnx.NodeProto, emit: Emitter) -> None:
                            _times_weight(emit, h_prev, _one_direction(emit, r))])
     if bias is not None:
         flat = _one_direction(emit, bias)
-        pre = emit.one("Add", [pre, emit.one("Add", [_gate(emit, flat, hidden, 0, 4), _gate(emit, flat, hidden, 4, 4)])])
+        both_biases = emit.one("Add", [_gate(emit, flat, hidden, 0, 4), _gate(emit, flat, hidden, 4, 4)])
+        pre = emit.one("Add", [pre, both_biases])
     c_gate = emit.one("Tanh", [_gate(emit, pre, hidden, 3)])
     c0 = emit.squeeze(_state(emit, node, C0, x, hidden), [0])
     elem = _elem_type(emit, x)
@@ -256,7 +257,7 @@ def lstm_training(node: onnx.NodeProto, emit: Emitter) -> None:
 @lowers("LSTMGrad")
 def lstm_grad(node: onnx.NodeProto, emit: Emitter) -> None:
     """The gradients of an LSTMTraining node's inputs, as its kernel computes them."""
-    hidden = _check_attributes(node, ("sigmoid", "tanh", "tanh"))
+    hidden = _check_attributes(node, ("sigmoid", "tanh", "tanh"), lens=3)
     where = _describe(node)
     for index in (0, 1, 2, 6, 7, 8):
         if _input(node, index) is None:
@@ -274,8 +275,8 @@ def lstm_grad(node: onnx.NodeProto, emit: Emitter) -> None:
     c_gate = _gate(emit, iofc, hidden, 3)
     tanh_c = emit.one("Tanh", [all_c])
     c_prev = _previous(emit, c0, all_c)
-    # dC_t += dH_t·o_t·(1 - tanh²C_t); the gates' gradients: di = dC·c·i', do = dH·tanh(C)·o', df = dC·C_{t-1}·f',
-    # dc = dC·i·(1 - c²), with the activations' slopes from their values
+    # dC_t += dH_t·o_t·(1 - tanh²C_t); the gates' gradients: di = dC·c·i', do = dH·tanh(C)·o',
+    # df = dC·C_{t-1}·f', dc = dC·i·(1 - c²), with the activations' slopes from their values
     from_h = emit.one("Mul", [o_gate, _tanh_slope(emit, tanh_c)])
     sig_factors = emit.one("Mul", [_sigmoid_slope(emit, sig), emit.one("Concat", [c_gate, tanh_c, c_prev], axis=-1)])
     factors = emit.one("Concat", [sig_factors, emit.one("Mul", [i_gate, _tanh_slope(emit, c_gate)])], axis=-1)
@@ -417,7 +418,8 @@ def gru_grad(node: onnx.NodeProto, emit: Emitter) -> None:
         through = step.one("MatMul", [step.one("Mul", [step.one("Concat", [d_h, d_h, d_h], axis=-1), back_t]), r2])
         next_h = step.one("Add", [step.one("Mul", [d_h, z_t]), through])
         d_out = step.one("Identity", [d_h])
-        first, grad_hidden = scan.run([_zeros_or_final(emit, node, x, hidden)], scanned, [next_h, d_out], 1, reverse=True)
+        first, grad_hidden = scan.run([_zeros_or_final(emit, node, x, hidden)], scanned, [next_h, d_out], 1,
+                                      reverse=True)
         grads = emit.one("Concat", [grad_hidden, grad_hidden, grad_hidden], axis=-1)
         grad_a = emit.one("Mul", [grads, emit.one("Concat", [from_z, from_r, from_h], axis=-1)])
         grad_recurrent = emit.one("Mul", [grads, back])  # [dz, dr, dh·r]: what R and Rb see
@@ -432,7 +434,8 @@ def gru_grad(node: onnx.NodeProto, emit: Emitter) -> None:
         both = step.one("Concat", [d_h, through_h], axis=-1)
         through_zr = step.one("MatMul", [step.one("Mul", [both, zr_factor_t]), r_zr])
         gated = step.one("Mul", [both, zr_t])  # [dH·z, (dh_a·Rh)·r]
-        next_h = step.one("Add", [through_zr, step.one("Add", [_gate(step, gated, hidden, 0), _gate(step, gated, hidden, 1)])])
+        direct = step.one("Add", [_gate(step, gated, hidden, 0), _gate(step, gated, hidden, 1)])
+        next_h = step.one("Add", [through_zr, direct])
         d_out, h_out = step.one("Identity", [d_h]), step.one("Identity", [through_h])
         first, grad_hidden, grad_through = scan.run([_zeros_or_final(emit, node, x, hidden)], scanned,
                                                     [next_h, d_out, h_out], 1, reverse=True)

@@ -1,0 +1,294 @@
+"""The lowerings of LSTMTraining / LSTMGrad and GRUTraining / GRUGrad against ONNX Runtime 1.19.2's own
+kernels: one-node and two-node models (the training op, and its gradient wired as ONNX Runtime's builder
+wires it) run on the training build's Python InferenceSession as they are, and lowered, on the same runtime
+and on ONNX Runtime 1.31.1 (in a child process: it is the ``onnxruntime`` package too). Every output agrees
+within 1e-5 relative to its largest value.
+
+The cases: sequence lengths 1 and several, batch 1 and several, with and without bias and initial states,
+peephole weights (LSTM), ``linear_before_reset`` 0 and 1 (GRU), and each subset of the output gradients the
+gradient op can be given (Y's, Y_h's, Y_c's)."""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from conftest import ROOT
+from ort_cffi._backends.engine.lowering import recurrent  # noqa: F401  (registers the rules)
+from ort_cffi._backends.engine.lowering.registry import MICROSOFT, RULES, Emitter, LoweringError
+
+pytestmark = pytest.mark.needs_onnxruntime_python
+
+ort = pytest.importorskip("onnxruntime")
+INFERENCE_1_31 = ROOT / ".cache" / "ort-inference-1.31.1"  # scripts/test.sh installs it
+OPSET = 17
+INPUT, HIDDEN = 3, 5
+
+
+def lower(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with each com.microsoft node replaced by its rule's standard nodes."""
+    lowered = onnx.ModelProto()
+    lowered.CopyFrom(model)
+    inferred = onnx.shape_inference.infer_shapes(model)
+    graph = inferred.graph
+    types = {v.name: v.type for v in list(graph.input) + list(graph.value_info) + list(graph.output)}
+    taken = {n for node in model.graph.node for n in list(node.input) + list(node.output)}
+    taken |= {v.name for v in model.graph.input} | {node.name for node in model.graph.node}
+    nodes: List[onnx.NodeProto] = []
+    for node in model.graph.node:
+        if node.domain != MICROSOFT:
+            nodes.append(node)
+            continue
+        emit = Emitter(OPSET, taken, types, label=node.name or node.op_type)
+        RULES[node.op_type](node, emit)
+        nodes += emit.nodes
+    del lowered.graph.node[:]
+    lowered.graph.node.extend(nodes)
+    return lowered
+
+
+def run_119(model: onnx.ModelProto, feeds: Dict[str, np.ndarray]) -> List[np.ndarray]:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+# --- the cases ---------------------------------------------------------------------------------------------------
+@dataclass
+class Case:
+    name: str
+    model: onnx.ModelProto
+    feeds: Dict[str, np.ndarray]
+    outputs: List[str] = field(default_factory=list)
+
+
+def _model(nodes: Sequence[onnx.NodeProto], feeds: Dict[str, np.ndarray], outputs: Sequence[str]) -> onnx.ModelProto:
+    inputs = [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in feeds.items()]
+    graph = helper.make_graph(list(nodes), "case", inputs,
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MICROSOFT, 1)])
+
+
+def _trim(names: List[str]) -> List[str]:
+    while names and not names[-1]:
+        names.pop()
+    return names
+
+
+def lstm_case(steps: int, batch: int, bias: bool, initial: bool, peephole: bool, grads: Tuple[str, ...],
+              seed: int) -> Case:
+    rng = np.random.default_rng(seed)
+    u = lambda *shape: rng.uniform(-0.6, 0.6, shape).astype(np.float32)  # noqa: E731
+    feeds = {"X": rng.standard_normal((steps, batch, INPUT)).astype(np.float32), "W": u(1, 4 * HIDDEN, INPUT),
+             "R": u(1, 4 * HIDDEN, HIDDEN)}
+    if bias:
+        feeds["B"] = u(1, 8 * HIDDEN)
+    if initial:
+        feeds["H0"], feeds["C0"] = u(1, batch, HIDDEN), u(1, batch, HIDDEN)
+    if peephole:
+        feeds["P"] = u(1, 3 * HIDDEN)
+    for g, shape in (("dY", (steps, 1, batch, HIDDEN)), ("dYh", (1, batch, HIDDEN)), ("dYc", (1, batch, HIDDEN))):
+        if g in grads:
+            feeds[g] = rng.standard_normal(shape).astype(np.float32)
+    has = lambda k: k if k in feeds else ""  # noqa: E731
+    forward = helper.make_node("LSTMTraining", _trim(["X", "W", "R", has("B"), "", has("H0"), has("C0"), has("P")]),
+                               ["Y", "Yh", "Yc", "CA", "IOFC"], domain=MICROSOFT, hidden_size=HIDDEN, name="lstm")
+    grad_outputs = _trim(["dX", "dW", "dR", "dB" if bias else "", "dH0" if initial else "", "dC0" if initial else "",
+                          "dP" if peephole else ""])
+    backward = helper.make_node("LSTMGrad", ["X", "W", "R", "", has("H0"), has("C0"), "Y", "CA", "IOFC",
+                                             has("dY"), has("dYh"), has("dYc")],
+                                grad_outputs, domain=MICROSOFT, hidden_size=HIDDEN, name="lstm_grad")
+    outputs = ["Y", "Yh", "Yc", "CA", "IOFC"] + [o for o in grad_outputs if o]
+    name = (f"lstm_T{steps}_B{batch}{'_bias' if bias else ''}{'_initial' if initial else ''}"
+            f"{'_peephole' if peephole else ''}_{'+'.join(grads) or 'nograd'}")
+    return Case(name, _model([forward, backward], feeds, outputs), feeds, outputs)
+
+
+def gru_case(steps: int, batch: int, bias: bool, initial: bool, lbr: int, grads: Tuple[str, ...], seed: int) -> Case:
+    rng = np.random.default_rng(seed)
+    u = lambda *shape: rng.uniform(-0.6, 0.6, shape).astype(np.float32)  # noqa: E731
+    feeds = {"X": rng.standard_normal((steps, batch, INPUT)).astype(np.float32), "W": u(1, 3 * HIDDEN, INPUT),
+             "R": u(1, 3 * HIDDEN, HIDDEN)}
+    if bias:
+        feeds["B"] = u(1, 6 * HIDDEN)
+    if initial:
+        feeds["H0"] = u(1, batch, HIDDEN)
+    for g, shape in (("dY", (steps, 1, batch, HIDDEN)), ("dYh", (1, batch, HIDDEN))):
+        if g in grads:
+            feeds[g] = rng.standard_normal(shape).astype(np.float32)
+    has = lambda k: k if k in feeds else ""  # noqa: E731
+    attrs = dict(hidden_size=HIDDEN, linear_before_reset=lbr)
+    forward = helper.make_node("GRUTraining", _trim(["X", "W", "R", has("B"), "", has("H0")]), ["Y", "Yh", "ZRH"],
+                               domain=MICROSOFT, name="gru", **attrs)
+    grad_outputs = _trim(["dX", "dW", "dR", "dB" if bias else "", "dH0" if initial else ""])
+    backward = helper.make_node("GRUGrad", ["X", "W", "R", has("B"), "", has("H0"), "Y", "ZRH", has("dY"), has("dYh")],
+                                grad_outputs, domain=MICROSOFT, name="gru_grad", **attrs)
+    outputs = ["Y", "Yh", "ZRH"] + [o for o in grad_outputs if o]
+    name = (f"gru_lbr{lbr}_T{steps}_B{batch}{'_bias' if bias else ''}{'_initial' if initial else ''}"
+            f"_{'+'.join(grads) or 'nograd'}")
+    return Case(name, _model([forward, backward], feeds, outputs), feeds, outputs)
+
+
+def _cases() -> List[Case]:
+    cases: List[Case] = []
+    seed = 0
+    shapes = [(1, 1), (6, 1), (1, 4), (7, 4)]
+    for (steps, batch), bias, initial in itertools.product(shapes, (True, False), (True, False)):
+        seed += 1
+        cases.append(lstm_case(steps, batch, bias, initial, False, ("dY",), seed))
+        cases.append(gru_case(steps, batch, bias, initial, seed % 2, ("dY",), seed))
+    for lbr in (0, 1):
+        for grads in (("dY", "dYh"), ("dYh",), ()):
+            seed += 1
+            cases.append(gru_case(5, 3, True, True, lbr, grads, seed))
+    for grads in (("dY", "dYh", "dYc"), ("dYh", "dYc"), ("dYc",), ("dYh",), ()):
+        seed += 1
+        cases.append(lstm_case(5, 3, True, True, False, grads, seed))
+    for steps, batch, initial in ((1, 1, False), (6, 3, True)):
+        seed += 1
+        cases.append(lstm_case(steps, batch, True, initial, True, ("dY", "dYh"), seed))
+    return cases
+
+
+CASES = _cases()
+
+
+def assert_close(actual: np.ndarray, expected: np.ndarray, what: str) -> None:
+    """Within 1e-5 relative to the tensor's largest value."""
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape}, expected {expected.shape}"
+    scale = max(float(np.abs(expected).max(initial=0.0)), 1e-30)
+    error = float(np.abs(actual.astype(np.float64) - expected).max(initial=0.0)) / scale
+    assert error <= 1e-5, f"{what}: {error:.2e} of its largest value {scale:.3g} off"
+
+
+@pytest.fixture(scope="module")
+def kernel_outputs() -> Dict[str, List[np.ndarray]]:
+    return {c.name: run_119(c.model, c.feeds) for c in CASES}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_lowered_matches_the_kernels_on_1_19(case: Case, kernel_outputs: Dict[str, List[np.ndarray]]) -> None:
+    lowered = lower(case.model)
+    assert not [n.op_type for n in lowered.graph.node if n.domain == MICROSOFT]
+    for name, got, want in zip(case.outputs, run_119(lowered, case.feeds), kernel_outputs[case.name]):
+        assert_close(got, want, f"{case.name}: {name}")
+
+
+@pytest.mark.parametrize("op", ["LSTMGrad", "GRUGrad"])
+def test_gradient_alone_on_the_kernels_saved_values(op: str) -> None:
+    """The gradient op lowered alone, fed what ONNX Runtime's forward kernel saved (not the lowered forward's)."""
+    case = lstm_case(6, 3, True, True, False, ("dY", "dYh", "dYc"), 99) if op == "LSTMGrad" else \
+        gru_case(6, 3, True, True, 1, ("dY", "dYh"), 99)
+    forward, backward = case.model.graph.node
+    saved = dict(zip(case.outputs, run_119(case.model, case.feeds)))
+    feeds = {k: v for k, v in {**case.feeds, **saved}.items() if k in backward.input}
+    outputs = [o for o in backward.output if o]
+    alone = _model([backward], feeds, outputs)
+    expected = run_119(alone, feeds)
+    for name, got, want in zip(outputs, run_119(lower(alone), feeds), expected):
+        assert_close(got, want, f"{op}: {name}")
+
+
+_CHILD = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import onnxruntime as ort
+    folder = sys.argv[1]
+    assert ort.__version__ == "1.31.1", ort.__version__
+    names = json.load(open(folder + "/cases.json"))
+    for name in names:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        session = ort.InferenceSession(folder + "/" + name + ".onnx", options, providers=["CPUExecutionProvider"])
+        feeds = dict(np.load(folder + "/" + name + ".feeds.npz"))
+        outputs = session.run(None, feeds)
+        np.savez(folder + "/" + name + ".out.npz", *outputs)
+""")
+
+
+def test_lowered_runs_on_1_31_as_the_kernels_on_1_19(tmp_path: Path,
+                                                     kernel_outputs: Dict[str, List[np.ndarray]]) -> None:
+    """Every case's lowered model on ONNX Runtime 1.31.1 (no training kernels there), in one child process."""
+    assert (INFERENCE_1_31 / "onnxruntime" / "__init__.py").is_file(), \
+        f"ONNX Runtime 1.31.1 is not unpacked at {INFERENCE_1_31} (scripts/test.sh installs it)"
+    for case in CASES:
+        onnx.save(lower(case.model), tmp_path / f"{case.name}.onnx")
+        np.savez(tmp_path / f"{case.name}.feeds.npz", **case.feeds)
+    (tmp_path / "cases.json").write_text(json.dumps([c.name for c in CASES]))
+    env = dict(os.environ, PYTHONPATH=str(INFERENCE_1_31))
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    for case in CASES:
+        with np.load(tmp_path / f"{case.name}.out.npz") as found:
+            got = [found[f"arr_{i}"] for i in range(len(case.outputs))]
+        for name, value, want in zip(case.outputs, got, kernel_outputs[case.name]):
+            assert_close(value, want, f"{case.name} on 1.31.1: {name}")
+
+
+# --- the form: only the recurrence is serial ---------------------------------------------------------------------
+def _scans(model: onnx.ModelProto) -> List[onnx.NodeProto]:
+    return [n for n in model.graph.node if n.op_type in ("Scan", "Loop")]
+
+
+@pytest.mark.parametrize("op", ["LSTMGrad", "GRUGrad_lbr0", "GRUGrad_lbr1"])
+def test_backward_loop_holds_only_the_recurrence(op: str) -> None:
+    """One reverse Scan; its body multiplies by R only (never reads W or X), and the weight gradients are
+    products over the whole sequence outside it."""
+    case = lstm_case(4, 2, True, True, False, ("dY",), 5) if op == "LSTMGrad" else \
+        gru_case(4, 2, True, True, int(op[-1]), ("dY",), 5)
+    lowered = lower(case.model)
+    backward = [n for n in _scans(lowered) if any(a.name == "scan_input_directions" and list(a.ints) and a.ints[0] == 1
+                                                  for a in n.attribute)]
+    assert len(backward) == 1
+    body = helper.get_attribute_value(next(a for a in backward[0].attribute if a.name == "body"))
+    read = {i for n in body.node for i in n.input}
+    assert not read & {"X", "W"}
+    products = [n for n in body.node if n.op_type in ("MatMul", "Gemm")]
+    assert len(products) == (2 if op == "GRUGrad_lbr0" else 1)
+    assert any(n.op_type == "Gemm" for n in lowered.graph.node), "the weight gradients are batched products"
+
+
+# --- what the kernels refuse -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("op,attrs,fragment", [
+    ("LSTMTraining", {"direction": "reverse"}, "direction 'reverse'"),
+    ("LSTMGrad", {"direction": "bidirectional"}, "direction 'bidirectional'"),
+    ("GRUTraining", {"activations": ["Relu", "Tanh"]}, "activations relu, tanh"),
+    ("LSTMTraining", {"clip": 3.0}, "clip"),
+    ("LSTMGrad", {"input_forget": 1}, "input_forget=1"),
+    ("GRUGrad", {"layout": 1}, "layout=1"),
+])
+def test_what_the_kernels_refuse_is_refused_by_name(op: str, attrs: Dict[str, object], fragment: str) -> None:
+    node = helper.make_node(op, ["X", "W", "R", "", "", "", "Y", "S", "G"], ["out"], domain=MICROSOFT,
+                            hidden_size=HIDDEN, name="node", **attrs)
+    with pytest.raises(LoweringError, match=fragment.replace("(", r"\(")) as raised:
+        RULES[op](node, Emitter(OPSET, set(), {}, label="node"))
+    assert "'node'" in str(raised.value)
+
+
+def test_sequence_lengths_are_refused() -> None:
+    node = helper.make_node("GRUTraining", ["X", "W", "R", "", "lens"], ["Y", "", "ZRH"], domain=MICROSOFT,
+                            hidden_size=HIDDEN)
+    with pytest.raises(LoweringError, match="sequence lengths"):
+        RULES["GRUTraining"](node, Emitter(OPSET, set(), {}, label="gru"))
+
+
+def test_the_kernels_refuse_the_same() -> None:
+    """The refusals mirror the kernels': ONNX Runtime 1.19.2 will not make a session of a reverse one."""
+    case = lstm_case(3, 2, True, False, False, ("dY",), 7)
+    forward = case.model.graph.node[0]
+    forward.attribute.append(helper.make_attribute("direction", "reverse"))
+    with pytest.raises(Exception, match="forward direction"):
+        run_119(case.model, case.feeds)
