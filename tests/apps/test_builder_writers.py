@@ -18,7 +18,7 @@ from conftest import DIGITS, ROOT
 from ort_cffi import OrtCheckpointState, OrtEnvironment
 from ort_cffi.artifacts import generate_artifacts
 from ort_cffi.artifacts.builder import checkpoint as checkpoint_writer
-from ort_cffi.artifacts.builder import flatbuffer
+from ort_cffi._backends.engine.checkpoint_codec import flatbuffer
 from ort_cffi.artifacts.builder.checkpoint import (
     ELEMENT_TYPES,
     CheckpointInputError,

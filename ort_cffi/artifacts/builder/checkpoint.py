@@ -10,9 +10,12 @@ is laid out as the runtime's own ``SaveCheckpoint`` lays out a state without opt
 optimizer-group vector, and a property bag (properties sorted by name) unless there are none. Given the
 tensors sorted by name, it is then the file the runtime writes after ``AddProperty``.
 
-Memory: the tensors' data is never gathered. The layout is planned first (see ``flatbuffer``); each tensor's
-bytes are then fetched and written one tensor at a time, from ``raw_data`` or from its external-data file,
-so that writing a checkpoint costs about the largest tensor on top of what the caller already holds.
+The layout is the one writer ort_cffi's training engine uses too (``ort_cffi._facade.checkpoint_format`` hands
+it up from the backend layer's checkpoint codec); this module turns TensorProtos into its tensor records.
+
+Memory: the tensors' data is never gathered. The layout is planned first; each tensor's bytes are then fetched
+and written one tensor at a time, from ``raw_data`` or from its external-data file, so that writing a
+checkpoint costs about the largest tensor on top of what the caller already holds.
 
 Size: a flatbuffer cannot pass 2 GiB. Past 1.8 GiB of tensors, ONNX Runtime moves their data to
 ``<checkpoint>.data`` beside the checkpoint; so does this writer, with the same bytes in both files.
@@ -22,25 +25,28 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import BinaryIO, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from onnx import TensorProto
 
-from ort_cffi.artifacts.builder.flatbuffer import BackToFrontLayout, BulkSource, FlatbufferTooLargeError
+from ort_cffi._facade.checkpoint_format import EXTERNAL_DATA_THRESHOLD as _RUNTIME_THRESHOLD
+from ort_cffi._facade.checkpoint_format import (
+    GENERATOR_EXTERNAL_MINIMUM,
+    MIB,
+    BulkSource,
+    CheckpointInputError,
+    CheckpointPlan,
+    ExternalData,
+    PropertyValue,
+    TensorRecord,
+    check_properties,
+    plan_checkpoint,
+    write_plan,
+)
 
-FILE_IDENTIFIER = b"ODTC"
-CHECKPOINT_VERSION = 2  # kCheckpointVersion of ONNX Runtime 1.19
 PathLike = Union[str, "os.PathLike[str]"]
-PropertyValue = Union[int, float, str]
-
-# Field indices of ort_training_checkpoint.fbs and ort.fbs (their order in the schema's tables).
-TENSOR_NAME, TENSOR_DOC_STRING, TENSOR_DIMS, TENSOR_DATA_TYPE, TENSOR_RAW_DATA = 0, 1, 2, 3, 4
-TENSOR_EXTERNAL_DATA_OFFSET = 6
-MODULE_REQUIRES_GRAD, MODULE_FROZEN, MODULE_IS_NOMINAL, MODULE_HAS_EXTERNAL_DATA = 0, 1, 2, 3
-PROPERTY_NAME, PROPERTY_VALUE = 0, 1
-BAG_INTS, BAG_FLOATS, BAG_STRINGS = 0, 1, 2
-CHECKPOINT_VERSION_FIELD, CHECKPOINT_MODULE_STATE, CHECKPOINT_OPTIMIZER_GROUPS, CHECKPOINT_PROPERTY_BAG = 0, 1, 2, 3
+__all__ = ["ELEMENT_TYPES", "EXTERNAL_DATA_THRESHOLD", "CheckpointInputError", "checkpoint_bytes", "write_checkpoint"]
 
 # The element types ONNX Runtime 1.19 loads from a checkpoint (its loader refuses float16, bfloat16, the
 # float8 and 4-bit types and strings with "Unsupported data type", though its generator writes them), with
@@ -58,18 +64,10 @@ ELEMENT_TYPES: Dict[int, Tuple[str, np.dtype, str]] = {
     TensorProto.UINT32: ("UINT32", np.dtype("<u4"), "uint64_data"),
     TensorProto.UINT64: ("UINT64", np.dtype("<u8"), "uint64_data"),
 }
-# A flatbuffer cannot pass 2 GiB. Past this many bytes of serialized TensorProtos (rounded up to MiB), ONNX
-# Runtime writes the data of every tensor of at least EXTERNAL_MINIMUM bytes to the file ``<checkpoint>.data``,
-# each aligned to 8 bytes (64-bit types) or 4, and keeps its offset there in the Tensor table.
-EXTERNAL_DATA_THRESHOLD = 1800 * 1024 * 1024
-EXTERNAL_MINIMUM = 64
-_MIB = 1024 * 1024
+# Past this many bytes of serialized TensorProtos (rounded up to MiB) the generator writes the tensors' data to
+# ``<checkpoint>.data``; a module attribute, so that a test can lower it.
+EXTERNAL_DATA_THRESHOLD = _RUNTIME_THRESHOLD
 _READ_CHUNK = 16 * 1024 * 1024  # external data is copied through a buffer of this size
-FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-
-class CheckpointInputError(ValueError):
-    """A tensor or property the checkpoint cannot hold, named with the reason."""
 
 
 def write_checkpoint(path: PathLike, trainable: Sequence[TensorProto], frozen: Sequence[TensorProto] = (), *,
@@ -90,24 +88,7 @@ def write_checkpoint(path: PathLike, trainable: Sequence[TensorProto], frozen: S
     writes it; the runtime reads it from there.
     Raises ``CheckpointInputError`` for what the checkpoint cannot hold; nothing is written then.
     """
-    plan = _plan(trainable, frozen, nominal, properties, external_data_dir, external_data_threshold)
-    target = Path(path)
-    outputs = [(target, plan.layout.write_to)]
-    if plan.external is not None:
-        outputs.insert(0, (target.with_name(target.name + ".data"), plan.external.write_to))
-    partials = [(output.with_name(output.name + ".partial"), output, write) for output, write in outputs]
-    size = 0
-    try:
-        for partial, _, write in partials:
-            with open(partial, "wb") as stream:
-                size = write(stream)
-        for partial, output, _ in partials:  # only once every file is complete
-            os.replace(partial, output)
-    finally:
-        for partial, _, _ in partials:
-            if partial.exists():
-                partial.unlink()
-    return size
+    return write_plan(_plan(trainable, frozen, nominal, properties, external_data_dir, external_data_threshold), path)
 
 
 def checkpoint_bytes(trainable: Sequence[TensorProto], frozen: Sequence[TensorProto] = (), *,
@@ -120,43 +101,14 @@ def checkpoint_bytes(trainable: Sequence[TensorProto], frozen: Sequence[TensorPr
     if plan.external is not None:
         raise CheckpointInputError("the checkpoint's data passes 1.8 GiB, so it goes to an external data file "
                                    "beside the checkpoint: use write_checkpoint")
-    return plan.layout.to_bytes()
-
-
-class _ExternalData:
-    """The ``<checkpoint>.data`` file: each tensor's bytes at an aligned offset, in the order the tensors come."""
-
-    def __init__(self) -> None:
-        self.size = 0
-        self._pieces: List[Tuple[int, int, BulkSource]] = []  # padding, length, source
-
-    def add(self, data_type: int, length: int, source: BulkSource) -> int:
-        alignment = 8 if data_type in (TensorProto.INT64, TensorProto.DOUBLE, TensorProto.UINT64) else 4
-        padding = -self.size % alignment
-        offset = self.size + padding
-        self._pieces.append((padding, length, source))
-        self.size = offset + length
-        return offset
-
-    def write_to(self, stream: BinaryIO) -> int:
-        for padding, length, source in self._pieces:
-            stream.write(bytes(padding))
-            for chunk in source():
-                stream.write(chunk)
-                del chunk
-        return self.size
-
-
-class _Plan(NamedTuple):
-    layout: BackToFrontLayout
-    external: Optional[_ExternalData]
+    return plan.to_bytes()
 
 
 # --- planning the layout -------------------------------------------------------------------------------------
 
 def _plan(trainable: Sequence[TensorProto], frozen: Sequence[TensorProto], nominal: bool,
           properties: Optional[Mapping[str, PropertyValue]], external_data_dir: Optional[PathLike],
-          external_data_threshold: int) -> _Plan:
+          external_data_threshold: int) -> CheckpointPlan:
     groups = {"trainable": _as_list(trainable, "trainable"), "frozen": _as_list(frozen, "frozen")}
     seen: Dict[str, str] = {}
     for group, tensors in groups.items():
@@ -165,53 +117,26 @@ def _plan(trainable: Sequence[TensorProto], frozen: Sequence[TensorProto], nomin
             if name in seen:
                 raise CheckpointInputError(f"the parameter {name!r} is given twice ({seen[name]} and {group})")
             seen[name] = group
-    bag = _check_properties(properties)
+    bag = check_properties(properties) if properties is not None else None
     base = None if external_data_dir is None else Path(external_data_dir)
     data = [[_data_of(tensor, base, nominal) for tensor in tensors] for tensors in groups.values()]
     # ONNX Runtime sizes its buffer by the serialized TensorProtos, rounded up to MiB, and goes external past
     # the threshold.
     serialized = sum(_serialized_size(tensor, length) for tensors, lengths in zip(groups.values(), data)
                      for tensor, (length, _) in zip(tensors, lengths))
-    external = _ExternalData() if not nominal and max(-(-serialized // _MIB), 1) * _MIB > external_data_threshold \
-        else None
-
-    try:
-        return _Plan(_layout(groups, data, nominal, external, bag), external)
-    except FlatbufferTooLargeError as exc:
-        raise CheckpointInputError(f"{exc}: the tensors' data must go to an external file (a lower "
-                                   "external_data_threshold)") from None
+    external = ExternalData(GENERATOR_EXTERNAL_MINIMUM) \
+        if not nominal and max(-(-serialized // MIB), 1) * MIB > external_data_threshold else None
+    records = [[_record(tensor, length, source, nominal) for tensor, (length, source) in zip(tensors, lengths)]
+               for tensors, lengths in zip(groups.values(), data)]
+    return plan_checkpoint(records[0], records[1], nominal=nominal, properties=bag, external=external)
 
 
-def _layout(groups: Dict[str, List[TensorProto]], data: List[List[Tuple[int, BulkSource]]], nominal: bool,
-            external: Optional[_ExternalData], bag: Optional[List[Tuple[str, PropertyValue]]]) -> BackToFrontLayout:
-    layout = BackToFrontLayout()
-    # The order of creation is ONNX Runtime's: each tensor's name, dims and data, then its table; the two
-    # tensor vectors; the module state; with properties, the property bag and an empty optimizer-group
-    # vector (what SaveCheckpoint writes for a state without optimizer state); the checkpoint table last.
-    tables = [[_add_tensor(layout, tensor, length, source, nominal, external)
-               for tensor, (length, source) in zip(tensors, lengths)]
-              for tensors, lengths in zip(groups.values(), data)]
-    vectors = [layout.offset_vector(offsets) for offsets in tables]
-    module_state = 0
-    if bag is None or any(groups.values()):  # SaveCheckpoint leaves out the module state of no parameters
-        layout.start_table()
-        layout.add_offset(MODULE_REQUIRES_GRAD, vectors[0])
-        layout.add_offset(MODULE_FROZEN, vectors[1])
-        layout.add_scalar(MODULE_IS_NOMINAL, "?", nominal, False)
-        layout.add_scalar(MODULE_HAS_EXTERNAL_DATA, "?", external is not None, False)
-        module_state = layout.end_table()
-    optimizer_groups = property_bag = 0
-    if bag is not None:  # SaveCheckpoint's layout: a property bag when there are properties, no optimizer group
-        property_bag = _add_property_bag(layout, bag) if bag else 0
-        optimizer_groups = layout.offset_vector([])
-
-    layout.start_table()
-    layout.add_scalar(CHECKPOINT_VERSION_FIELD, "i", CHECKPOINT_VERSION)
-    layout.add_offset(CHECKPOINT_MODULE_STATE, module_state)
-    layout.add_offset(CHECKPOINT_OPTIMIZER_GROUPS, optimizer_groups)
-    layout.add_offset(CHECKPOINT_PROPERTY_BAG, property_bag)
-    layout.finish(layout.end_table(), FILE_IDENTIFIER)
-    return layout
+def _record(tensor: TensorProto, length: int, source: BulkSource, nominal: bool) -> TensorRecord:
+    """What SaveInitializerOrtFormat writes of a TensorProto; a nominal tensor is what it writes for one holding
+    only the name and element type (no doc string, no dims, no data)."""
+    doc_string = tensor.doc_string if tensor.HasField("doc_string") and not nominal else None
+    dims = () if nominal else tuple(int(dim) for dim in tensor.dims)
+    return TensorRecord(tensor.name, tensor.data_type, dims, length, source, doc_string)
 
 
 def _as_list(tensors: Sequence[TensorProto], group: str) -> List[TensorProto]:
@@ -228,27 +153,6 @@ def _name_of(tensor: TensorProto, group: str) -> str:
     if not tensor.name:
         raise CheckpointInputError(f"a {group} parameter has no name")
     return tensor.name
-
-
-def _add_tensor(layout: BackToFrontLayout, tensor: TensorProto, length: int, source: BulkSource, nominal: bool,
-                external: Optional[_ExternalData]) -> int:
-    """SaveInitializerOrtFormat: name, doc string (when set), dims, data; then the Tensor table. A nominal
-    tensor is what the runtime writes for a TensorProto holding only the name and element type."""
-    name = layout.string(tensor.name.encode("utf-8"))
-    doc_string = layout.string(tensor.doc_string.encode("utf-8")) \
-        if tensor.HasField("doc_string") and not nominal else 0
-    dims = layout.scalar_vector(b"" if nominal else np.asarray(tensor.dims, dtype="<i8").tobytes(), 8)
-    offset = external.add(tensor.data_type, length, source) if external is not None and length >= EXTERNAL_MINIMUM \
-        else -1
-    raw_data = layout.bulk_byte_vector(length, source) if offset < 0 else 0
-    layout.start_table()
-    layout.add_offset(TENSOR_NAME, name)
-    layout.add_offset(TENSOR_DOC_STRING, doc_string)
-    layout.add_offset(TENSOR_DIMS, dims)
-    layout.add_scalar(TENSOR_DATA_TYPE, "i", tensor.data_type)
-    layout.add_offset(TENSOR_RAW_DATA, raw_data)
-    layout.add_scalar(TENSOR_EXTERNAL_DATA_OFFSET, "q", offset, -1)
-    return layout.end_table()
 
 
 def _no_data() -> Iterator[bytes]:
@@ -356,45 +260,3 @@ def _external_data(tensor: TensorProto, expected: int, base: Optional[Path]) -> 
                 yield chunk
 
     return length, read
-
-
-# --- properties ----------------------------------------------------------------------------------------------
-
-def _check_properties(properties: Optional[Mapping[str, PropertyValue]]) -> Optional[List[Tuple[str, PropertyValue]]]:
-    if properties is None:
-        return None
-    checked = []
-    for name, value in properties.items():
-        if not isinstance(name, str) or not name:
-            raise CheckpointInputError(f"a property name must be a non-empty str, got {name!r}")
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise CheckpointInputError(f"the property {name!r} must be an int, float or str, got {type(value).__name__}")
-        if isinstance(value, int) and not -2**63 <= value < 2**63:
-            raise CheckpointInputError(f"the property {name!r} ({value}) does not fit in a 64-bit integer")
-        if isinstance(value, float) and math.isfinite(value) and abs(value) > FLOAT32_MAX:
-            raise CheckpointInputError(f"the property {name!r} ({value}) does not fit in a 32-bit float, which the "
-                                       "checkpoint keeps")
-        checked.append((name, value))
-    return sorted(checked, key=lambda item: item[0])  # the runtime sorts by name (bytewise: code-point order)
-
-
-def _add_property_bag(layout: BackToFrontLayout, bag: List[Tuple[str, PropertyValue]]) -> int:
-    """FromPropertyBag: for each property by name, its name (and string value) then its table; then the
-    three vectors (empty ones too) and the PropertyBag table."""
-    kinds: Dict[str, List[int]] = {"int": [], "float": [], "str": []}
-    for name, value in bag:
-        name_offset = layout.string(name.encode("utf-8"))
-        value_offset = layout.string(value.encode("utf-8")) if isinstance(value, str) else 0
-        layout.start_table()
-        layout.add_offset(PROPERTY_NAME, name_offset)
-        if isinstance(value, str):
-            layout.add_offset(PROPERTY_VALUE, value_offset)
-        else:
-            layout.add_scalar(PROPERTY_VALUE, "q" if isinstance(value, int) else "f", value)
-        kinds["str" if isinstance(value, str) else "int" if isinstance(value, int) else "float"].append(
-            layout.end_table())
-    vectors = [layout.offset_vector(kinds[kind]) for kind in ("int", "float", "str")]
-    layout.start_table()
-    for field, vector in zip((BAG_INTS, BAG_FLOATS, BAG_STRINGS), vectors):
-        layout.add_offset(field, vector)
-    return layout.end_table()

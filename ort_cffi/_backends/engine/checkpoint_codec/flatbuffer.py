@@ -1,5 +1,6 @@
-"""A flatbuffer laid out byte for byte as FlatBuffers' C++ ``FlatBufferBuilder`` lays it out, without holding
-the bulk data: the checkpoint writer's serializer.
+"""Flatbuffers, written and read: ``BackToFrontLayout`` lays one out byte for byte as FlatBuffers' C++
+``FlatBufferBuilder`` does, without holding the bulk data (the checkpoint writer's serializer);
+``FlatbufferReader`` follows a finished one with every offset bounds-checked (the checkpoint reader's).
 
 The C++ builder (which ONNX Runtime uses to write checkpoints) fills its buffer from the back: the first
 object created ends up last in the file, and every offset or padding depends only on what was created
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import struct
 from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
 
 # A piece of the buffer: bytes, or the length of bulk data and a function that yields it in chunks.
 BulkSource = Callable[[], Iterator[Union[bytes, memoryview]]]
@@ -183,3 +186,112 @@ class BackToFrontLayout:
 
     def to_bytes(self) -> bytes:
         return b"".join(self.chunks())
+
+
+# --- reading ---------------------------------------------------------------------------------------------------
+
+class FlatbufferFormatError(ValueError):
+    """A flatbuffer that cannot be followed: an offset, a vector or a string that leaves the buffer."""
+
+
+Buffer = Union[bytes, bytearray, memoryview]
+
+
+class FlatbufferReader:
+    """Reads the tables of a finished flatbuffer by field index (their order in the schema), as the generated
+    accessors do, but every position is checked against the buffer first, as FlatBuffers' ``Verifier`` checks
+    them: a damaged or foreign file gives ``FlatbufferFormatError`` saying what did not fit, never a read
+    outside the buffer. Bulk data is returned as views of the buffer, not copies."""
+
+    def __init__(self, data: Buffer) -> None:
+        self.data = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else data
+        self.size = len(self.data)
+
+    def _unpack(self, fmt: str, at: int, what: str) -> int:
+        if at < 0 or at + struct.calcsize(fmt) > self.size:
+            raise FlatbufferFormatError(f"{what} at byte {at} lies outside the {self.size} bytes of the buffer")
+        return struct.unpack_from("<" + fmt, self.data, at)[0]
+
+    def root(self) -> int:
+        """The position of the root table."""
+        return self._indirect(0, "the root table")
+
+    def identifier(self) -> bytes:
+        return bytes(self.data[4:8])
+
+    def _indirect(self, at: int, what: str) -> int:
+        target = at + self._unpack("I", at, f"the offset to {what}")
+        if target >= self.size:
+            raise FlatbufferFormatError(f"{what} (byte {target}) lies outside the {self.size} bytes of the buffer")
+        return target
+
+    def _field(self, table: int, field: int) -> Optional[int]:
+        """The position of field ``field`` of the table at ``table``; None when the table leaves it out."""
+        vtable = table - self._unpack("i", table, "a table")
+        vtable_size = self._unpack("H", vtable, "a table's vtable")
+        if vtable_size < 4 or vtable_size % 2:
+            raise FlatbufferFormatError(f"the vtable at byte {vtable} has a size of {vtable_size} bytes")
+        entry = 4 + 2 * field
+        if entry + 2 > vtable_size:
+            return None
+        relative = self._unpack("H", vtable + entry, "a vtable entry")
+        table_size = self._unpack("H", vtable + 2, "a table's size")
+        if relative == 0:
+            return None
+        if relative >= table_size:
+            raise FlatbufferFormatError(f"field {field} of the table at byte {table} lies past the table's end")
+        return table + relative
+
+    def table(self, table: int, field: int, what: str) -> Optional[int]:
+        at = self._field(table, field)
+        return None if at is None else self._indirect(at, what)
+
+    def scalar(self, table: int, field: int, fmt: str, default: Union[int, float]) -> Union[int, float]:
+        at = self._field(table, field)
+        return default if at is None else self._unpack(fmt, at, f"field {field} of the table at byte {table}")
+
+    def vector(self, table: int, field: int, element_size: int, what: str) -> Optional[Tuple[int, int]]:
+        """(position of the first element, element count) of a vector field; None when absent."""
+        at = self._field(table, field)
+        if at is None:
+            return None
+        start = self._indirect(at, what)
+        count = self._unpack("I", start, f"the length of {what}")
+        if start + 4 + count * element_size > self.size:
+            raise FlatbufferFormatError(f"{what} ({count} elements of {element_size} bytes from byte {start + 4}) "
+                                        f"runs past the {self.size} bytes of the buffer")
+        return start + 4, count
+
+    def tables(self, table: int, field: int, what: str) -> Optional[List[int]]:
+        """The tables of a vector of tables; None when the vector is absent."""
+        found = self.vector(table, field, UOFFSET, what)
+        if found is None:
+            return None
+        start, count = found
+        return [self._indirect(start + UOFFSET * index, f"{what}[{index}]") for index in range(count)]
+
+    def _string_at(self, start: int, what: str) -> bytes:
+        length = self._unpack("I", start, f"the length of {what}")
+        end = start + 4 + length
+        if end >= self.size or self.data[end] != 0:
+            raise FlatbufferFormatError(f"{what} ({length} bytes from byte {start + 4}) runs past the buffer or "
+                                        "lacks its terminating zero")
+        return bytes(self.data[start + 4:end])
+
+    def string(self, table: int, field: int, what: str) -> Optional[bytes]:
+        at = self._field(table, field)
+        return None if at is None else self._string_at(self._indirect(at, what), what)
+
+    def strings(self, table: int, field: int, what: str) -> Optional[List[bytes]]:
+        found = self.vector(table, field, UOFFSET, what)
+        if found is None:
+            return None
+        start, count = found
+        return [self._string_at(self._indirect(start + UOFFSET * index, f"{what}[{index}]"), f"{what}[{index}]")
+                for index in range(count)]
+
+    def array(self, start: int, count: int, dtype: np.dtype) -> np.ndarray:
+        """``count`` elements of ``dtype`` from ``start``: a read-only view of the buffer, no copy."""
+        view = np.frombuffer(self.data, dtype=dtype, count=count, offset=start) if count else np.empty(0, dtype)
+        view.flags.writeable = False
+        return view
