@@ -65,6 +65,9 @@ setup(
         "pyelftools>=0.29",  # the loader finds OrtApiBase in the runtime's ELF file statically
         "platformdirs>=3",  # where the private runtime images and fetched runtimes are kept
         "filelock>=3.12",  # that cache may be written by two processes at once
+        # ort_cffi's engine (training on inference builds of ONNX Runtime) reads the artifacts' models and
+        # writes them with their training operators lowered to standard ones: onnx's protobuf classes and helpers.
+        "onnx>=1.14",
     ],
     extras_require={
         # The runtime, where pip can install it (see above); the bare package works with a runtime

@@ -2,9 +2,11 @@
 ``ai.onnxruntime`` training classes one call at a time.
 
 Layers (docs/layout.md): ``_native`` (the loader, the declarations, the tables, the handles; its public
-face is ``capi``) → ``_facade`` (tensors, then sessions) → this module, which re-exports the facade → the
+face is ``capi``) → ``_backends`` (the training build's C API, or ort_cffi's engine over the inference API:
+``backend()`` says which runs, ``use_backend()`` chooses) → ``_facade`` (tensors, then sessions) → this module, which re-exports the facade → the
 applications (``artifacts``, ``runtime``, ``trainer``, ``flower``) → ``cli``, the commands.
 """
+from ort_cffi._backends import backend, use_backend
 from ort_cffi._facade.sessions.checkpoint import OrtAllocator, OrtCheckpointState
 from ort_cffi._facade.sessions.environment import OrtEnvironment
 from ort_cffi._facade.sessions.options import OrtLoggingLevel, RunOptions, SessionOptions
@@ -56,4 +58,6 @@ __all__ = [
     "TensorInfo",
     "TrainingApiUnavailableError",
     "UnsupportedRuntimeError",
+    "backend",
+    "use_backend",
 ]

@@ -72,9 +72,9 @@ pip_install() { "$VENV_PY" -m pip install -q --disable-pip-version-check "$@"; }
 pip_install --upgrade pip
 pip_install -e ".[$EXTRA]"
 
-# Inference-only runtimes (real libraries with OrtGetApiBase exported) for the loader's error tests, and
-# 1.31.1, on which the engine's lowered training models are checked (tests/engine).
-# They are the `onnxruntime` package too, so each goes into a folder of its own, never on sys.path.
+# Inference-only runtimes (real libraries with OrtGetApiBase exported): 1.19.2 and 1.20.1 for the loader's
+# reading of inference builds, 1.31.1 (the current release) for ort_cffi's engine (tests/engine). They are the
+# `onnxruntime` package too, so each goes into a folder of its own, never on sys.path.
 for version in 1.19.2 1.20.1 1.31.1; do
   target=.cache/ort-inference-$version
   if [ ! -f "$target/.complete" ]; then

@@ -1,13 +1,16 @@
-"""Find a training-enabled ONNX Runtime and hand back the address of its ``OrtApiBase``.
+"""Find an ONNX Runtime and hand back the address of its ``OrtApiBase``.
 
 Sources, tried in this order:
 
 1. **An explicit file** (``load_runtime(path)`` or ``$ORT_CFFI_LIBRARY``): a real
-   ``libonnxruntime.so`` built with the training API (``dlopen`` + its exported ``OrtGetApiBase``),
+   ``libonnxruntime.so`` (``dlopen`` + its exported ``OrtGetApiBase``), with or without the training API,
    or a training wheel's ``onnxruntime_pybind11_state*.so`` (read as in 2).
 2. **A runtime fetched by ``ort-cffi-runtime install``**, when ``$ORT_CFFI_RUNTIME`` names one.
 3. **The installed training wheel** (``onnxruntime-training-cpu`` or ``onnxruntime-training``).
-4. **The runtime store**: the most recently fetched runtime (``ort-cffi-runtime install``).
+4. **An installed inference wheel** (``onnxruntime`` or ``onnxruntime-gpu``, 1.19 or later): the C library it
+   ships beside its extension (``capi/libonnxruntime.so.*``, ``.dylib`` or ``.dll``), a plain C library that
+   exports ``OrtGetApiBase`` and links no CPython. ort_cffi's engine trains on it (``ort_cffi._backends``).
+5. **The runtime store**: the most recently fetched runtime (``ort-cffi-runtime install``).
 
 A wheel's C API is linked into its Python extension but not exported, and the image that
 ``import onnxruntime`` loads cannot create an ``OrtEnv`` (docs/internals/runtime.md §1–2). So the loader maps a
@@ -57,7 +60,11 @@ from ort_cffi._native.store import (
 LIBRARY_ENV = "ORT_CFFI_LIBRARY"
 TRAINING_WHEELS = ("onnxruntime-training-cpu", "onnxruntime-training")
 EXTENSION_GLOB = "onnxruntime_pybind11_state*.so"
+# The C library of an inference wheel, by platform (Linux, macOS, Windows).
+INFERENCE_LIBRARY_GLOBS = ("libonnxruntime.so.*", "libonnxruntime.*.dylib", "onnxruntime.dll")
+INFERENCE_WHEELS = ("onnxruntime", "onnxruntime-gpu")
 INSTALL_HINT = (
+    "`pip install onnxruntime` (any current CPython and platform: ort_cffi's engine trains on it); "
     "on CPython 3.9-3.12, `pip install onnxruntime-training-cpu==1.19.2` (ort_cffi's `[cpu]` extra; "
     "onnxruntime-training==1.19.2 for CUDA); on any interpreter, `ort-cffi-runtime install` (add --cuda for the CUDA build) fetches "
     "the runtime into ort_cffi's cache; or point ORT_CFFI_LIBRARY at a libonnxruntime.so built with "
@@ -130,10 +137,10 @@ class LoadedImage:
 
 @dataclasses.dataclass(frozen=True)
 class RuntimeFile:
-    """A wheel extension to load through a private image: where it is and what it claims to be."""
+    """A runtime file: a wheel extension to load through a private image, or a C library to dlopen ("library")."""
 
     path: Path
-    kind: str  # "wheel", "fetched" or "extension"
+    kind: str  # "wheel", "fetched", "extension" or "library"
     version: Optional[str]
     description: str  # for messages: "the onnxruntime-training-cpu 1.19.2 wheel", ...
 
@@ -197,6 +204,24 @@ def find_training_wheel() -> tuple[Optional[RuntimeFile], list[str]]:
     found = f" (found {', '.join(others)} at {package_dir}: an inference-only build)" if others else ""
     tried.append(f"the onnxruntime-training-cpu / onnxruntime-training wheel: not installed{found}")
     return None, tried
+
+
+def find_inference_wheel() -> tuple[Optional[RuntimeFile], list[str]]:
+    """The C library of an installed ``onnxruntime`` / ``onnxruntime-gpu`` wheel (without importing it)."""
+    spec = find_spec("onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        return None, ["the onnxruntime / onnxruntime-gpu wheel: no `onnxruntime` package on sys.path"]
+    package_dir = Path(next(iter(spec.submodule_search_locations)))
+    for name in INFERENCE_WHEELS:
+        version = installed_version(package_dir.parent, name)
+        if version is None:
+            continue
+        for pattern in INFERENCE_LIBRARY_GLOBS:
+            libraries = sorted((package_dir / "capi").glob(pattern))
+            if libraries:
+                return RuntimeFile(libraries[0], "library", version, f"the installed {name} {version} wheel"), []
+        return None, [f"the {name} {version} wheel: no ONNX Runtime C library in {package_dir / 'capi'}"]
+    return None, ["the onnxruntime / onnxruntime-gpu wheel: not installed"]
 
 
 def installed_version(site_dir: Path, name: str) -> Optional[str]:
@@ -468,6 +493,10 @@ def find_runtime_file() -> tuple[Optional[RuntimeFile], List[str]]:
     if wheel is not None:
         return wheel, []
     tried += wheel_tried
+    inference, inference_tried = find_inference_wheel()
+    if inference is not None:
+        return inference, []
+    tried += inference_tried
     fetched, fetched_tried = find_fetched()
     if fetched is not None:
         return fetched, []
@@ -485,8 +514,10 @@ def find_and_load(library: str | os.PathLike[str] | None = None, *, refresh: boo
     if source is None:
         tried.insert(0, f"${LIBRARY_ENV}: not set")
         raise RuntimeNotFoundError(
-            f"no training-enabled ONNX Runtime found for {interpreter_name()}. Tried:\n  - "
+            f"no ONNX Runtime found for {interpreter_name()}. Tried:\n  - "
             + "\n  - ".join(tried)
             + f"\nTo fix: {INSTALL_HINT}."
         )
+    if source.kind == "library":
+        return load_library(source.path, refresh=refresh)
     return load_extension(source, refresh=refresh)

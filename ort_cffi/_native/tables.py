@@ -11,7 +11,6 @@ from ort_cffi._native.errors import (
     OrtException,
     RuntimeLoadError,
     StaleCacheError,
-    TrainingApiUnavailableError,
     UnsupportedRuntimeError,
 )
 from ort_cffi._native.ffi import API_VERSION, ffi
@@ -19,10 +18,13 @@ from ort_cffi._native.loader import LoadedImage, find_and_load
 
 __all__ = ["ffi", "get_runtime", "load_runtime", "Runtime", "check_status", "API_VERSION"]
 
-# The table layouts declared in include/ were checked against these runtime versions (major, minor)
-# only. OrtTrainingApi was not append-only before 1.17 (CreateTrainingSessionFromBuffer moved in
-# 1.16), and OrtApi version 19 first exists in 1.19: any other version is refused, not guessed at.
-KNOWN_LAYOUTS = {(1, 19)}
+# The table layouts declared in include/ are those of API version 19, which ONNX Runtime 1.19 first
+# offers. OrtApi is append-only: every later 1.x release hands out the same first slots for
+# GetApi(19) (checked on 1.20.1 and 1.31.1). OrtTrainingApi was not append-only before 1.17
+# (CreateTrainingSessionFromBuffer moved in 1.16), and no training build after 1.19 was published: a
+# training table is used only from 1.19.x; later builds train on ort_cffi's engine.
+OLDEST_LAYOUT = (1, 19)
+TRAINING_LAYOUTS = {(1, 19)}
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -31,6 +33,19 @@ def _version_tuple(version: str) -> tuple[int, ...]:
         digits = "".join(ch for ch in piece if ch.isdigit())
         parts.append(int(digits) if digits else 0)
     return tuple(parts)
+
+
+def check_layout(version: str, library: str) -> tuple[int, ...]:
+    """The runtime's (major, minor), where ort_cffi's declared tables fit it; else UnsupportedRuntimeError."""
+    found = _version_tuple(version)[:2]
+    if found < OLDEST_LAYOUT or found[0] != OLDEST_LAYOUT[0]:
+        raise UnsupportedRuntimeError(
+            f"ONNX Runtime {version} (from {library}) has C API tables whose layout ort_cffi does not know: it "
+            f"declares the API version {API_VERSION} tables, which ONNX Runtime 1.19 and later 1.x releases offer, "
+            "and refuses to guess offsets. Use onnxruntime 1.19 or later (pip install onnxruntime), or "
+            "onnxruntime-training-cpu==1.19.2"
+        )
+    return found
 
 
 class Runtime:
@@ -45,7 +60,8 @@ class Runtime:
 
     Attributes:
         api: The `const OrtApi*` table (API version 19).
-        training_api: The `const OrtTrainingApi*` table (all 33 slots).
+        training_api: The training build's `const OrtTrainingApi*` table (all 33 slots), or None where the
+            runtime has none (an inference build: ort_cffi's engine trains there, `ort_cffi.backend()`).
         api_base: The `const OrtApiBase*`.
         version: The runtime's version, e.g. "1.19.2".
         library: The file it came from.
@@ -58,8 +74,7 @@ class Runtime:
         loaded: The loader's result (`loader.find_and_load`); ort_cffi makes the instance.
 
     Raises:
-        UnsupportedRuntimeError: The runtime's version is not 1.19, or it lacks C API version 19.
-        TrainingApiUnavailableError: The runtime has no training API (an inference-only build).
+        UnsupportedRuntimeError: The runtime is older than 1.19, or it lacks C API version 19.
     """
 
     def __init__(self, loaded: LoadedImage) -> None:
@@ -76,25 +91,18 @@ class Runtime:
                 f"the runtime image {loaded.image} reports version {self.version!r} but its source claims "
                 f"{loaded.expected_version!r}: refusing to use it"
             )
-        if _version_tuple(self.version)[:2] not in KNOWN_LAYOUTS:
-            known = ", ".join(f"{major}.{minor}.x" for major, minor in sorted(KNOWN_LAYOUTS))
-            raise UnsupportedRuntimeError(
-                f"ONNX Runtime {self.version} (from {self.library}) has C API tables whose layout ort_cffi does not "
-                f"know: it declares the API version {API_VERSION} tables of ONNX Runtime {known} and refuses to "
-                "guess offsets. Use onnxruntime-training-cpu==1.19.2"
-            )
+        version = check_layout(self.version, self.library)
         self.api: Any = self.api_base.GetApi(API_VERSION)
         if self.api == ffi.NULL:
             raise UnsupportedRuntimeError(
                 f"ONNX Runtime {self.version} (from {self.library}) does not provide C API version {API_VERSION}"
             )
-        self.training_api: Any = self.api.GetTrainingApi(API_VERSION)
-        if self.training_api == ffi.NULL:
-            raise TrainingApiUnavailableError(
-                f"ONNX Runtime {self.version} at {self.library} has no training API (GetTrainingApi returned NULL): "
-                "it is an inference-only build. Install onnxruntime-training-cpu==1.19.2 (ort_cffi's `[cpu]` extra; "
-                "on CPython 3.13 and later `ort-cffi-runtime install`) or use a library built with --enable_training_apis"
-            )
+        # The training build's table, or None: an inference build (GetTrainingApi returns NULL there), or a
+        # build whose training table's layout was never checked. ort_cffi's engine trains on those.
+        self.training_api: Any = None
+        if version in TRAINING_LAYOUTS:
+            table = self.api.GetTrainingApi(API_VERSION)
+            self.training_api = table if table != ffi.NULL else None
 
     def __repr__(self) -> str:
         return f"<ort_cffi Runtime {self.version} ({self.kind}) from {self.library}>"
@@ -130,7 +138,6 @@ def get_runtime() -> Runtime:
     Raises:
         RuntimeNotFoundError: No runtime was found; the message lists every place that was tried.
         RuntimeLoadError: A runtime was found but cannot be loaded.
-        TrainingApiUnavailableError: The runtime has no training API.
         UnsupportedRuntimeError: The runtime's version has tables ort_cffi does not declare.
     """
     global _runtime
@@ -163,7 +170,6 @@ def load_runtime(library: str | os.PathLike[str] | None = None) -> Runtime:
         RuntimeLoadError: Another runtime is loaded already, or the library cannot be loaded or
             exports no `OrtGetApiBase`.
         RuntimeNotFoundError: The library file does not exist, or (for None) no runtime was found.
-        TrainingApiUnavailableError: The runtime has no training API.
         UnsupportedRuntimeError: The runtime's version has tables ort_cffi does not declare.
     """
     global _runtime

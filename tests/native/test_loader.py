@@ -207,40 +207,54 @@ def test_an_explicit_wheel_extension_loads_through_a_private_image(tmp_path):
     assert report["image"] != report["library"]
 
 
-def test_explicit_library_without_training_api():
+def test_explicit_library_without_training_api_trains_on_the_engine():
+    """An inference build loads; training runs on ort_cffi's engine, unless the training API is asked for,
+    which is then refused naming what to install."""
     lib = inference_library("1.19.2")
-    proc = run_child(
-        """
+    script = """
+        import ort_cffi
         from ort_cffi.capi import get_runtime
         from ort_cffi import TrainingApiUnavailableError
+        print("training table:", get_runtime().training_api)
         try:
-            get_runtime()
+            print("backend:", ort_cffi.backend())
         except TrainingApiUnavailableError as e:
             print("error:", e)
-        """,
-        env={"ORT_CFFI_LIBRARY": str(lib)},
-    )
+        """
+    proc = run_child(script, env={"ORT_CFFI_LIBRARY": str(lib), "ORT_CFFI_BACKEND": ""})
+    assert "training table: None" in proc.stdout and "backend: engine" in proc.stdout, proc.stdout + proc.stderr
+    proc = run_child(script, env={"ORT_CFFI_LIBRARY": str(lib), "ORT_CFFI_BACKEND": "training-api"})
     print(proc.stdout)
     assert "has no training API" in proc.stdout and str(lib) in proc.stdout
     assert "onnxruntime-training-cpu==1.19.2" in proc.stdout
 
 
-def test_explicit_library_with_unknown_table_layout():
-    lib = inference_library("1.20.1")
+@pytest.mark.parametrize("version", ["1.20.1", "1.31.1"])
+def test_explicit_library_of_a_later_release_loads_its_version_19_tables(version):
+    """OrtApi is append-only: a later 1.x release offers API version 19's table; training runs on the engine."""
+    lib = inference_library(version)
     proc = run_child(
         """
+        import ort_cffi
         from ort_cffi.capi import load_runtime
-        from ort_cffi import UnsupportedRuntimeError
-        try:
-            load_runtime(%r)
-        except UnsupportedRuntimeError as e:
-            print("error:", e)
+        rt = load_runtime(%r)
+        print("version:", rt.version, "training table:", rt.training_api, "backend:", ort_cffi.backend())
         """
         % str(lib),
-        env={"ORT_CFFI_LIBRARY": ""},
+        env={"ORT_CFFI_LIBRARY": "", "ORT_CFFI_BACKEND": ""},
     )
-    print(proc.stdout)
-    assert "ONNX Runtime 1.20.1" in proc.stdout and "refuses to guess offsets" in proc.stdout
+    assert f"version: {version} training table: None backend: engine" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("version", ["1.18.1", "1.9.0", "2.0.0"])
+def test_a_runtime_outside_the_declared_tables_is_refused(version):
+    """No wheel before 1.19 ships its C library, so the gate is checked on the versions themselves."""
+    from ort_cffi._native.errors import UnsupportedRuntimeError
+    from ort_cffi._native.tables import check_layout
+
+    with pytest.raises(UnsupportedRuntimeError, match=f"ONNX Runtime {version} .*refuses to guess offsets"):
+        check_layout(version, "/lib/libonnxruntime.so")
+    assert check_layout("1.19.2", "x") == (1, 19) and check_layout("1.31.1", "x") == (1, 31)
 
 
 def test_wheel_whose_version_does_not_match_its_image_is_refused(tmp_path):
@@ -302,9 +316,10 @@ except RuntimeNotFoundError as e:
     )
     print(proc.stdout, proc.stderr)
     assert proc.returncode == 0
-    assert "no training-enabled ONNX Runtime found" in proc.stdout
+    assert "no ONNX Runtime found" in proc.stdout
     assert "$ORT_CFFI_LIBRARY: not set" in proc.stdout
     assert "no `onnxruntime` package on sys.path" in proc.stdout
+    assert "`pip install onnxruntime` (any current CPython and platform" in proc.stdout
     assert "pip install onnxruntime-training-cpu==1.19.2" in proc.stdout
     assert "`ort-cffi-runtime install`" in proc.stdout  # where pip cannot install the wheel
     assert "runtimes fetched by `ort-cffi-runtime install`: none in" in proc.stdout

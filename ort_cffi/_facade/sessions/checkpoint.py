@@ -17,6 +17,7 @@ from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 
+from ort_cffi._backends import training_table
 from ort_cffi._facade.tensors.conversions import as_tensor_array
 from ort_cffi._facade.tensors.element_types import DTYPE_TO_ONNX
 from ort_cffi._facade.tensors.tensor import adopted_tensor, tensor_over_copy
@@ -107,7 +108,7 @@ class OrtCheckpointState(NativeHandle):
                 "use OrtCheckpointState.loadCheckpoint(path) or loadCheckpointFromBuffer(bytes)"
             )
         self._rt = get_runtime()
-        self._own(_ptr, self._rt.training_api.ReleaseCheckpointState)
+        self._own(_ptr, training_table().ReleaseCheckpointState)
         self._source = _source
         self._lock = threading.Lock()  # shared with the session bound to this state
         self._owner: Optional[weakref.ref[NativeHandle]] = None  # the training session bound to this state
@@ -144,7 +145,7 @@ class OrtCheckpointState(NativeHandle):
         process.env()  # loading logs through the runtime's default logger, which the environment creates
         out = ffi.new("OrtCheckpointState**")
         try:
-            check_status(rt.training_api.LoadCheckpoint(native_path(path), out), f"loading checkpoint {path!r}")
+            check_status(training_table().LoadCheckpoint(native_path(path), out), f"loading checkpoint {path!r}")
         except OrtException as exc:
             raise _unreadable(exc, _head(path), from_bytes=False) from None
         return OrtCheckpointState(out[0], path)
@@ -178,7 +179,7 @@ class OrtCheckpointState(NativeHandle):
         process.env()  # loading logs through the runtime's default logger, which the environment creates
         out = ffi.new("OrtCheckpointState**")
         try:
-            check_status(rt.training_api.LoadCheckpointFromBuffer(data, len(data), out), "loading a checkpoint from bytes")
+            check_status(training_table().LoadCheckpointFromBuffer(data, len(data), out), "loading a checkpoint from bytes")
         except OrtException as exc:
             raise _unreadable(exc, data[:8], from_bytes=True) from None
         return OrtCheckpointState(out[0], "<bytes>")
@@ -217,7 +218,7 @@ class OrtCheckpointState(NativeHandle):
             atomic_write(
                 path,
                 lambda tmp: check_status(
-                    self._rt.training_api.SaveCheckpoint(ptr, native_path(tmp), include_optimizer),
+                    training_table().SaveCheckpoint(ptr, native_path(tmp), include_optimizer),
                     f"saving checkpoint {path!r}",
                 ),
                 "checkpoint",
@@ -267,7 +268,7 @@ class OrtCheckpointState(NativeHandle):
             )
         with self._lock:
             check_status(
-                self._rt.training_api.AddProperty(self._native(via_session), name, kind, native),
+                training_table().AddProperty(self._native(via_session), name, kind, native),
                 f"adding property {propertyName!r}",
             )
 
@@ -283,7 +284,7 @@ class OrtCheckpointState(NativeHandle):
         value = ffi.new("void**")
         with self._lock:
             check_status(
-                self._rt.training_api.GetProperty(self._native(via_session), name, allocator, kind, value),
+                training_table().GetProperty(self._native(via_session), name, allocator, kind, value),
                 f"reading property {property_name!r}",
             )
         try:  # the value was allocated with our allocator: free it whatever happens
@@ -381,7 +382,7 @@ class OrtCheckpointState(NativeHandle):
         out = ffi.new("OrtTensorTypeAndShapeInfo**")
         with self._lock:
             self._require_bound()
-            self._call(self._rt.training_api.GetParameterTypeAndShape, name, out, context=f"parameter {parameterName!r}")
+            self._call(training_table().GetParameterTypeAndShape, name, out, context=f"parameter {parameterName!r}")
         with TensorTypeAndShapeInfo(out[0]) as info:
             return info.toTensorInfo()
 
@@ -405,7 +406,7 @@ class OrtCheckpointState(NativeHandle):
         out = ffi.new("OrtValue**")
         with self._lock:
             self._require_bound()
-            self._call(self._rt.training_api.GetParameter, name, process.allocator(), out,
+            self._call(training_table().GetParameter, name, process.allocator(), out,
                        context=f"parameter {parameterName!r}")
         with adopted_tensor(out[0]) as value:
             return value.getValue()
@@ -438,7 +439,7 @@ class OrtCheckpointState(NativeHandle):
         with tensor_over_copy(array) as tensor:
             with self._lock:
                 self._require_bound()
-                self._call(self._rt.training_api.UpdateParameter, name, pointer(tensor),
+                self._call(training_table().UpdateParameter, name, pointer(tensor),
                            context=f"updating parameter {parameterName!r}")
 
 

@@ -9,6 +9,7 @@ from ort_cffi._facade.sessions.checkpoint import OrtAllocator, OrtCheckpointStat
 from ort_cffi._facade.sessions.options import OrtLoggingLevel, SessionOptions, enum_member
 from ort_cffi._facade.sessions.session import OrtSession
 from ort_cffi._facade.sessions.training import OrtTrainingSession
+from ort_cffi._backends import training_table
 from ort_cffi._native.errors import c_string
 from ort_cffi._native.files import PathLike, PathOrBytes
 from ort_cffi._native.handles import process
@@ -81,13 +82,15 @@ class OrtEnvironment:
         return cls._instance
 
     def isTrainingEnabled(self) -> bool:
-        """Always True: ort_cffi only loads runtimes that have the training API.
+        """True: every runtime ort_cffi loads trains, on its training API where it has one (a training build),
+        else on ort_cffi's own engine over the inference API (`ort_cffi.backend()` says which).
 
-        A runtime without it is refused when it loads (`TrainingApiUnavailableError`).
+        Raises `TrainingApiUnavailableError` only where the training-api backend was asked for
+        (`$ORT_CFFI_BACKEND`) and the runtime has no training API.
 
         Java: `boolean isTrainingEnabled()`.
         """
-        return get_runtime().training_api is not None
+        return training_table() is not None
 
     def getVersion(self) -> str:
         """The loaded runtime's version, `"1.19.2"` (`GetVersionString`).

@@ -23,6 +23,7 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Unio
 
 import numpy as np
 
+from ort_cffi._backends import training_table
 from ort_cffi._facade.external_data import confine_models, inline_external_data
 from ort_cffi._facade.sessions.checkpoint import INT64_MAX, INT64_MIN, OrtCheckpointState, StateBinding
 from ort_cffi._facade.sessions.options import RunOptions, SessionOptions
@@ -95,7 +96,7 @@ class OrtTrainingSession(NativeHandle):
                 pin_all((session_options,))  # the caller may close them from another thread meanwhile
                 try:
                     if from_buffers:
-                        status = rt.training_api.CreateTrainingSessionFromBuffer(
+                        status = training_table().CreateTrainingSessionFromBuffer(
                             pointer(env), pinned_pointer(session_options), state_ptr,
                             train[1], len(train[1] or b""),
                             evaluation[1] or ffi.NULL, len(evaluation[1] or b""),
@@ -104,7 +105,7 @@ class OrtTrainingSession(NativeHandle):
                         )
                         where = "creating a training session from model bytes"
                     else:
-                        status = rt.training_api.CreateTrainingSession(
+                        status = training_table().CreateTrainingSession(
                             pointer(env), pinned_pointer(session_options), state_ptr,
                             native_path(train[0] or ""),
                             native_path(evaluation[0]) if evaluation[0] else ffi.NULL,
@@ -115,7 +116,7 @@ class OrtTrainingSession(NativeHandle):
                 finally:
                     unpin_all((session_options,))
                 check_status(status, where)
-                self._own(out[0], rt.training_api.ReleaseTrainingSession, pinned=(env, state))
+                self._own(out[0], training_table().ReleaseTrainingSession, pinned=(env, state))
                 binding.bind(self)
         except BaseException:
             if self._owns_state:
@@ -131,11 +132,11 @@ class OrtTrainingSession(NativeHandle):
         self._external_data_anywhere = externalDataAnywhere
         self._has_optimizer = optimizerModel is not None
         self._has_scheduler = False
-        self._optimizer_step = rt.training_api.OptimizerStep  # the per-step calls, looked up once
-        self._lazy_reset_grad = rt.training_api.LazyResetGrad
+        self._optimizer_step = training_table().OptimizerStep  # the per-step calls, looked up once
+        self._lazy_reset_grad = training_table().LazyResetGrad
         try:
-            self._train = self._plan("training", rt.training_api.TrainStep, train)
-            self._eval = self._plan("eval", rt.training_api.EvalStep, evaluation) if self._has_eval else None
+            self._train = self._plan("training", training_table().TrainStep, train)
+            self._eval = self._plan("eval", training_table().EvalStep, evaluation) if self._has_eval else None
         except BaseException:
             self.close()
             raise
@@ -143,7 +144,7 @@ class OrtTrainingSession(NativeHandle):
     # --- construction helpers ------------------------------------------------------------------
 
     def _plan(self, kind: str, step: Any, model: Tuple[Optional[str], Optional[bytes]]) -> ModelPlan:
-        t = self._rt.training_api
+        t = training_table()
         if kind == "training":
             inputs = read_names(self._ptr, t.TrainingSessionGetTrainingModelInputCount, t.TrainingSessionGetTrainingModelInputName)
             outputs = read_names(self._ptr, t.TrainingSessionGetTrainingModelOutputCount, t.TrainingSessionGetTrainingModelOutputName)
@@ -385,7 +386,7 @@ class OrtTrainingSession(NativeHandle):
             self._require_optimizer()
             pin_all([runOptions])
             try:
-                self._call(self._rt.training_api.OptimizerStep, pinned_pointer(runOptions), context="OptimizerStep")
+                self._call(training_table().OptimizerStep, pinned_pointer(runOptions), context="OptimizerStep")
             finally:
                 unpin_all([runOptions])
 
@@ -408,7 +409,7 @@ class OrtTrainingSession(NativeHandle):
             raise OrtException.invalid_argument(f"the learning rate must be a float, not {type(learningRate).__name__}")
         with self._lock:
             self._require_optimizer()
-            self._call(self._rt.training_api.SetLearningRate, float(learningRate), context="SetLearningRate")
+            self._call(training_table().SetLearningRate, float(learningRate), context="SetLearningRate")
 
     def getLearningRate(self) -> float:
         """The optimizer's current learning rate (`GetLearningRate`).
@@ -425,7 +426,7 @@ class OrtTrainingSession(NativeHandle):
         out = ffi.new("float*")
         with self._lock:
             self._require_optimizer()
-            self._call(self._rt.training_api.GetLearningRate, out, context="GetLearningRate")
+            self._call(training_table().GetLearningRate, out, context="GetLearningRate")
         return float(out[0])
 
     def registerLinearLRScheduler(self, warmupSteps: int, totalSteps: int, initialLearningRate: float) -> None:
@@ -458,7 +459,7 @@ class OrtTrainingSession(NativeHandle):
             raise OrtException.invalid_argument("initialLearningRate must be a float")
         with self._lock:
             self._require_optimizer()
-            self._call(self._rt.training_api.RegisterLinearLRScheduler, int(warmupSteps), int(totalSteps),
+            self._call(training_table().RegisterLinearLRScheduler, int(warmupSteps), int(totalSteps),
                        float(initialLearningRate), context="RegisterLinearLRScheduler")
             self._has_scheduler = True
 
@@ -476,7 +477,7 @@ class OrtTrainingSession(NativeHandle):
             self._require_optimizer()
             if not self._has_scheduler:
                 raise OrtException.invalid_argument("no learning rate scheduler is registered (registerLinearLRScheduler)")
-            self._call(self._rt.training_api.SchedulerStep, context="SchedulerStep")
+            self._call(training_table().SchedulerStep, context="SchedulerStep")
 
     # --- checkpoint, properties, export --------------------------------------------------------
 
@@ -655,7 +656,7 @@ class OrtTrainingSession(NativeHandle):
             assert eval_path is not None
 
             def export(tmp: str) -> None:
-                self._call(self._rt.training_api.ExportModelForInferencing, native_path(tmp), len(encoded),
+                self._call(training_table().ExportModelForInferencing, native_path(tmp), len(encoded),
                            ffi.new("char*[]", encoded), context=f"exporting {names} to {path!r}")
                 # The runtime copies the eval model's external tensors as they are, their locations
                 # relative to the eval model's folder: the export holds their data instead.
@@ -694,7 +695,7 @@ class OrtTrainingSession(NativeHandle):
         """
         out = ffi.new("size_t*")
         with self._lock:
-            self._call(self._rt.training_api.GetParametersSize, out, bool(trainableOnly), context="GetParametersSize")
+            self._call(training_table().GetParametersSize, out, bool(trainableOnly), context="GetParametersSize")
         return int(out[0])
 
     def copyParametersToBuffer(self, trainableOnly: bool = True) -> np.ndarray:
@@ -715,10 +716,10 @@ class OrtTrainingSession(NativeHandle):
         """
         with self._lock:
             size = ffi.new("size_t*")
-            self._call(self._rt.training_api.GetParametersSize, size, bool(trainableOnly), context="GetParametersSize")
+            self._call(training_table().GetParametersSize, size, bool(trainableOnly), context="GetParametersSize")
             buffer = np.empty(size[0], dtype=np.float32)
             with tensor_over_copy(buffer) as tensor:
-                self._call(self._rt.training_api.CopyParametersToBuffer, pointer(tensor), bool(trainableOnly),
+                self._call(training_table().CopyParametersToBuffer, pointer(tensor), bool(trainableOnly),
                            context="CopyParametersToBuffer")
         return buffer
 
@@ -762,7 +763,7 @@ class OrtTrainingSession(NativeHandle):
         array = as_tensor_array(buffer, "parameter buffer")
         with tensor_over_copy(array) as tensor:
             with self._lock:
-                self._call(self._rt.training_api.CopyBufferToParameters, pointer(tensor), bool(trainableOnly),
+                self._call(training_table().CopyBufferToParameters, pointer(tensor), bool(trainableOnly),
                            context="CopyBufferToParameters")
 
     def _holds_nominal_state(self) -> bool:
@@ -794,7 +795,7 @@ class OrtTrainingSession(NativeHandle):
         """
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not INT64_MIN <= int(seed) <= INT64_MAX:
             raise OrtException.invalid_argument(f"the seed must be an int64, got {seed!r}")
-        check_status(get_runtime().training_api.SetSeed(int(seed)), "SetSeed")
+        check_status(training_table().SetSeed(int(seed)), "SetSeed")
 
     def close(self) -> None:
         """Release the session, after a step in progress in another thread, then the checkpoint state it loaded.

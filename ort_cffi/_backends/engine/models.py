@@ -1,0 +1,245 @@
+"""What the engine makes of the training artifacts' models: which inputs are the user's, which are parameters,
+where each parameter's gradient is computed, and the same graphs with the training operators lowered.
+
+The training model ONNX Runtime's training API runs holds, per trainable parameter, an input
+``<param>_grad.accumulation.buffer`` and a ``com.microsoft`` ``InPlaceAccumulatorV2(buffer, gradient,
+lazy_reset_grad)`` node that adds the step's gradient to the buffer in place (docs/internals/runtime.md). An
+inference build has no such kernel and nothing runs in place: the engine removes those nodes and makes each
+gradient a graph output, which a step writes straight into memory the engine owns (``session``). The names are
+classified as ONNX Runtime 1.19.2's ``Module`` classifies them, so the inputs and outputs a user sees, and their
+order, are the same on both backends.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
+
+import onnx
+from onnx import helper
+
+LAZY_RESET_GRAD = "lazy_reset_grad"
+GRADIENT_SUFFIXES = ("_grad.accumulation.buffer", "_grad.accumulation.out", "_grad")
+ACCUMULATOR = "InPlaceAccumulatorV2"
+MICROSOFT = "com.microsoft"
+
+
+def parameter_of_gradient(name: str) -> Optional[str]:
+    """The parameter a gradient name belongs to, as the training API reads names; None for other names."""
+    for suffix in GRADIENT_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return None
+
+
+def load_model(path: Optional[str], data: Optional[bytes]) -> onnx.ModelProto:
+    """A model from a path (its external data read from beside it) or from bytes."""
+    try:
+        if data is not None:
+            return onnx.load_from_string(bytes(data))
+        assert path is not None
+        return onnx.load(path, load_external_data=True)
+    except FileNotFoundError:
+        raise
+    except Exception as error:  # onnx's DecodeError and its external-data errors
+        where = "the model bytes" if data is not None else repr(path)
+        raise ValueError(f"{where} is not an ONNX model ONNX Runtime can load: {error}") from None
+
+
+@dataclass
+class TrainingGraph:
+    """The training model as the engine runs it."""
+
+    model: onnx.ModelProto  # lowered: no accumulator, gradients as outputs
+    user_inputs: List[str]  # in graph order: what TrainStep takes, by position
+    user_outputs: List[str]  # what TrainStep returns
+    parameter_inputs: List[str]  # parameters in graph order: CopyParametersToBuffer's order
+    gradients: Dict[str, str] = field(default_factory=dict)  # trainable parameter -> its gradient output
+
+
+def training_graph(model: onnx.ModelProto, parameters: Set[str], trainable: Set[str]) -> TrainingGraph:
+    """Classify the training model's inputs and outputs and turn its accumulators into gradient outputs."""
+    graph = model.graph
+    user_inputs, parameter_inputs, buffers = [], [], {}
+    for value in graph.input:
+        name = value.name
+        if name in parameters:
+            parameter_inputs.append(name)
+        elif name == LAZY_RESET_GRAD:
+            continue
+        elif parameter_of_gradient(name) is not None:
+            buffers[name] = parameter_of_gradient(name)
+        else:
+            user_inputs.append(name)
+    user_outputs = [v.name for v in graph.output if parameter_of_gradient(v.name) is None]
+
+    gradients: Dict[str, str] = {}
+    kept = []
+    for node in graph.node:
+        if node.op_type == ACCUMULATOR and node.domain == MICROSOFT:
+            buffer = node.input[0]
+            parameter = buffers.get(buffer)
+            if parameter is None:
+                raise ValueError(f"the accumulator node {node.name!r} adds to {buffer!r}, which is no gradient buffer "
+                                 "input of the training model")
+            gradients[parameter] = node.input[1]
+        else:
+            kept.append(node)
+    missing = sorted(p for p in trainable if p in parameter_inputs and p not in gradients)
+    if missing:
+        raise ValueError(f"Gradient buffer input not provided for param: {missing[0]} (the training model has no "
+                         f"accumulator for {len(missing)} trainable parameter(s): {', '.join(missing[:5])})")
+
+    lowered = onnx.ModelProto()
+    lowered.CopyFrom(model)
+    g = lowered.graph
+    del g.node[:]
+    g.node.extend(kept)
+    still_read = {name for node in kept for name in node.input} | _subgraph_reads(kept)
+    inputs = [v for v in graph.input
+              if not ((v.name in buffers or v.name == LAZY_RESET_GRAD) and v.name not in still_read)]
+    del g.input[:]
+    g.input.extend(inputs)
+    del g.output[:]
+    g.output.extend(v for v in graph.output if parameter_of_gradient(v.name) is None)
+    declared = {v.name: v for v in graph.input}
+    for parameter in parameter_inputs:
+        if parameter in gradients:
+            typed = declared[parameter].type
+            out = helper.make_value_info(gradients[parameter], typed)
+            g.output.append(out)
+    return TrainingGraph(lowered, user_inputs, user_outputs, parameter_inputs, gradients)
+
+
+def _subgraph_reads(nodes: Sequence[onnx.NodeProto]) -> Set[str]:
+    """Names read inside the nodes' subgraphs (an outer value a Loop or If body uses)."""
+    found: Set[str] = set()
+    for node in nodes:
+        for attribute in node.attribute:
+            for sub in list(attribute.graphs) + ([attribute.g] if attribute.HasField("g") else []):
+                found |= {name for inner in sub.node for name in inner.input}
+                found |= _subgraph_reads(sub.node)
+    return found
+
+
+@dataclass
+class EvalGraph:
+    model: onnx.ModelProto
+    user_inputs: List[str]
+    user_outputs: List[str]
+    parameter_inputs: List[str]
+
+
+def eval_graph(model: onnx.ModelProto, parameters: Set[str]) -> EvalGraph:
+    names = [v.name for v in model.graph.input]
+    return EvalGraph(model, [n for n in names if n not in parameters], [v.name for v in model.graph.output],
+                     [n for n in names if n in parameters])
+
+
+@dataclass
+class OptimizerSpec:
+    """The optimizer model's one operator and its attributes, which the engine computes itself."""
+
+    kind: str  # "AdamW" or "SGD"
+    alpha: float = 0.9
+    beta: float = 0.999
+    epsilon: float = 1e-8
+    weight_decay: float = 0.0
+    adam_mode: int = 0
+    correct_bias: int = 1
+    max_norm: Optional[float] = None  # InplaceClipGradNorm before the update
+
+
+OPTIMIZERS = {"AdamWOptimizer": "AdamW", "SGDOptimizerV2": "SGD"}
+
+
+def optimizer_spec(model: onnx.ModelProto) -> OptimizerSpec:
+    """Read what the optimizer model computes; refuse one the engine cannot compute, by name."""
+    found: Optional[OptimizerSpec] = None
+    max_norm: Optional[float] = None
+    for node in model.graph.node:
+        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type in OPTIMIZERS and node.domain == MICROSOFT:
+            if found is not None:
+                raise ValueError("the optimizer model has more than one optimizer operator")
+            found = OptimizerSpec(OPTIMIZERS[node.op_type])
+            for key in ("alpha", "beta", "epsilon", "weight_decay"):
+                if key in attributes:
+                    setattr(found, key, float(attributes[key]))
+            for key in ("adam_mode", "correct_bias"):
+                if key in attributes:
+                    setattr(found, key, int(attributes[key]))
+        elif node.op_type == "InplaceClipGradNorm" and node.domain == MICROSOFT:
+            max_norm = float(attributes.get("max_norm", 1.0))
+            if attributes.get("norm_type", b"fro") not in (b"fro", "fro"):
+                raise ValueError(f"the optimizer model clips gradients by the norm {attributes['norm_type']!r}: "
+                                 "ort_cffi's engine computes only the Frobenius norm")
+        else:
+            raise ValueError(f"the optimizer model holds the operator {node.domain or 'ai.onnx'}.{node.op_type}, "
+                             "which ort_cffi's engine does not compute (it computes AdamWOptimizer, SGDOptimizerV2 "
+                             "and InplaceClipGradNorm)")
+    if found is None:
+        raise ValueError("the optimizer model has no optimizer operator (AdamWOptimizer or SGDOptimizerV2)")
+    if found.kind == "AdamW" and found.adam_mode not in (0, 1):
+        raise ValueError(f"AdamWOptimizer's adam_mode {found.adam_mode} is none of ONNX Runtime's (0 or 1)")
+    found.max_norm = max_norm
+    return found
+
+
+def inference_model(eval_model: onnx.ModelProto, outputs: Sequence[str],
+                    parameter_values: Dict[str, "object"]) -> onnx.ModelProto:
+    """The eval model with only ``outputs`` as outputs, the nodes they need, and the parameters as
+    initializers (what ``ExportModelForInferencing`` writes)."""
+    from onnx import numpy_helper
+
+    if not outputs:
+        raise ValueError("Expected a non empty vector of graph output names. Got an empty vector.")
+    model = onnx.ModelProto()
+    model.CopyFrom(eval_model)
+    graph = model.graph
+    types = {v.name: v for v in list(graph.value_info) + list(graph.output) + list(graph.input)}
+    produced = {name for node in graph.node for name in node.output} | {v.name for v in graph.input}
+    for name in outputs:
+        if name not in produced:
+            raise ValueError(f"Expected graph output for inference graph {name} could not be found. "
+                             "Please regenerate the eval graph.")
+    inferred = None
+    new_outputs = []
+    for name in outputs:
+        if name in types:
+            new_outputs.append(types[name])
+        else:
+            if inferred is None:
+                inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(eval_model).graph.value_info}
+            new_outputs.append(inferred.get(name) or helper.make_empty_tensor_value_info(name))
+    del graph.output[:]
+    graph.output.extend(new_outputs)
+    # Keep the nodes the outputs need (reverse reachability, subgraph reads included).
+    needed = set(outputs)
+    kept = []
+    for node in reversed(list(graph.node)):
+        if any(o in needed for o in node.output if o):
+            kept.append(node)
+            needed |= set(node.input) | _subgraph_reads([node])
+    kept.reverse()
+    del graph.node[:]
+    graph.node.extend(kept)
+    user_inputs = []
+    for value in graph.input:
+        if value.name in parameter_values:
+            graph.initializer.append(numpy_helper.from_array(parameter_values[value.name], value.name))
+        elif value.name in needed:
+            user_inputs.append(value)
+    del graph.input[:]
+    graph.input.extend(user_inputs)
+    return model
+
+
+def save_model(model: onnx.ModelProto, path: Union[str, "os.PathLike[str]"]) -> None:
+    """Write a model; past protobuf's 2 GiB limit, its tensors go to one external data file beside it."""
+    if model.ByteSize() < 2**31 - 2**20:
+        with open(path, "wb") as f:
+            f.write(model.SerializeToString())
+        return
+    onnx.save_model(model, os.fspath(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=os.path.basename(os.fspath(path)) + ".data")

@@ -1,0 +1,287 @@
+"""A training session on the engine: the training, eval and optimizer models of the artifacts run as inference
+sessions of the loaded runtime, over state the engine owns.
+
+- **Parameters** are fed as ``OrtValue``s that borrow the state's flat buffers; nothing is copied per step.
+- **Gradients** are outputs of the (lowered) training model, written by the runtime straight into the session's
+  gradient buffers (pre-allocated outputs of ``Run``). After ``LazyResetGrad`` (and on the first step) a step
+  overwrites them; otherwise it writes into a scratch buffer that one vectorised add folds in, which is what
+  ``InPlaceAccumulatorV2`` does on the training build.
+- **The optimizer model** is read, not run: its operator and attributes say which update ``optimizer`` computes
+  over the flat buffers.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+
+from ort_cffi._backends.engine import models, optimizer, values
+from ort_cffi._backends.engine.models import OptimizerSpec
+from ort_cffi._backends.engine.state import EngineState
+from ort_cffi._native.tables import check_status, ffi, get_runtime
+
+ModelSource = Tuple[Optional[str], Optional[bytes]]
+
+
+def lower(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with its ``com.microsoft`` training operators written in standard ones."""
+    from ort_cffi._backends.engine.lowering import lower_training_ops
+
+    return lower_training_ops(model)
+
+
+class NativeSession:
+    """One ``OrtSession`` of the loaded runtime, made from a model in memory."""
+
+    def __init__(self, env: Any, options: Any, model: onnx.ModelProto, what: str) -> None:
+        self.what = what
+        data = model.SerializeToString()
+        out = ffi.new("OrtSession**")
+        check_status(get_runtime().api.CreateSessionFromArray(env, data, len(data), options, out),
+                     f"creating the {what} session")
+        self.ptr = out[0]
+
+    def release(self) -> None:
+        if self.ptr != ffi.NULL:
+            get_runtime().api.ReleaseSession(self.ptr)
+            self.ptr = ffi.NULL
+
+
+class Plan:
+    """The names and value slots of one model's ``Run``: user inputs, then parameters; user outputs, then
+    gradients. The parameter slots are filled once; the user slots per call."""
+
+    def __init__(self, session: NativeSession, inputs: Sequence[str], outputs: Sequence[str],
+                 user_inputs: int, user_outputs: int) -> None:
+        self.session = session
+        self.input_names, self._keep_in = values.c_strings(inputs)
+        self.output_names, self._keep_out = values.c_strings(outputs)
+        self.inputs = ffi.new("OrtValue*[]", max(1, len(inputs)))
+        self.outputs = ffi.new("OrtValue*[]", max(1, len(outputs)))
+        self.n_in, self.n_out = len(inputs), len(outputs)
+        self.user_inputs, self.user_outputs = user_inputs, user_outputs
+
+    def run(self, run_options: Any, inputs: Any, n_in: int, outputs: Any, n_out: int, kind: str) -> None:
+        if n_in != self.user_inputs:
+            raise ValueError(f"the {kind} model takes {self.user_inputs} inputs, not {n_in}")
+        if n_out != self.user_outputs:
+            raise ValueError(f"the {kind} model has {self.user_outputs} outputs, not {n_out}")
+        for i in range(n_in):
+            self.inputs[i] = inputs[i]
+        for i in range(n_out):
+            self.outputs[i] = outputs[i]
+        status = get_runtime().api.Run(self.session.ptr, run_options, self.input_names, self.inputs, self.n_in,
+                                       self.output_names, self.n_out, self.outputs)
+        for i in range(n_out):  # what the runtime allocated is the caller's now, also on failure
+            outputs[i] = self.outputs[i]
+            self.outputs[i] = ffi.NULL
+        check_status(status, f"running the {kind} model")
+
+
+class EngineSession:
+    """What ``OrtTrainingSession`` holds on the engine."""
+
+    def __init__(self, env: Any, options: Any, state: EngineState, train: ModelSource,
+                 evaluation: Optional[ModelSource], optimizer_model: Optional[ModelSource]) -> None:
+        self.state = state
+        self._borrowed: List[Any] = []
+        self._sessions: List[NativeSession] = []
+        try:
+            self._build(env, options, state, train, evaluation, optimizer_model)
+        except BaseException:
+            self.release()
+            raise
+        state.live_sessions += 1
+        self._counted = True
+
+    _counted = False
+
+    def _build(self, env: Any, options: Any, state: EngineState, train: ModelSource,
+               evaluation: Optional[ModelSource], optimizer_model: Optional[ModelSource]) -> None:
+        names = set(state.parameters)
+        trainable = {p.name for p in state.trainable()}
+        self.train = models.training_graph(models.load_model(*train), names, trainable)
+        self.spec: Optional[OptimizerSpec] = None
+        if optimizer_model is not None:
+            self.spec = models.optimizer_spec(models.load_model(*optimizer_model))
+            state.ensure_moments()
+            state.learning_rate = state.initial_lr
+        self.eval: Optional[models.EvalGraph] = None
+        self.eval_source: Optional[ModelSource] = evaluation
+        if evaluation is not None:
+            self.eval = models.eval_graph(models.load_model(*evaluation), names)
+
+        # Every parameter either graph reads, lent once.
+        self.parameter_values: Dict[str, Any] = {}
+        used = list(self.train.parameter_inputs) + (self.eval.parameter_inputs if self.eval else [])
+        for name in used:
+            if name not in self.parameter_values:
+                self.parameter_values[name] = self._borrow(state.parameters[name].data)
+        # Gradient buffers: the accumulator (what the optimizer reads) and, made on first need, a scratch.
+        self.gradients = state.layout.allocate()
+        self.gradient_views = state.layout.views(self.gradients)
+        self.scratch: Optional[Dict[np.dtype, np.ndarray]] = None
+        self.gradient_params = [p for p in self.train.parameter_inputs if p in self.train.gradients]
+        self.accumulator_values = [self._borrow(self.gradient_views[p]) for p in self.gradient_params]
+        self.scratch_values: List[Any] = []
+        self.accumulate = False  # the first step overwrites, as after LazyResetGrad
+
+        train_session = self._session(env, options, lower(self.train.model), "training")
+        self.train_plan = Plan(
+            train_session, self.train.user_inputs + self.train.parameter_inputs,
+            self.train.user_outputs + [self.train.gradients[p] for p in self.gradient_params],
+            len(self.train.user_inputs), len(self.train.user_outputs))
+        for i, name in enumerate(self.train.parameter_inputs):
+            self.train_plan.inputs[len(self.train.user_inputs) + i] = self.parameter_values[name]
+        self.eval_plan: Optional[Plan] = None
+        if self.eval is not None:
+            eval_session = self._session(env, options, lower(self.eval.model), "eval")
+            self.eval_plan = Plan(eval_session, self.eval.user_inputs + self.eval.parameter_inputs,
+                                  self.eval.user_outputs, len(self.eval.user_inputs), len(self.eval.user_outputs))
+            for i, name in enumerate(self.eval.parameter_inputs):
+                self.eval_plan.inputs[len(self.eval.user_inputs) + i] = self.parameter_values[name]
+        self.schedule: Optional[Tuple[int, int, float]] = None
+
+    def _borrow(self, array: np.ndarray) -> Any:
+        value = values.borrow(array)
+        self._borrowed.append(value)
+        return value
+
+    def _session(self, env: Any, options: Any, model: onnx.ModelProto, what: str) -> NativeSession:
+        session = NativeSession(env, options, model, what)
+        self._sessions.append(session)
+        return session
+
+    # --- steps -------------------------------------------------------------------------------------------
+    def train_step(self, run_options: Any, inputs: Any, n_in: int, outputs: Any, n_out: int) -> None:
+        plan = self.train_plan
+        reset = not self.accumulate
+        if reset:
+            targets = self.accumulator_values
+        else:
+            if self.scratch is None:
+                self.scratch = self.state.layout.allocate()
+                views = self.state.layout.views(self.scratch)
+                self.scratch_values = [self._borrow(views[p]) for p in self.gradient_params]
+            targets = self.scratch_values
+        first = plan.user_outputs
+        for j, value in enumerate(targets):
+            plan.outputs[first + j] = value
+        plan.run(run_options, inputs, n_in, outputs, n_out, "training")
+        if not reset:
+            assert self.scratch is not None
+            for dtype, buffer in self.gradients.items():
+                np.add(buffer, self.scratch[dtype], out=buffer)
+        self.accumulate = True
+
+    def eval_step(self, run_options: Any, inputs: Any, n_in: int, outputs: Any, n_out: int) -> None:
+        if self.eval_plan is None:
+            raise ValueError("Evaluation session not initialized.")
+        self.eval_plan.run(run_options, inputs, n_in, outputs, n_out, "eval")
+
+    def lazy_reset_grad(self) -> None:
+        self.accumulate = False
+
+    def optimizer_step(self) -> None:
+        spec = self.spec
+        if spec is None:
+            raise ValueError("No optimizer session initialized.")
+        state = self.state
+        moments = state.ensure_moments()
+        if spec.max_norm is not None:
+            optimizer.clip_by_total_norm(self.gradients, spec.max_norm)
+        for dtype, params in state.flat.items():
+            if dtype != np.float32:
+                raise TypeError(f"the optimizer updates float32 parameters only; this state has {dtype} ones")
+            if spec.kind == "AdamW":
+                optimizer.adamw(spec, state.learning_rate, state.step + 1, params, self.gradients[dtype],
+                                moments["momentum0"][dtype], moments["momentum1"][dtype])
+            else:
+                optimizer.sgd(state.learning_rate, params, self.gradients[dtype])
+        state.step += 1
+
+    # --- learning rate --------------------------------------------------------------------------------------
+    def set_learning_rate(self, rate: float) -> None:
+        self._require_optimizer()
+        self.state.learning_rate = float(np.float32(rate))
+
+    def get_learning_rate(self) -> float:
+        self._require_optimizer()
+        return self.state.learning_rate
+
+    def register_linear_scheduler(self, warmup: int, total: int, initial: float) -> None:
+        self._require_optimizer()
+        if warmup < 0:
+            raise ValueError("warmup_step_count must be non-negative")
+        if total < 0:
+            raise ValueError("total_step_count must be non-negative")
+        self.schedule = (int(warmup), int(total), float(np.float32(initial)))
+        self.state.initial_lr = self.state.learning_rate = float(np.float32(initial))
+
+    def scheduler_step(self) -> None:
+        if self.schedule is None:
+            raise ValueError("No learning rate scheduler registered.")
+        warmup, total, initial = self.schedule
+        self.state.learning_rate = optimizer.linear_rate(initial, warmup, total, self.state.step)
+
+    def _require_optimizer(self) -> None:
+        if self.spec is None:
+            raise ValueError("No optimizer session initialized.")
+
+    # --- parameters ------------------------------------------------------------------------------------------
+    def parameter_names(self, trainable_only: bool) -> List[str]:
+        """CopyParametersToBuffer's order: the training model's parameter inputs."""
+        return [n for n in self.train.parameter_inputs
+                if not trainable_only or self.state.parameters[n].requires_grad]
+
+    def parameters_size(self, trainable_only: bool) -> int:
+        return sum(int(p.data.size) for p in self.state.parameters.values()
+                   if not trainable_only or p.requires_grad)
+
+    def copy_parameters_to(self, buffer: np.ndarray, trainable_only: bool) -> None:
+        self._check_buffer(buffer, trainable_only)
+        offset = 0
+        for name in self.parameter_names(trainable_only):
+            data = self.state.parameters[name].data
+            buffer[offset:offset + data.size] = data.reshape(-1)
+            offset += data.size
+
+    def copy_buffer_to_parameters(self, buffer: np.ndarray, trainable_only: bool) -> None:
+        self._check_buffer(buffer, trainable_only)
+        offset = 0
+        for name in self.parameter_names(trainable_only):
+            data = self.state.parameters[name].data
+            data.reshape(-1)[...] = buffer[offset:offset + data.size]
+            offset += data.size
+
+    def _check_buffer(self, buffer: np.ndarray, trainable_only: bool) -> None:
+        expected = self.parameters_size(trainable_only)
+        if buffer.size != expected:
+            raise ValueError(f"Parameters buffer size incorrect. Expected:{expected}, Actual:{buffer.size}")
+        for name in self.parameter_names(trainable_only):
+            if self.state.parameters[name].data.dtype != buffer.dtype:
+                raise TypeError("Data types must match.")
+        if buffer.dtype != np.float32:
+            raise TypeError(f"Unsupported type: {buffer.dtype}")
+
+    # --- export ----------------------------------------------------------------------------------------------
+    def export(self, path: str, outputs: Sequence[str]) -> None:
+        if self.eval is None:
+            raise ValueError("Eval model was not provided. Cannot export a model for inferencing.")
+        # The eval model as the artifacts hold it (not lowered: an inference model keeps standard operators).
+        model = models.inference_model(self.eval.model, outputs,
+                                       {p.name: p.data for p in self.state.parameters.values()})
+        models.save_model(model, path)
+
+    # --- lifetime ------------------------------------------------------------------------------------------
+    def release(self) -> None:
+        for session in self._sessions:
+            session.release()
+        self._sessions = []
+        for value in self._borrowed:
+            values.release(value)
+        self._borrowed = []
+        if self._counted:
+            self.state.live_sessions -= 1
+            self._counted = False

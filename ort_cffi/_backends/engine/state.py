@@ -1,0 +1,119 @@
+"""A checkpoint state on the engine: the parameters in one contiguous buffer per element type, the optimizer's
+moments laid out the same way, the learning rate, the step, and the property bag.
+
+One buffer per type (a view of it per parameter) lets an optimizer step, a gradient accumulation or a reset
+touch every parameter with a handful of vectorised operations, whatever the number of tensors. Frozen
+parameters keep arrays of their own: nothing updates them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Union
+
+import numpy as np
+
+from ort_cffi._backends.engine.checkpoint_codec import Checkpoint, OptimizerGroup
+
+MOMENTS = ("momentum0", "momentum1")
+GROUP = "group0"
+DEFAULT_LEARNING_RATE = float(np.float32(0.001))  # ONNX Runtime's GroupOptimizerState default
+PropertyValue = Union[int, float, str]
+
+
+@dataclass
+class Parameter:
+    name: str
+    data: np.ndarray  # a view of the state's flat buffer (trainable) or an array of its own (frozen)
+    requires_grad: bool
+    offset: int = 0  # where a trainable parameter starts in its type's flat buffer
+
+    @property
+    def flat_key(self) -> np.dtype:
+        return self.data.dtype
+
+
+class FlatLayout:
+    """Where each trainable parameter lies in the flat buffer of its element type."""
+
+    def __init__(self, arrays: Dict[str, np.ndarray]) -> None:
+        self.offsets: Dict[str, int] = {}
+        self.sizes: Dict[np.dtype, int] = {}
+        self.shapes: Dict[str, tuple] = {}
+        self.dtypes: Dict[str, np.dtype] = {}
+        for name, array in arrays.items():
+            dtype = array.dtype
+            self.offsets[name] = self.sizes.get(dtype, 0)
+            self.sizes[dtype] = self.offsets[name] + int(array.size)
+            self.shapes[name] = tuple(array.shape)
+            self.dtypes[name] = dtype
+
+    def allocate(self) -> Dict[np.dtype, np.ndarray]:
+        return {dtype: np.zeros(size, dtype) for dtype, size in self.sizes.items()}
+
+    def views(self, buffers: Dict[np.dtype, np.ndarray]) -> Dict[str, np.ndarray]:
+        found = {}
+        for name, offset in self.offsets.items():
+            shape = self.shapes[name]
+            size = int(np.prod(shape, dtype=np.int64)) if shape else 1
+            found[name] = buffers[self.dtypes[name]][offset:offset + size].reshape(shape)
+        return found
+
+
+class EngineState:
+    """What ``OrtCheckpointState`` holds on the engine."""
+
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        self.nominal = bool(checkpoint.nominal)
+        self.layout = FlatLayout(checkpoint.trainable)
+        self.flat = self.layout.allocate()
+        views = self.layout.views(self.flat)
+        self.parameters: Dict[str, Parameter] = {}
+        for name, array in checkpoint.trainable.items():
+            if not self.nominal:
+                views[name][...] = array
+            self.parameters[name] = Parameter(name, views[name], True, self.layout.offsets[name])
+        for name, array in checkpoint.frozen.items():
+            own = np.zeros(array.shape, array.dtype) if self.nominal else np.array(array, copy=True, order="C")
+            self.parameters[name] = Parameter(name, own, False)
+        self.properties: Dict[str, PropertyValue] = dict(checkpoint.properties)
+        # The optimizer's state: absent until a session with an optimizer model makes it, or a checkpoint brings it.
+        # As in ONNX Runtime 1.19.2, the file keeps the initial rate (what a scheduler starts from, 0.001 unless
+        # set), and the current rate starts from it when a session is made.
+        self.initial_lr = DEFAULT_LEARNING_RATE
+        self.learning_rate = DEFAULT_LEARNING_RATE
+        self.step = 0
+        self.moments: Optional[Dict[str, Dict[np.dtype, np.ndarray]]] = None
+        group = checkpoint.optimizer_groups.get(GROUP) or next(iter(checkpoint.optimizer_groups.values()), None)
+        if group is not None:
+            self.initial_lr = self.learning_rate = float(np.float32(group.learning_rate))
+            self.step = int(group.step)
+            self.moments = {moment: self.layout.allocate() for moment in MOMENTS}
+            for moment in MOMENTS:
+                moment_views = self.layout.views(self.moments[moment])
+                for name, per_parameter in group.moments.items():
+                    if name in moment_views and moment in per_parameter:
+                        moment_views[name][...] = per_parameter[moment]
+        self.live_sessions = 0  # parameters can be read and updated only while a session lives (as on 1.19.2)
+
+    def trainable(self) -> List[Parameter]:
+        return [p for p in self.parameters.values() if p.requires_grad]
+
+    def ensure_moments(self) -> Dict[str, Dict[np.dtype, np.ndarray]]:
+        if self.moments is None:
+            self.moments = {moment: self.layout.allocate() for moment in MOMENTS}
+        return self.moments
+
+    def checkpoint(self, include_optimizer: bool) -> Checkpoint:
+        """The state as the codec writes it (views, not copies)."""
+        groups: Dict[str, OptimizerGroup] = {}
+        if include_optimizer and self.moments is not None:
+            per_moment = {moment: self.layout.views(buffers) for moment, buffers in self.moments.items()}
+            moments = {name: {moment: per_moment[moment][name] for moment in MOMENTS} for name in self.layout.offsets}
+            groups[GROUP] = OptimizerGroup(float(self.initial_lr), int(self.step), moments)
+        return Checkpoint(
+            trainable={p.name: p.data for p in self.parameters.values() if p.requires_grad},
+            frozen={p.name: p.data for p in self.parameters.values() if not p.requires_grad},
+            optimizer_groups=groups,
+            properties=dict(self.properties),
+            nominal=False,
+        )
