@@ -147,7 +147,7 @@ class Emitter:
             array = array.astype(np.int64)  # and a Python int means int64 (shapes, axes, indices)
         name = self.fresh("const")
         made = helper.make_node("Constant", [], [name], name=self.fresh("Constant"),
-                                value=numpy_helper.from_array(np.ascontiguousarray(array), name))
+                                value=numpy_helper.from_array(array.copy(order="C"), name))
         self.nodes.append(made)
         self.data[name] = made.attribute[0].t
         self.types[name] = helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(array.dtype),

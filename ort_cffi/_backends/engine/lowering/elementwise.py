@@ -1,0 +1,73 @@
+"""Elementwise training operators: DivGrad, Scale, and BroadcastGradientArgs (the axes a broadcast
+operand's gradient is summed over, computed at run time from two shapes)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from ort_cffi._backends.engine.lowering.registry import Emitter, attribute, lowers
+
+
+@lowers("DivGrad")
+def div_grad(node: onnx.NodeProto, emit: Emitter) -> None:
+    """The gradients of A / B (inputs dY, A, B): dA = dY / B and dB = -dY * A / B^2, each summed back to its
+    operand's shape where that operand was broadcast."""
+    dy, a, b = node.input[0], node.input[1], node.input[2]
+    wants_a = len(node.output) > 0 and node.output[0]
+    wants_b = len(node.output) > 1 and node.output[1]
+    da = emit.one("Div", [dy, b])
+    if wants_a:
+        emit.sum_to(da, a, node.output[0])
+    if wants_b:
+        db = emit.one("Neg", [emit.one("Div", [emit.one("Mul", [da, a]), b])])
+        emit.sum_to(db, b, node.output[1])
+
+
+@lowers("Scale")
+def scale(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Y = X * scale, or X * (1 / scale) with scale_down (inputs X, scale: a scalar of any numeric type)."""
+    x, factor = node.input[0], node.input[1]
+    value = emit.cast_like(factor, x)
+    if int(attribute(node, "scale_down", 0)):
+        value = emit.one("Div", [emit.const_like(1.0, x), value])
+    emit.one("Mul", [x, value], node.output[0])
+
+
+@lowers("BroadcastGradientArgs")
+def broadcast_gradient_args(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Inputs: the shapes of A and B (int64 vectors). Outputs: the axes of the broadcast result along which A's
+    gradient is summed, and B's, each from the highest axis down, as the kernel lists them. On the axes both
+    have, an operand is summed where its size is 1 and the other's is not; the leading axes only the longer
+    shape has go to the shorter operand (to B when the ranks are equal, where there are none)."""
+    a, b = node.input[0], node.input[1]
+    one = emit.const(np.array([1], np.int64))
+    rank_a, rank_b = emit.one("Shape", [a]), emit.one("Shape", [b])
+    rank = emit.one("Max", [rank_a, rank_b])
+    shortest = emit.one("Min", [rank_a, rank_b])
+
+    def padded(shape: str, own_rank: str) -> str:
+        return emit.one("Concat", [emit.one("Expand", [one, emit.one("Sub", [rank, own_rank])]), shape], axis=0)
+
+    a_dims, b_dims = padded(a, rank_a), padded(b, rank_b)
+    index = emit.one("Range", [emit.const(np.array(0, np.int64)), emit.squeeze(rank, [0]),
+                               emit.const(np.array(1, np.int64))])
+    shared = emit.one("Not", [emit.one("Less", [index, emit.one("Sub", [rank, shortest])])])
+    differ = emit.one("Not", [emit.one("Equal", [a_dims, b_dims])])
+    a_is_one = emit.one("Equal", [a_dims, one])
+    a_stretched = emit.one("And", [differ, a_is_one])
+    b_stretched = emit.one("And", [differ, emit.one("And", [emit.one("Not", [a_is_one]),
+                                                           emit.one("Equal", [b_dims, one])])])
+    a_shorter = emit.one("LessOrEqual" if emit.opset >= 12 else "Less", [rank_a, rank_b] if emit.opset >= 12
+                         else [rank_a, emit.one("Add", [rank_b, one])])
+    lead = emit.one("Not", [shared])
+    a_lead = emit.one("And", [lead, emit.one("Expand", [a_shorter, emit.one("Shape", [index])])])
+    b_lead = emit.one("And", [lead, emit.one("Not", [emit.one("Expand", [a_shorter, emit.one("Shape", [index])])])])
+    last = np.iinfo(np.int64).min
+    for output, stretched, leading in ((0, a_stretched, a_lead), (1, b_stretched, b_lead)):
+        if len(node.output) <= output or not node.output[output]:
+            continue
+        chosen = emit.one("Or", [emit.one("And", [shared, stretched]), leading])
+        ascending = emit.one("Compress", [index, chosen], axis=0)
+        emit.one("Slice", [ascending, emit.const(np.array([-1], np.int64)), emit.const(np.array([last], np.int64)),
+                           emit.const(np.array([0], np.int64)), emit.const(np.array([-1], np.int64))],
+                 node.output[output])

@@ -1,0 +1,150 @@
+"""Indexing and shape training operators: the gradients of Gather, GatherElements, GatherND and Slice (each a
+scatter into zeros), ConcatTraining, SplitTraining, ReduceSumTraining and the contrib Trilu."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import onnx
+
+from ort_cffi._backends.engine.lowering.registry import Emitter, LoweringError, attribute, lowers
+
+_LAST = np.iinfo(np.int64).max
+
+
+def _given(node: onnx.NodeProto, index: int) -> Optional[str]:
+    return node.input[index] if len(node.input) > index and node.input[index] else None
+
+
+def _scatter_add(emit: Emitter, zeros: str, indices: str, updates: str, axis: int, output: Optional[str]) -> str:
+    """ScatterElements adding ``updates`` into ``zeros`` (its ``reduction`` needs opset 16)."""
+    if emit.opset < 16:
+        raise LoweringError(f"{emit.label}: a scatter that adds needs opset 16 (ScatterElements' reduction); the "
+                            f"model imports {emit.opset}")
+    return emit.one("ScatterElements", [zeros, indices, updates], output, axis=axis, reduction="add")
+
+
+def _product(emit: Emitter, dims: str) -> str:
+    """The product of an int64 vector, as a 1-element vector (1 for an empty one)."""
+    return emit.reduce("ReduceProd", dims, None, keepdims=True)
+
+
+@lowers("GatherGrad")
+def gather_grad(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Inputs: the data's shape, the indices, dY. Every slice dY[..., j, ...] is added at data position
+    indices[j] along ``axis``: dY is seen as [before, count of indices, after], the indices stretched to that
+    shape, and one ScatterElements adds it into zeros of [before, size at axis, after]."""
+    shape, indices, dy = node.input[0], node.input[1], node.input[2]
+    axis = int(attribute(node, "axis", 0))
+    rank = emit.value(shape)
+    data_rank = len(rank.reshape(-1)) if rank is not None else None
+    if data_rank is None:
+        dims = emit.shape(shape)
+        data_rank = dims[0] if dims and isinstance(dims[0], int) else None
+    if axis < 0:
+        if data_rank is None:
+            raise LoweringError(f"{emit.label}: GatherGrad's axis {axis} counts from the end of a rank not known")
+        axis += data_rank
+    before = _product(emit, emit.one("Slice", [shape, emit.const(np.array([0], np.int64)),
+                                               emit.const(np.array([axis], np.int64))]))
+    size = emit.one("Slice", [shape, emit.const(np.array([axis], np.int64)), emit.const(np.array([axis + 1], np.int64))])
+    after = _product(emit, emit.one("Slice", [shape, emit.const(np.array([axis + 1], np.int64)),
+                                              emit.const(np.array([_LAST], np.int64))]))
+    count = _product(emit, emit.shape_of(indices))
+    flat_shape = emit.one("Concat", [before, count, after], axis=0)
+    updates = emit.one("Reshape", [dy, flat_shape])
+    one = emit.const(np.array([1], np.int64))
+    positions = emit.one("Expand", [emit.one("Reshape", [indices, emit.one("Concat", [one, count, one], axis=0)]),
+                                    flat_shape])
+    zeros = emit.zeros(emit.one("Concat", [before, size, after], axis=0), dy)
+    emit.one("Reshape", [_scatter_add(emit, zeros, positions, updates, 1, None), shape], node.output[0])
+
+
+@lowers("GatherElementsGrad")
+def gather_elements_grad(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Inputs: dY, the data's shape, the indices: dY added into zeros at the indices along ``axis``."""
+    dy, shape, indices = node.input[0], node.input[1], node.input[2]
+    axis = int(attribute(node, "axis", 0))
+    _scatter_add(emit, emit.zeros(shape, dy), indices, dy, axis, node.output[0])
+
+
+@lowers("GatherNDGrad")
+def gather_nd_grad(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Inputs: the data's shape, the indices, dY: ScatterND adding dY into zeros (batch_dims 0)."""
+    shape, indices, dy = node.input[0], node.input[1], node.input[2]
+    if int(attribute(node, "batch_dims", 0)) != 0:
+        raise LoweringError(f"{emit.label}: GatherNDGrad with batch_dims other than 0 has no lowering")
+    if emit.opset < 16:
+        raise LoweringError(f"{emit.label}: a ScatterND that adds needs opset 16; the model imports {emit.opset}")
+    emit.one("ScatterND", [emit.zeros(shape, dy), indices, dy], node.output[0], reduction="add")
+
+
+@lowers("SliceGrad")
+def slice_grad(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Inputs: dY, the data's shape, starts, ends, axes, steps (Slice's). The same Slice taken of the data's
+    element numbers says where each element of dY came from; dY is scattered there into zeros (a position
+    is taken once, whatever the steps)."""
+    dy, shape = node.input[0], node.input[1]
+    count = _product(emit, shape)
+    numbers = emit.one("Range", [emit.const(np.array(0, np.int64)), emit.squeeze(count, [0]),
+                                 emit.const(np.array(1, np.int64))])
+    slice_inputs = [emit.one("Reshape", [numbers, shape])] + list(node.input[2:])
+    picked = emit.one("Slice", slice_inputs)
+    flat = emit.const(np.array([-1], np.int64))
+    scattered = emit.one("ScatterElements", [emit.zeros(count, dy), emit.one("Reshape", [picked, flat]),
+                                             emit.one("Reshape", [dy, flat])], axis=0)
+    emit.one("Reshape", [scattered, shape], node.output[0])
+
+
+@lowers("ConcatTraining")
+def concat_training(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Concat, and (second output) each input's length along ``axis`` as an int64 vector."""
+    axis = int(attribute(node, "axis"))
+    inputs = [i for i in node.input if i]
+    if node.output[0]:
+        emit.one("Concat", inputs, node.output[0], axis=axis)
+    if len(node.output) > 1 and node.output[1]:
+        where = emit.const(np.array([axis], np.int64))
+        lengths = [emit.one("Gather", [emit.one("Shape", [i]), where], axis=0) for i in inputs]
+        emit.one("Concat", lengths, node.output[1], axis=0)
+
+
+@lowers("SplitTraining")
+def split_training(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Split by the sizes of the second input (an int64 vector), along ``axis``."""
+    data, sizes = node.input[0], _given(node, 1)
+    axis = int(attribute(node, "axis", 0))
+    outputs = list(node.output)
+    names = [o if o else emit.fresh("unused_part") for o in outputs]
+    if sizes is None:
+        if emit.opset >= 18:
+            emit.node("Split", [data], names, axis=axis, num_outputs=len(names))
+        else:
+            emit.node("Split", [data], names, axis=axis)
+    elif emit.opset >= 13:
+        emit.node("Split", [data, sizes], names, axis=axis)
+    else:
+        known = emit.value(sizes)
+        if known is None:
+            raise LoweringError(f"{emit.label}: SplitTraining's sizes are known only at run time; Split takes them "
+                                f"as an input from opset 13, and the model imports {emit.opset}")
+        emit.node("Split", [data], names, axis=axis, split=[int(v) for v in known.reshape(-1)])
+
+
+@lowers("ReduceSumTraining")
+def reduce_sum_training(node: onnx.NodeProto, emit: Emitter) -> None:
+    """ReduceSum with its axes as an input, as the standard has it from opset 13."""
+    if emit.opset < 13:
+        raise LoweringError(f"{emit.label}: ReduceSum takes its axes as an input from opset 13; the model imports "
+                            f"{emit.opset}")
+    emit.one("ReduceSum", [i for i in node.input[:2]], node.output[0],
+             keepdims=int(attribute(node, "keepdims", 1)),
+             noop_with_empty_axes=int(attribute(node, "noop_with_empty_axes", 0)))
+
+
+@lowers("Trilu")
+def trilu(node: onnx.NodeProto, emit: Emitter) -> None:
+    """The contrib Trilu is the standard one (opset 14)."""
+    if emit.opset < 14:
+        raise LoweringError(f"{emit.label}: Trilu is standard from opset 14; the model imports {emit.opset}")
+    emit.one("Trilu", list(node.input), node.output[0], upper=int(attribute(node, "upper", 1)))
