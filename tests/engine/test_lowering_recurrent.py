@@ -22,7 +22,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from conftest import ROOT
 from ort_cffi._backends.engine.lowering import recurrent  # noqa: F401  (registers the rules)
@@ -292,3 +292,103 @@ def test_the_kernels_refuse_the_same() -> None:
     forward.attribute.append(helper.make_attribute("direction", "reverse"))
     with pytest.raises(Exception, match="forward direction"):
         run_119(case.model, case.feeds)
+
+
+# --- the nodes the generators write ------------------------------------------------------------------------------
+def gru_classifier() -> onnx.ModelProto:
+    """x [N, 6, 4] -> MatMul (so that X takes a gradient) -> time first -> GRU (forward, linear_before_reset=1
+    as torch exports it, initial state) -> mean over time of Y beside Y_h -> Gemm -> logits [N, 3]."""
+    rng = np.random.default_rng(3)
+    u = lambda *shape: numpy_helper.from_array(rng.uniform(-0.4, 0.4, shape).astype(np.float32))  # noqa: E731
+    inits = {"proj": u(4, 4), "W": u(1, 3 * 8, 4), "R": u(1, 3 * 8, 8), "B": u(1, 6 * 8), "fc.weight": u(3, 16),
+             "fc.bias": u(3)}
+    for name, tensor in inits.items():
+        tensor.name = name
+    nodes = [helper.make_node("MatMul", ["x", "proj"], ["projected"]),
+             helper.make_node("Transpose", ["projected"], ["time_first"], perm=[1, 0, 2]),
+             helper.make_node("Shape", ["x"], ["x_shape"]),
+             helper.make_node("Slice", ["x_shape", "zero", "one"], ["batch"]),
+             helper.make_node("Concat", ["one", "batch", "eight"], ["h0_shape"], axis=0),
+             helper.make_node("ConstantOfShape", ["h0_shape"], ["h0"],
+                              value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.1])),
+             helper.make_node("GRU", ["time_first", "W", "R", "B", "", "h0"], ["Y", "Y_h"], hidden_size=8,
+                              linear_before_reset=1),
+             helper.make_node("ReduceMean", ["Y"], ["mean"], axes=[0, 1], keepdims=0),
+             helper.make_node("Squeeze", ["Y_h", "zero"], ["last"]),
+             helper.make_node("Concat", ["mean", "last"], ["both"], axis=1),
+             helper.make_node("Gemm", ["both", "fc.weight", "fc.bias"], ["logits"], transB=1)]
+    constants = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+                 (("zero", [0]), ("one", [1]), ("eight", [8]))]
+    graph = helper.make_graph(nodes, "gru_classifier",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6, 4])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])],
+                              list(inits.values()) + constants)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+RECURRENT = {"LSTMTraining", "LSTMGrad", "GRUTraining", "GRUGrad"}
+
+
+@pytest.mark.needs_onnxruntime_generator
+@pytest.mark.parametrize("generator", ["onnxruntime", "ort_cffi"])
+@pytest.mark.parametrize("model_name", ["lstm_text", "gru_classifier"])
+def test_the_generators_nodes_lowered_give_the_same_training_step(tmp_path: Path, generator: str,
+                                                                  model_name: str) -> None:
+    """A training model as a generator writes it (tests/zoo/lstm_text.onnx, or a forward GRU), its recurrent
+    training nodes lowered and the rest kept: the loss, the recurrent nodes' outputs and every gradient they
+    give agree with the unlowered model's, on 1.19.2."""
+    from ort_cffi.artifacts import generate_artifacts
+
+    rng = np.random.default_rng(11)
+    if model_name == "lstm_text":
+        source = ROOT / "tests" / "zoo" / "lstm_text.onnx"
+        data = {"tokens": rng.integers(0, 64, (8, 20)).astype(np.int64)}
+    else:
+        source = tmp_path / "gru_classifier.onnx"
+        onnx.save(gru_classifier(), source)
+        data = {"x": rng.standard_normal((8, 6, 4)).astype(np.float32)}
+    data["labels"] = rng.integers(0, 3, 8).astype(np.int64)
+    made = generate_artifacts(source, artifact_directory=tmp_path / "out", loss="CrossEntropyLoss",
+                              generator=None if generator == "ort_cffi" else generator)
+    training = onnx.load(made.training_model)
+    recurrent_nodes = [n for n in training.graph.node if n.domain == MICROSOFT and n.op_type in RECURRENT]
+    assert {n.op_type for n in recurrent_nodes} == ({"LSTMTraining", "LSTMGrad"} if model_name == "lstm_text"
+                                                    else {"GRUTraining", "GRUGrad"})
+    # every value the recurrent nodes give becomes an output of both models, to be compared
+    watched = [o for n in recurrent_nodes for o in n.output if o]
+    known = {o.name for o in training.graph.output}
+    training.graph.output.extend(helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
+                                 for o in watched if o not in known)
+    lowered = onnx.ModelProto()
+    lowered.CopyFrom(training)
+    kept = [n for n in training.graph.node if not (n.domain == MICROSOFT and n.op_type in RECURRENT)]
+    inferred = onnx.shape_inference.infer_shapes(training)
+    types = {v.name: v.type for v in list(inferred.graph.input) + list(inferred.graph.value_info)}
+    taken = {name for n in training.graph.node for name in list(n.input) + list(n.output) + [n.name]}
+    replaced: List[onnx.NodeProto] = []
+    for node in training.graph.node:
+        if node.domain == MICROSOFT and node.op_type in RECURRENT:
+            emit = Emitter(OPSET, taken, types, label=node.name or node.op_type)
+            RULES[node.op_type](node, emit)
+            replaced += emit.nodes
+        else:
+            replaced.append(node)
+    assert len(replaced) > len(kept)
+    del lowered.graph.node[:]
+    lowered.graph.node.extend(replaced)
+
+    parameters = {t.name: numpy_helper.to_array(t) for t in onnx.load(source).graph.initializer}
+    feeds: Dict[str, np.ndarray] = {}
+    for value in training.graph.input:
+        if value.name in data:
+            feeds[value.name] = data[value.name]
+        elif value.name == "lazy_reset_grad":
+            feeds[value.name] = np.array([True])
+        elif value.name.endswith("_grad.accumulation.buffer"):
+            feeds[value.name] = np.zeros_like(parameters[value.name[: -len("_grad.accumulation.buffer")]])
+        else:
+            feeds[value.name] = parameters[value.name]
+    names = [o.name for o in training.graph.output]
+    for name, got, want in zip(names, run_119(lowered, feeds), run_119(training, feeds)):
+        if want.dtype.kind == "f":
+            assert_close(got, want, f"{model_name} ({generator}): {name}")
