@@ -12,8 +12,10 @@ The layers, lowest first (docs/layout.md draws the same map):
 2. ``ort_cffi._facade.sessions``: options, signatures, results, sessions, checkpoint, steps, training,
    environment;
 3. ``ort_cffi`` itself, the facade's public face;
-4. the applications: ``ort_cffi.artifacts``, ``ort_cffi.runtime`` and ``ort_cffi.api``, then ``ort_cffi.trainer`` (which
-   uses the artifacts), then ``ort_cffi.flower`` (which uses the trainer);
+4. the applications: ``ort_cffi.artifacts``, ``ort_cffi.runtime``, ``ort_cffi.api`` and ``ort_cffi.onnxblock`` (on
+   the artifacts' builder), then ``ort_cffi.training`` (ONNX Runtime's ``onnxruntime.training`` over the api, the
+   artifacts and onnxblock), then ``ort_cffi.trainer`` (which uses the artifacts), then ``ort_cffi.flower`` (which
+   uses the trainer);
 5. ``ort_cffi.cli``, the commands, and the ``__main__`` modules that run them.
 
 Every import counts, also one inside a function or under ``TYPE_CHECKING``: a cycle dodged by importing
@@ -39,6 +41,8 @@ LAYERS: List[Tuple[str, float]] = [
     ("ort_cffi.artifacts", 4),
     ("ort_cffi.runtime", 4),
     ("ort_cffi.api", 4),
+    ("ort_cffi.onnxblock", 4),
+    ("ort_cffi.training", 4.2),
     ("ort_cffi.trainer", 4.5),
     ("ort_cffi.flower", 4.7),
     ("ort_cffi.cli", 5),

@@ -1,0 +1,217 @@
+"""``InferenceSession``: ONNX Runtime's Python inference session (``onnxruntime.InferenceSession``) over
+ort_cffi's ``OrtSession``, for code that runs an exported model the way ONNX Runtime's examples do
+(``get_inputs()``, ``run(output_names, feed)``), with its ``SessionOptions`` and ``NodeArg``."""
+from __future__ import annotations
+
+import enum
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from ort_cffi import OrtEnvironment, OrtLoggingLevel
+from ort_cffi import SessionOptions as _JavaSessionOptions
+from ort_cffi.api.ortvalue import OrtValue
+
+CPU_PROVIDER = "CPUExecutionProvider"
+CUDA_PROVIDER = "CUDAExecutionProvider"
+
+
+class GraphOptimizationLevel(enum.IntEnum):
+    """ONNX Runtime's ``onnxruntime.GraphOptimizationLevel``."""
+
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_ALL = 99
+
+
+class ExecutionMode(enum.IntEnum):
+    """ONNX Runtime's ``onnxruntime.ExecutionMode``."""
+
+    ORT_SEQUENTIAL = 0
+    ORT_PARALLEL = 1
+
+
+class SessionOptions:
+    """ONNX Runtime's ``onnxruntime.SessionOptions``: settings as attributes, read when a session is made
+    (``InferenceSession(..., sess_options=...)``). The attributes ort_cffi's sessions honour are those
+    below; ``to_session_options()`` gives the Java-style ``ort_cffi.SessionOptions`` they make."""
+
+    def __init__(self) -> None:
+        self.intra_op_num_threads = 0
+        self.inter_op_num_threads = 0
+        self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.execution_mode = ExecutionMode.ORT_SEQUENTIAL
+        self.log_severity_level = 2
+        self.log_verbosity_level = 0
+        self.logid = ""
+        self.enable_mem_pattern = True
+        self.enable_cpu_mem_arena = True
+        self.optimized_model_filepath = ""
+        self.use_deterministic_compute = False
+        self._config: Dict[str, str] = {}
+        self._free_dimensions: Dict[str, int] = {}
+
+    def add_session_config_entry(self, key: str, value: str) -> None:
+        self._config[str(key)] = str(value)
+
+    def get_session_config_entry(self, key: str) -> str:
+        if key not in self._config:
+            raise KeyError(f"SessionOptions has no config entry {key!r}")
+        return self._config[key]
+
+    def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
+        self._free_dimensions[str(dim_name)] = int(dim_value)
+
+    def to_session_options(self) -> _JavaSessionOptions:
+        """A new ``ort_cffi.SessionOptions`` with these settings (the caller closes it)."""
+        options = _JavaSessionOptions()
+        try:
+            if self.intra_op_num_threads:
+                options.setIntraOpNumThreads(int(self.intra_op_num_threads))
+            if self.inter_op_num_threads:
+                options.setInterOpNumThreads(int(self.inter_op_num_threads))
+            options.setOptimizationLevel(_JavaSessionOptions.OptLevel(int(self.graph_optimization_level)))
+            options.setExecutionMode(_JavaSessionOptions.ExecutionMode(int(self.execution_mode)))
+            options.setSessionLogLevel(OrtLoggingLevel.mapFromInt(int(self.log_severity_level)))
+            options.setSessionLogVerbosityLevel(int(self.log_verbosity_level))
+            if self.logid:
+                options.setLoggerId(str(self.logid))
+            options.setMemoryPatternOptimization(bool(self.enable_mem_pattern))
+            options.setCPUArenaAllocator(bool(self.enable_cpu_mem_arena))
+            if self.optimized_model_filepath:
+                options.setOptimizedModelFilePath(self.optimized_model_filepath)
+            if self.use_deterministic_compute:
+                options.setDeterministicCompute(True)
+            for key, value in self._config.items():
+                options.addConfigEntry(key, value)
+            for name, size in self._free_dimensions.items():
+                options.setSymbolicDimensionValue(name, size)
+        except BaseException:
+            options.close()
+            raise
+        return options
+
+
+class NodeArg:
+    """A model input or output as ONNX Runtime describes it: ``name``, ``type`` (``"tensor(float)"``) and
+    ``shape`` (ints, the symbolic names of open dimensions, None where a dimension has neither)."""
+
+    def __init__(self, name: str, type: str, shape: List[Union[int, str, None]]) -> None:
+        self.name = name
+        self.type = type
+        self.shape = shape
+
+    def __repr__(self) -> str:
+        return f"NodeArg(name='{self.name}', type='{self.type}', shape={self.shape})"
+
+
+def _node_args(infos: Mapping[str, Any]) -> List[NodeArg]:
+    found = []
+    for name, node in infos.items():
+        info = node.getInfo()
+        names = info.dimensionNames or ("",) * len(info.shape)
+        shape: List[Union[int, str, None]] = [
+            int(d) if d >= 0 else (dim_name or None) for d, dim_name in zip(info.shape, names)]
+        found.append(NodeArg(name, str(info.onnxType.onnx_name), shape))
+    return found
+
+
+class InferenceSession:
+    """ONNX Runtime's ``onnxruntime.InferenceSession`` on ort_cffi: a model (a path or its bytes) run on the
+    same runtime as training, through ``ort_cffi.OrtSession``.
+
+    ``sess_options``: this module's ``SessionOptions`` or an ``ort_cffi.SessionOptions``. ``providers``: the
+    CPU provider, and ``"CUDAExecutionProvider"`` where the CUDA build of the runtime is installed (the CPU
+    build refuses it, saying so); others are refused by name.
+    """
+
+    def __init__(self, path_or_bytes: Union[str, bytes, "os.PathLike[str]"], sess_options: Any = None,
+                 providers: Optional[Sequence[Any]] = None, provider_options: Optional[Sequence[Any]] = None,
+                 **kwargs: Any) -> None:
+        self._model_path = path_or_bytes if isinstance(path_or_bytes, str) else None
+        self._sess_options = sess_options
+        names = [p[0] if isinstance(p, tuple) else p for p in (providers or [CPU_PROVIDER])]
+        unknown = [p for p in names if p not in (CPU_PROVIDER, CUDA_PROVIDER)]
+        if unknown:
+            raise ValueError(f"execution providers {unknown}: ort_cffi runs {CPU_PROVIDER!r} (and "
+                             f"{CUDA_PROVIDER!r} with the CUDA build of the runtime)")
+        self._providers = names if CPU_PROVIDER in names else names + [CPU_PROVIDER]
+        made = sess_options is None or isinstance(sess_options, SessionOptions)
+        if sess_options is None:
+            options = _JavaSessionOptions()
+        elif isinstance(sess_options, SessionOptions):
+            options = sess_options.to_session_options()
+        elif isinstance(sess_options, _JavaSessionOptions):
+            options = sess_options
+        else:
+            raise TypeError("sess_options must be an ort_cffi.api.SessionOptions or an ort_cffi.SessionOptions, "
+                            f"not {type(sess_options).__name__}")
+        try:
+            if CUDA_PROVIDER in names:
+                options.addCUDA(0)
+            model = path_or_bytes if isinstance(path_or_bytes, (bytes, bytearray, memoryview)) else os.fspath(path_or_bytes)
+            self._session = OrtEnvironment.getEnvironment().createSession(model, options)
+        finally:
+            if made:
+                options.close()
+        self._inputs = _node_args(self._session.getInputInfo())
+        self._outputs = _node_args(self._session.getOutputInfo())
+
+    def get_inputs(self) -> List[NodeArg]:
+        """The model's inputs, in order."""
+        return list(self._inputs)
+
+    def get_outputs(self) -> List[NodeArg]:
+        """The model's outputs, in order."""
+        return list(self._outputs)
+
+    def get_overridable_initializers(self) -> List[NodeArg]:
+        """None here: ort_cffi's sessions take the model's inputs only."""
+        return []
+
+    def get_providers(self) -> List[str]:
+        return list(self._providers)
+
+    def get_session_options(self) -> Any:
+        return self._sess_options
+
+    def run(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any],
+            run_options: Any = None) -> List[np.ndarray]:
+        """Run the model: the outputs named (None or empty: all, in the model's order) as numpy arrays the
+        caller owns. ``input_feed`` maps input names to numpy arrays (or values numpy turns into arrays)."""
+        if not isinstance(input_feed, Mapping):
+            raise TypeError(f"input_feed must be a dict of input names to arrays, not {type(input_feed).__name__}")
+        feed = {name: value if isinstance(value, np.ndarray) else np.asarray(value) for name, value in input_feed.items()}
+        wanted = list(output_names) if output_names else [o.name for o in self._outputs]
+        with self._session.run(feed, wanted) as result:
+            return [np.array(result[i].getValue(), copy=True) for i in range(len(wanted))]
+
+    def run_with_ort_values(self, output_names: Optional[Sequence[str]], input_dict_ort_values: Mapping[str, OrtValue],
+                            run_options: Any = None) -> List[OrtValue]:
+        """``run`` with ``OrtValue`` inputs and outputs."""
+        feed = {}
+        for name, value in input_dict_ort_values.items():
+            if not isinstance(value, OrtValue):
+                raise TypeError(f"input {name!r} must be an OrtValue, not {type(value).__name__}")
+            feed[name] = value.as_onnx_tensor()
+        wanted = list(output_names) if output_names else [o.name for o in self._outputs]
+        with self._session.run(feed, wanted) as result:
+            return [OrtValue.ortvalue_from_numpy(np.array(result[i].getValue(), copy=True)) for i in range(len(wanted))]
+
+    def end_profiling(self) -> str:
+        return ""
+
+    def close(self) -> None:
+        """Release the session now (garbage collection does it otherwise)."""
+        self._session.close()
+
+    def __enter__(self) -> InferenceSession:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+__all__ = ["ExecutionMode", "GraphOptimizationLevel", "InferenceSession", "NodeArg", "SessionOptions"]
