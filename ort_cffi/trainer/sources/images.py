@@ -103,7 +103,8 @@ def read_image(path: Path, record: Dict[str, Any]) -> np.ndarray:
                 image = image.resize((width, height), image_module.Resampling.BILINEAR)
             pixels = np.asarray(image)
     except (OSError, ValueError, SyntaxError) as exc:  # Pillow's UnidentifiedImageError is an OSError
-        raise SetupError(f"cannot read image {str(path)!r}: {exc}") from None
+        raise SetupError(f"cannot read image {str(path)!r}: not an image Pillow reads, or a damaged one ({exc}); "
+                         "replace or remove it") from None
     return pixels.reshape(pixels.shape[0], pixels.shape[1], -1)
 
 
