@@ -4,7 +4,7 @@ The runtime's save (``layout``'s notes): parameters sorted by name, trainable th
 groups sorted by name (an empty group vector without optimizer state), each parameter's moments sorted by
 name; the property bag, sorted, when there are properties; no module state for a state without parameters.
 A nominal state keeps each parameter's shape with zeros as data (the runtime's nominal parameters are
-scalars: measured, a 4-byte zero each). The parameters' data goes to ``<checkpoint>.data``, every parameter's
+scalars: measured, 4 bytes each, which the runtime leaves unset and the codec writes as zeros). The parameters' data goes to ``<checkpoint>.data``, every parameter's
 (the moments stay inline), when the state came with external data or past 1.8 GiB of parameters (measured:
 the first; the runtime's threshold for its own save is taken as the generator's, counted on the parameters'
 bytes: not measured).
