@@ -38,30 +38,35 @@ class SessionOptions:
     (``InferenceSession(..., sess_options=...)``). The attributes ort_cffi's sessions honour are those
     below; ``to_session_options()`` gives the Java-style ``ort_cffi.SessionOptions`` they make."""
 
+    # ONNX Runtime's defaults; setting one on an instance changes that instance only
+    intra_op_num_threads: int = 0
+    inter_op_num_threads: int = 0
+    graph_optimization_level: int = GraphOptimizationLevel.ORT_ENABLE_ALL
+    execution_mode: int = ExecutionMode.ORT_SEQUENTIAL
+    log_severity_level: int = 2
+    log_verbosity_level: int = 0
+    logid: str = ""
+    enable_mem_pattern: bool = True
+    enable_cpu_mem_arena: bool = True
+    optimized_model_filepath: str = ""
+    use_deterministic_compute: bool = False
+
     def __init__(self) -> None:
-        self.intra_op_num_threads = 0
-        self.inter_op_num_threads = 0
-        self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.execution_mode = ExecutionMode.ORT_SEQUENTIAL
-        self.log_severity_level = 2
-        self.log_verbosity_level = 0
-        self.logid = ""
-        self.enable_mem_pattern = True
-        self.enable_cpu_mem_arena = True
-        self.optimized_model_filepath = ""
-        self.use_deterministic_compute = False
         self._config: Dict[str, str] = {}
         self._free_dimensions: Dict[str, int] = {}
 
     def add_session_config_entry(self, key: str, value: str) -> None:
+        """Set a session configuration entry (``"session.intra_op.allow_spinning"``, ...)."""
         self._config[str(key)] = str(value)
 
     def get_session_config_entry(self, key: str) -> str:
+        """The entry ``key`` set here; KeyError for one not set."""
         if key not in self._config:
             raise KeyError(f"SessionOptions has no config entry {key!r}")
         return self._config[key]
 
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
+        """Fix the symbolic dimension ``dim_name`` to ``dim_value`` in the sessions made with these options."""
         self._free_dimensions[str(dim_name)] = int(dim_value)
 
     def to_session_options(self) -> _JavaSessionOptions:
@@ -99,9 +104,24 @@ class NodeArg:
     ``shape`` (ints, the symbolic names of open dimensions, None where a dimension has neither)."""
 
     def __init__(self, name: str, type: str, shape: List[Union[int, str, None]]) -> None:
-        self.name = name
-        self.type = type
-        self.shape = shape
+        self._name = name
+        self._type = type
+        self._shape = shape
+
+    @property
+    def name(self) -> str:
+        """The input's or output's name."""
+        return self._name
+
+    @property
+    def type(self) -> str:
+        """Its type in ONNX's spelling, ``"tensor(float)"`` and so on."""
+        return self._type
+
+    @property
+    def shape(self) -> List[Union[int, str, None]]:
+        """Its dimensions: ints, symbolic names, None where a dimension has neither."""
+        return list(self._shape)
 
     def __repr__(self) -> str:
         return f"NodeArg(name='{self.name}', type='{self.type}', shape={self.shape})"
@@ -172,9 +192,11 @@ class InferenceSession:
         return []
 
     def get_providers(self) -> List[str]:
+        """The execution providers the session runs on, the CPU's last."""
         return list(self._providers)
 
     def get_session_options(self) -> Any:
+        """The ``sess_options`` the session was made with (None when none was given)."""
         return self._sess_options
 
     def run(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any],
@@ -201,6 +223,7 @@ class InferenceSession:
             return [OrtValue.ortvalue_from_numpy(np.array(result[i].getValue(), copy=True)) for i in range(len(wanted))]
 
     def end_profiling(self) -> str:
+        """``""``: profiling is set on the Java-style ``ort_cffi.SessionOptions`` (``enableProfiling``)."""
         return ""
 
     def close(self) -> None:

@@ -8,7 +8,8 @@ Each ``### `Name` `` section of the map is a table ``| ONNX Runtime | ort_cffi |
 - every code span of the ort_cffi column names something that exists on the ort_cffi class;
 - every public member of the ort_cffi class appears in the ort_cffi column;
 - for ``generate_artifacts``, every parameter of ONNX Runtime's has a row, and every parameter named in the
-  ort_cffi column is one of ``ort_cffi.artifacts.generate_artifacts``'s.
+  ort_cffi column is one of ``ort_cffi.training.artifacts.generate_artifacts``'s (ONNX Runtime's signature and
+  defaults; ``ort_cffi.artifacts.generate_artifacts`` keeps ort_cffi's own).
 """
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from conftest import ROOT
 
-from ort_cffi import api, artifacts
+from ort_cffi import api
+from ort_cffi.training import artifacts
 
 GUIDE = ROOT / "docs" / "guides" / "porting-python.md"
 
 # ONNX Runtime 1.19.2's public members, from onnxruntime/training/api/*.py and
-# onnxruntime/capi/onnxruntime_inference_collection.py (OrtValue).
+# onnxruntime/capi/onnxruntime_inference_collection.py (OrtValue, InferenceSession, NodeArg; SessionOptions:
+# the members of onnxruntime.SessionOptions a port of the examples meets).
 ONNX_RUNTIME: Dict[str, Set[str]] = {
     "CheckpointState": {"__init__", "load_checkpoint", "save_checkpoint", "parameters", "properties"},
     "Parameters": {"__getitem__", "__setitem__", "__contains__", "__iter__", "__len__", "__repr__"},
@@ -34,6 +37,15 @@ ONNX_RUNTIME: Dict[str, Set[str]] = {
                "output_names"},
     "Optimizer": {"__init__", "step", "set_learning_rate", "get_learning_rate"},
     "LinearLRScheduler": {"__init__", "step"},
+    "InferenceSession": {"__init__", "get_inputs", "get_outputs", "get_overridable_initializers", "get_providers",
+                         "get_provider_options", "get_session_options", "get_modelmeta", "set_providers", "run",
+                         "run_with_ort_values", "run_with_iobinding", "io_binding", "end_profiling"},
+    "NodeArg": {"name", "type", "shape"},
+    "SessionOptions": {"__init__", "intra_op_num_threads", "inter_op_num_threads", "graph_optimization_level",
+                       "execution_mode", "log_severity_level", "log_verbosity_level", "logid", "enable_mem_pattern",
+                       "enable_cpu_mem_arena", "optimized_model_filepath", "use_deterministic_compute",
+                       "add_session_config_entry", "get_session_config_entry", "add_free_dimension_override_by_name",
+                       "register_custom_ops_library", "enable_profiling"},
     "OrtValue": {"__init__", "ortvalue_from_numpy", "ortvalue_from_shape_and_type", "ort_value_from_sparse_tensor",
                  "as_sparse_tensor", "data_ptr", "device_name", "shape", "data_type", "element_type", "has_value",
                  "is_tensor", "is_sparse_tensor", "is_tensor_sequence", "numpy", "update_inplace"},
