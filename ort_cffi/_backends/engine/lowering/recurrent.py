@@ -5,8 +5,8 @@ builder already.
 What the kernels compute, and so what these rules compute (measured against them in
 tests/engine/test_lowering_recurrent.py):
 
-- **LSTMTraining**: the LSTM operator's Y, Y_h and Y_c (bit-identical to the standard operator's), and for
-  its gradient all cell states C [T, 1, B, H] and the gate values iofc [T, 1, B, 4H] *after* their
+- **LSTMTraining**: the LSTM operator's Y, Y_h and Y_c (the kernel's are the standard operator's to the bit;
+  these rules' agree to about 3e-7), and for its gradient all cell states C [T, 1, B, H] and the gate values iofc [T, 1, B, 4H] *after* their
   activations (i, o, f = sigmoid, c = tanh), peephole weights included.
 - **LSTMGrad**: inputs X, W, R, sequence_lens, H0, C0, then the saved all hidden states, all cell states and
   iofc, then the gradients of Y, Y_h and Y_c (ONNX Runtime's builder leaves the bias and the peephole weights
@@ -16,10 +16,11 @@ tests/engine/test_lowering_recurrent.py):
 - **GRUGrad**: inputs X, W, R, B, sequence_lens, H0, the saved all hidden states and zrh, the gradients of Y
   and Y_h; outputs the gradients of X, W, R, B and H0, for either ``linear_before_reset``.
 
-The forms. The forward keeps the standard operator (it gives Y bit for bit) and computes the saved values
-from Y for all steps at once: the gate pre-activations are two batched products, X·Wᵀ and H_{t-1}·Rᵀ, since
-H_{t-1} is Y shifted by one step. Only the LSTM's cell states need a loop, a ``Scan`` of one multiply-add
-per step (C_t = f_t·C_{t-1} + i_t·c_t; with peephole weights the input and forget gates are in it too).
+The forms. The forward is one ``Scan`` over time holding the cell (one product with R, the gates, the
+states); X·Wᵀ and the biases are one product over the whole sequence before it, and the Scan's per-step
+outputs are Y and the values the gradient reads. (Keeping the standard LSTM / GRU operator, which gives Y bit
+for bit, and recomputing the gates from Y after it, measured 1.5 to 2 times slower: the recurrent product is
+then computed twice.)
 
 The backward is a reverse ``Scan`` in which only the recurrence is serial: per step, the hidden state's
 gradient (and the LSTM's cell state's), the gate gradients that they make (elementwise products with factors
@@ -194,64 +195,61 @@ def _elem_type(emit: Emitter, x: str) -> int:
 
 
 # --- LSTM ------------------------------------------------------------------------------------------------------
+def _split(emit: Emitter, x: str, sizes: Sequence[int]) -> List[str]:
+    """``x`` cut along its last axis into parts of ``sizes`` (Split's form at the model's opset)."""
+    if emit.opset >= 13:
+        return emit.node("Split", [x, emit.const(np.array(sizes, np.int64))], len(sizes), axis=-1)
+    return emit.node("Split", [x], len(sizes), axis=-1, split=list(sizes))
+
+
 @lowers("LSTMTraining")
 def lstm_training(node: onnx.NodeProto, emit: Emitter) -> None:
-    """The LSTM operator, then the cell states and gate values its gradient reads."""
+    """LSTMTraining as one forward Scan (the whole cell per step), X·Wᵀ for all steps before it; the Scan's
+    per-step values are the cell states and the gate values its gradient reads."""
     hidden = _check_attributes(node, ("sigmoid", "tanh", "tanh"))
     x, w, r = node.input[X], node.input[W], node.input[R]
     bias, peephole = _input(node, B), _input(node, P)
-    all_h = _output(node, 0) or emit.fresh("all_hidden_states")
-    standard = [_input(node, i) or "" for i in range(8)]
-    while standard and not standard[-1]:
-        standard.pop()
-    emit.node("LSTM", standard, [all_h, _output(node, 1), _output(node, 2)], hidden_size=hidden)
-    all_c_name, iofc_name = _output(node, 3), _output(node, 4)
-    if not all_c_name and not iofc_name:
-        return
-    # the gate pre-activations of all steps at once, from the hidden states Y gives
-    h_prev = _previous(emit, _state(emit, node, H0, x, hidden), emit.squeeze(all_h, [1]))
-    pre = emit.one("Add", [_times_weight(emit, x, _one_direction(emit, w)),
-                           _times_weight(emit, h_prev, _one_direction(emit, r))])
+    from_x = _times_weight(emit, x, _one_direction(emit, w))
     if bias is not None:
         flat = _one_direction(emit, bias)
         both_biases = emit.one("Add", [_gate(emit, flat, hidden, 0, 4), _gate(emit, flat, hidden, 4, 4)])
-        pre = emit.one("Add", [pre, both_biases])
-    c_gate = emit.one("Tanh", [_gate(emit, pre, hidden, 3)])
+        from_x = emit.one("Add", [from_x, both_biases])
+    r_t = emit.one("Transpose", [_one_direction(emit, r)], perm=[1, 0])
+    h0 = emit.squeeze(_state(emit, node, H0, x, hidden), [0])
     c0 = emit.squeeze(_state(emit, node, C0, x, hidden), [0])
-    elem = _elem_type(emit, x)
-    scan = _Scan(emit, elem, "cell_states")
-    state = scan.value("c")
+    scan = _Scan(emit, _elem_type(emit, x), "lstm_forward")
     step = scan.body
+    h, c, x_t = scan.value("h"), scan.value("c"), scan.value("from_x")
+    pre = step.one("Add", [x_t, step.one("MatMul", [h, r_t])])
     if peephole is None:
-        # C_t = f_t·C_{t-1} + i_t·c_t, with i, f and i·c known for all steps
-        sig = emit.one("Sigmoid", [_gate(emit, pre, hidden, 0, 3)])
-        i_gate, f_gate = _gate(emit, sig, hidden, 0), _gate(emit, sig, hidden, 2)
-        update = emit.one("Mul", [i_gate, c_gate])
-        f_t, u_t = scan.value("f"), scan.value("i_times_c")
-        c_next = step.one("Add", [step.one("Mul", [f_t, state]), u_t])
-        c_out = step.one("Identity", [c_next])
-        _, all_c = scan.run([c0], [f_gate, update], [c_next, c_out], 1, reverse=False)
-        o_gate = _gate(emit, sig, hidden, 1)
+        pre_iof, pre_c = _split(step, pre, [3 * hidden, hidden])
+        sig = step.one("Sigmoid", [pre_iof])
+        c_gate = step.one("Tanh", [pre_c])
+        i_t, o_t, f_t = _split(step, sig, [hidden] * 3)
+        c_next = step.one("Add", [step.one("Mul", [f_t, c]), step.one("Mul", [i_t, c_gate])])
+        h_next = step.one("Mul", [o_t, step.one("Tanh", [c_next])])
+        per_step = [sig, c_gate]
     else:
-        # the input and forget gates read C_{t-1} through the peephole weights: they are computed in the loop
-        p_flat = _one_direction(emit, peephole)
-        p_if = emit.one("Concat", [_gate(emit, p_flat, hidden, 0), _gate(emit, p_flat, hidden, 2)], axis=0)
-        pre_if = emit.one("Concat", [_gate(emit, pre, hidden, 0), _gate(emit, pre, hidden, 2)], axis=-1)
-        pre_t, c_t = scan.value("pre_if"), scan.value("c_gate")
-        through_peephole = step.one("Mul", [step.one("Concat", [state, state], axis=-1), p_if])
-        s_if = step.one("Sigmoid", [step.one("Add", [pre_t, through_peephole])])
-        i_t, f_t = _gate(step, s_if, hidden, 0), _gate(step, s_if, hidden, 1)
-        c_next = step.one("Add", [step.one("Mul", [f_t, state]), step.one("Mul", [i_t, c_t])])
-        c_out = step.one("Identity", [c_next])
-        _, all_c, all_if = scan.run([c0], [pre_if, c_gate], [c_next, c_out, s_if], 1, reverse=False)
-        i_gate, f_gate = _gate(emit, all_if, hidden, 0), _gate(emit, all_if, hidden, 1)
-        # the output gate reads C_t
-        o_pre = emit.one("Add", [_gate(emit, pre, hidden, 1), emit.one("Mul", [all_c, _gate(emit, p_flat, hidden, 1)])])
-        o_gate = emit.one("Sigmoid", [o_pre])
-    if all_c_name:
-        emit.unsqueeze(all_c, [1], all_c_name)
-    if iofc_name:
-        emit.unsqueeze(emit.one("Concat", [i_gate, o_gate, f_gate, c_gate], axis=-1), [1], iofc_name)
+        p_i, p_o, p_f = _split(emit, _one_direction(emit, peephole), [hidden] * 3)
+        pre_i, pre_o, pre_f, pre_c = _split(step, pre, [hidden] * 4)
+        i_t = step.one("Sigmoid", [step.one("Add", [pre_i, step.one("Mul", [p_i, c])])])
+        f_t = step.one("Sigmoid", [step.one("Add", [pre_f, step.one("Mul", [p_f, c])])])
+        c_gate = step.one("Tanh", [pre_c])
+        c_next = step.one("Add", [step.one("Mul", [f_t, c]), step.one("Mul", [i_t, c_gate])])
+        o_t = step.one("Sigmoid", [step.one("Add", [pre_o, step.one("Mul", [p_o, c_next])])])
+        h_next = step.one("Mul", [o_t, step.one("Tanh", [c_next])])
+        per_step = [step.one("Concat", [i_t, o_t, f_t], axis=-1), c_gate]
+    outputs = [h_next, c_next, step.one("Identity", [h_next]), step.one("Identity", [c_next])] + per_step
+    final_h, final_c, all_h, all_c, sig_all, c_all = scan.run([h0, c0], [from_x], outputs, 2, reverse=False)
+    emit.unsqueeze(all_h, [1], _output(node, 0) or None)
+    if _output(node, 1):
+        emit.unsqueeze(final_h, [0], _output(node, 1))
+    if _output(node, 2):
+        emit.unsqueeze(final_c, [0], _output(node, 2))
+    if _output(node, 3):
+        emit.unsqueeze(all_c, [1], _output(node, 3))
+    if _output(node, 4):
+        emit.unsqueeze(emit.one("Concat", [sig_all, c_all], axis=-1), [1], _output(node, 4))
 
 
 @lowers("LSTMGrad")
@@ -322,55 +320,49 @@ def lstm_grad(node: onnx.NodeProto, emit: Emitter) -> None:
 
 
 # --- GRU -------------------------------------------------------------------------------------------------------
-def _gru_gates(emit: Emitter, node: onnx.NodeProto, hidden: int, all_h: str, h_prev: str) -> str:
-    """z, r and h of all steps [T, batch, 3H], after their activations, from the hidden states."""
-    x, w, r = node.input[X], node.input[W], node.input[R]
-    bias = _input(node, B)
-    lbr = int(attribute(node, "linear_before_reset", 0))
-    w2, r2 = _one_direction(emit, w), _one_direction(emit, r)
-    from_x = _times_weight(emit, x, w2)  # [T, batch, 3H]
-    r_zr, r_h = _slice(emit, r2, 0, 2 * hidden, 0), _slice(emit, r2, 2 * hidden, 3 * hidden, 0)
-    w_bias = r_bias = None
-    if bias is not None:
-        flat = _one_direction(emit, bias)
-        w_bias, r_bias = _gate(emit, flat, hidden, 0, 3), _gate(emit, flat, hidden, 3, 3)
-    zr_pre = emit.one("Add", [_gate(emit, from_x, hidden, 0, 2), _times_weight(emit, h_prev, r_zr)])
-    h_pre = _gate(emit, from_x, hidden, 2)
-    if w_bias is not None and r_bias is not None:
-        zr_bias = emit.one("Add", [_gate(emit, w_bias, hidden, 0, 2), _gate(emit, r_bias, hidden, 0, 2)])
-        zr_pre = emit.one("Add", [zr_pre, zr_bias])
-        h_pre = emit.one("Add", [h_pre, _gate(emit, w_bias, hidden, 2)])
-    zr = emit.one("Sigmoid", [zr_pre])
-    reset = _gate(emit, zr, hidden, 1)
-    if lbr:
-        # h = tanh(X·Whᵀ + Wbh + r·(H_{t-1}·Rhᵀ + Rbh))
-        recurrent = _times_weight(emit, h_prev, r_h)
-        if r_bias is not None:
-            recurrent = emit.one("Add", [recurrent, _gate(emit, r_bias, hidden, 2)])
-        h_pre = emit.one("Add", [h_pre, emit.one("Mul", [reset, recurrent])])
-    else:
-        # h = tanh(X·Whᵀ + Wbh + (r·H_{t-1})·Rhᵀ + Rbh)
-        h_pre = emit.one("Add", [h_pre, _times_weight(emit, emit.one("Mul", [reset, h_prev]), r_h)])
-        if r_bias is not None:
-            h_pre = emit.one("Add", [h_pre, _gate(emit, r_bias, hidden, 2)])
-    return emit.one("Concat", [zr, emit.one("Tanh", [h_pre])], axis=-1)
-
-
 @lowers("GRUTraining")
 def gru_training(node: onnx.NodeProto, emit: Emitter) -> None:
-    """The GRU operator, then the gate values its gradient reads."""
+    """GRUTraining as one forward Scan, X·Wᵀ for all steps before it; the Scan's per-step values are the
+    gate values its gradient reads."""
     hidden = _check_attributes(node, ("sigmoid", "tanh"))
-    x = node.input[X]
-    all_h = _output(node, 0) or emit.fresh("all_hidden_states")
-    standard = [_input(node, i) or "" for i in range(6)]
-    while standard and not standard[-1]:
-        standard.pop()
-    emit.node("GRU", standard, [all_h, _output(node, 1)], hidden_size=hidden,
-              linear_before_reset=int(attribute(node, "linear_before_reset", 0)))
+    lbr = int(attribute(node, "linear_before_reset", 0))
+    x, w, r = node.input[X], node.input[W], node.input[R]
+    bias = _input(node, B)
+    from_x = _times_weight(emit, x, _one_direction(emit, w))
+    r2 = _one_direction(emit, r)
+    r_zr = emit.one("Transpose", [_slice(emit, r2, 0, 2 * hidden, 0)], perm=[1, 0])
+    r_h = emit.one("Transpose", [_slice(emit, r2, 2 * hidden, 3 * hidden, 0)], perm=[1, 0])
+    x_zr, x_h = _split(emit, from_x, [2 * hidden, hidden])
+    r_bias_h = None
+    if bias is not None:
+        w_bz, w_bh, r_bz, r_bh = _split(emit, _one_direction(emit, bias), [2 * hidden, hidden, 2 * hidden, hidden])
+        x_zr = emit.one("Add", [x_zr, emit.one("Add", [w_bz, r_bz])])
+        if lbr:  # Rbh is inside the reset gate's product: it stays in the step
+            x_h, r_bias_h = emit.one("Add", [x_h, w_bh]), r_bh
+        else:
+            x_h = emit.one("Add", [x_h, emit.one("Add", [w_bh, r_bh])])
+    h0 = emit.squeeze(_state(emit, node, H0, x, hidden), [0])
+    scan = _Scan(emit, _elem_type(emit, x), "gru_forward")
+    step = scan.body
+    h, x_zr_t, x_h_t = scan.value("h"), scan.value("from_x_zr"), scan.value("from_x_h")
+    zr = step.one("Sigmoid", [step.one("Add", [x_zr_t, step.one("MatMul", [h, r_zr])])])
+    z_t, r_t = _split(step, zr, [hidden, hidden])
+    if lbr:
+        recurrent = step.one("MatMul", [h, r_h])
+        if r_bias_h is not None:
+            recurrent = step.one("Add", [recurrent, r_bias_h])
+        h_pre = step.one("Add", [x_h_t, step.one("Mul", [r_t, recurrent])])
+    else:
+        h_pre = step.one("Add", [x_h_t, step.one("MatMul", [step.one("Mul", [r_t, h]), r_h])])
+    h_gate = step.one("Tanh", [h_pre])
+    h_next = step.one("Add", [h_gate, step.one("Mul", [z_t, step.one("Sub", [h, h_gate])])])
+    outputs = [h_next, step.one("Identity", [h_next]), zr, h_gate]
+    final_h, all_h, zr_all, h_all = scan.run([h0], [x_zr, x_h], outputs, 1, reverse=False)
+    emit.unsqueeze(all_h, [1], _output(node, 0) or None)
+    if _output(node, 1):
+        emit.unsqueeze(final_h, [0], _output(node, 1))
     if _output(node, 2):
-        every = emit.squeeze(all_h, [1])
-        h_prev = _previous(emit, _state(emit, node, H0, x, hidden), every)
-        emit.unsqueeze(_gru_gates(emit, node, hidden, every, h_prev), [1], _output(node, 2))
+        emit.unsqueeze(emit.one("Concat", [zr_all, h_all], axis=-1), [1], _output(node, 2))
 
 
 @lowers("GRUGrad")
