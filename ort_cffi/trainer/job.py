@@ -240,6 +240,12 @@ class TrainingJob:
                     session, prepared.data, plan, prepared.names, self.out, history.best, history.steps, history.epochs,
                     lambda: history.record(self.out, config, self.settings), (history.before or {}).get("val_loss"))
             except KeyboardInterrupt:
+                if resumed is None and not (self.out / "last_checkpoint").exists():
+                    # No epoch ended: nothing to resume. What the run made goes, as after a failed pre-flight.
+                    (self.out / "best_checkpoint").unlink(missing_ok=True)
+                    undo()
+                    print(f"\ninterrupted before the first epoch ended: nothing was kept in {self.out}", file=sys.stderr)
+                    return 130
                 print(f"\ninterrupted: resume with --out {self.out} --resume", file=sys.stderr)
                 return 130
             except OutputError as error:
