@@ -40,17 +40,20 @@ def ensure_current_runtime() -> Path:
 
 def one_node_model(op_type: str, feeds: Dict[str, np.ndarray], outputs: Sequence[Tuple[str, Any, Optional[Sequence[Any]]]],
                    *, domain: str = MICROSOFT, opset: int = 17, inputs: Optional[Sequence[str]] = None,
-                   constants: Optional[Dict[str, np.ndarray]] = None, **attributes: Any) -> onnx.ModelProto:
+                   constants: Optional[Dict[str, np.ndarray]] = None, symbolic: bool = False,
+                   **attributes: Any) -> onnx.ModelProto:
     """A model of one ``op_type`` node. ``feeds`` become graph inputs of their exact shapes; ``constants`` become
     initializers; ``inputs`` orders the node's inputs ("" for an omitted one; default: feeds then constants);
-    ``outputs`` are (name, numpy dtype, shape or None); ""-named outputs are left unused."""
+    ``outputs`` are (name, numpy dtype, shape or None); ""-named outputs are left unused. With ``symbolic``
+    the feeds' sizes are not declared (each a named dimension), so that a lowering works them out at run time."""
     constants = constants or {}
     names = list(inputs) if inputs is not None else list(feeds) + list(constants)
     node = helper.make_node(op_type, names, [o[0] for o in outputs], domain=domain, name=f"the_{op_type}",
                             **attributes)
     graph = helper.make_graph(
         [node], f"one_{op_type}",
-        [helper.make_tensor_value_info(n, ELEM[v.dtype], list(v.shape)) for n, v in feeds.items()],
+        [helper.make_tensor_value_info(n, ELEM[v.dtype], [f"{n}_{i}" for i in range(v.ndim)] if symbolic
+                                       else list(v.shape)) for n, v in feeds.items()],
         [helper.make_tensor_value_info(name, ELEM[np.dtype(dtype)], None if shape is None else list(shape))
          for name, dtype, shape in outputs if name],
         [onnx.numpy_helper.from_array(v, n) for n, v in constants.items()])

@@ -1,0 +1,202 @@
+"""Convolution and pooling gradients: ConvGrad as a ConvTranspose (dX) and a Conv with the batch as channels
+(dW), MaxPoolGrad as a scatter over MaxPool's indices, AveragePoolGrad as a ConvTranspose of ones.
+
+The forms were measured against the training kernels on the zoo's CNNs (docs/internals/runtime.md); they hold
+for 1-D, 2-D and 3-D, groups, strides, pads, dilations and ``auto_pad``."""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+
+from ort_cffi._backends.engine.lowering.registry import Emitter, LoweringError, attribute, lowers
+
+_LAST = np.iinfo(np.int64).max
+
+
+def _ints(values: Sequence[int]) -> np.ndarray:
+    return np.array(list(values), np.int64)
+
+
+def _spatial_rank(node: onnx.NodeProto, emit: Emitter, *names: str) -> int:
+    kernel = attribute(node, "kernel_shape")
+    if kernel:
+        return len(kernel)
+    for name in names:
+        rank = emit.rank(name)
+        if rank is not None:
+            return rank - 2
+    raise LoweringError(f"{emit.label}: {node.op_type} needs its kernel_shape or the rank of its inputs")
+
+
+def _static(dims: Optional[List[object]]) -> Optional[List[int]]:
+    if dims is None or not all(isinstance(d, int) for d in dims):
+        return None
+    return [int(d) for d in dims]  # type: ignore[call-overload]
+
+
+def _pads(node: onnx.NodeProto, spatial: int) -> Tuple[List[int], List[int]]:
+    """(begin pads, end pads) as the pool gradient kernels read them: the ``pads`` attribute alone (zeros where
+    it is absent), never ``auto_pad``; the windows start at the begin pads, their count is dY's."""
+    pads = list(attribute(node, "pads", [0] * (2 * spatial)))
+    return pads[:spatial], pads[spatial:]
+
+
+def _resolved_pads(node: onnx.NodeProto, emit: Emitter, spatial: int, strides: List[int], dilations: List[int],
+                   kernel: Optional[List[int]], inputs: Optional[List[int]]) -> Tuple[List[int], List[int]]:
+    """(begin pads, end pads) as the forward Conv resolved them, ``auto_pad`` included. ConvGrad's kernel reads
+    ``pads`` alone: with SAME pads its im2col layout (from the pads) and dY's (from the forward) disagree and
+    its result is not the gradient. The lowering gives the gradient of the forward Conv there."""
+    auto_pad = attribute(node, "auto_pad", "NOTSET")
+    if auto_pad in ("NOTSET", ""):
+        pads = list(attribute(node, "pads", [0] * (2 * spatial)))
+        return pads[:spatial], pads[spatial:]
+    if auto_pad == "VALID":
+        return [0] * spatial, [0] * spatial
+    if kernel is None or inputs is None:
+        raise LoweringError(f"{emit.label}: ConvGrad with auto_pad {auto_pad} needs the input's spatial sizes "
+                            f"and the kernel's size before run time, and they are not known")
+    begin, end = [], []
+    for size, stride, dilation, k in zip(inputs, strides, dilations, kernel):
+        total = max((-(-size // stride) - 1) * stride + (k - 1) * dilation + 1 - size, 0)
+        first = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+        begin.append(first)
+        end.append(total - first)
+    return begin, end
+
+
+def _crop_to(emit: Emitter, full: str, spatial: int, strides: List[int], begin: List[int], sizes: str,
+             output: Optional[str]) -> str:
+    """``full`` (a ConvTranspose without pads: the whole padded extent the windows cover) cut to the input's
+    extent: from the begin pads, ``sizes`` (an int64 vector of the spatial sizes) long. Windows may stop
+    short of the end pad by up to stride - 1 elements: zeros stand for those first."""
+    axes = _ints(range(2, 2 + spatial))
+    if any(s > 1 for s in strides):
+        widths = _ints([0] * (2 + spatial) + [0, 0] + [s - 1 for s in strides])
+        full = emit.one("Pad", [full, emit.const(widths)])
+    starts = emit.const(_ints(begin))
+    ends = emit.one("Add", [sizes, starts])
+    return emit.one("Slice", [full, starts, ends, emit.const(axes)], output)
+
+
+@lowers("ConvGrad")
+def conv_grad(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Inputs dY, X, W; outputs dX, dW, dB (each may be unwanted). Attributes: Conv's."""
+    dy, x, w = node.input[0], node.input[1], node.input[2]
+    outputs = list(node.output) + [""] * (3 - len(node.output))
+    spatial = _spatial_rank(node, emit, x, w, dy)
+    group = int(attribute(node, "group", 1))
+    strides = list(attribute(node, "strides", [1] * spatial))
+    dilations = list(attribute(node, "dilations", [1] * spatial))
+    x_dims = _static(emit.shape(x))
+    w_dims = _static(emit.shape(w))
+    kernel: Optional[List[int]] = list(attribute(node, "kernel_shape", [])) or (w_dims[2:] if w_dims else None)
+    begin, end = _resolved_pads(node, emit, spatial, strides, dilations, kernel, x_dims[2:] if x_dims else None)
+    spatial_axes = list(range(2, 2 + spatial))
+    swap = [1, 0] + spatial_axes
+
+    if outputs[0]:
+        if x_dims is not None and kernel is not None:  # every size known: ConvTranspose says the size itself
+            y_sizes = [(size + b + e - ((k - 1) * d + 1)) // s + 1
+                       for size, b, e, k, d, s in zip(x_dims[2:], begin, end, kernel, dilations, strides)]
+            extra = [size - ((ys - 1) * s + (k - 1) * d + 1 - b - e)
+                     for size, ys, s, k, d, b, e in zip(x_dims[2:], y_sizes, strides, kernel, dilations, begin, end)]
+            if all(0 <= p < max(s, d) for p, s, d in zip(extra, strides, dilations)):
+                emit.one("ConvTranspose", [dy, w], outputs[0], group=group, strides=strides, dilations=dilations,
+                         pads=begin + end, output_padding=extra if any(extra) else None)
+                extra = None  # written
+        else:
+            extra = []
+        if extra is not None:
+            full = emit.one("ConvTranspose", [dy, w], group=group, strides=strides, dilations=dilations,
+                            pads=[0] * (2 * spatial))
+            _crop_to(emit, full, spatial, strides, begin, emit.shape_of(x, 2), outputs[0])
+
+    if outputs[1]:
+        # dW[m, c, k] = sum over n and positions of dY[n, m, y] * X[n, group(m) c, y s + k d - begin]: a Conv
+        # whose batch is X's channels (of one group), whose channels are the batch (one block per group), and
+        # whose weights are dY with its batch as channels; the roles of strides and dilations swap.
+        if group == 1:
+            inputs = emit.one("Transpose", [x], perm=swap)
+        else:
+            split = emit.one("Concat", [emit.const(_ints([0, group, -1])), emit.shape_of(x, 2)], axis=0)
+            grouped = emit.one("Reshape", [x, split])
+            moved = emit.one("Transpose", [grouped], perm=[2, 1, 0] + [a + 1 for a in spatial_axes])
+            merged = emit.one("Concat", [emit.const(_ints([0, -1])), emit.shape_of(x, 2)], axis=0)
+            inputs = emit.one("Reshape", [moved, merged])
+        weights = emit.one("Transpose", [dy], perm=swap)
+        found = emit.one("Conv", [inputs, weights], group=group, strides=dilations, dilations=strides,
+                         pads=begin + end)
+        cut = emit.one("Slice", [found, emit.const(_ints([0] * spatial)), emit.shape_of(w, 2),
+                                 emit.const(_ints(spatial_axes))])
+        emit.one("Transpose", [cut], outputs[1], perm=swap)
+
+    if outputs[2]:
+        emit.reduce("ReduceSum", dy, [0] + spatial_axes, keepdims=False, output=outputs[2])
+
+
+def _numbered_shape(emit: Emitter, dx: str, dy: str) -> Optional[str]:
+    """The static shape of the output ``dx`` with its batch taken from ``dy`` at run time, as the pool
+    gradient kernels read it (their output's declared shape); None where it is not declared."""
+    dims = emit.shape(dx)
+    if dims is None or not all(isinstance(d, int) for d in dims[1:]):
+        return None
+    return emit.one("Concat", [emit.shape_of(dy, 0, 1), emit.const(_ints(dims[1:]))], axis=0)  # type: ignore[arg-type]
+
+
+@lowers("MaxPoolGrad")
+def max_pool_grad(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Inputs dY and MaxPool's Indices (positions in the whole input, flattened): dY is added at them into
+    zeros of the input's shape. That shape is MaxPool's input's where the Indices come from a MaxPool of
+    this model, else the output's declared shape."""
+    dy, indices = node.input[0], node.input[1]
+    forward = emit.producer(indices)
+    if forward is not None and forward.op_type == "MaxPool" and forward.domain in ("", "ai.onnx"):
+        shape = emit.shape_of(forward.input[0])
+    else:
+        found = _numbered_shape(emit, node.output[0], dy)
+        if found is None:
+            raise LoweringError(f"{emit.label}: MaxPoolGrad's indices come from no MaxPool of the model and its "
+                                f"output's shape is not declared: the shape of its input is not known")
+        shape = found
+    if emit.opset < 16:
+        raise LoweringError(f"{emit.label}: a scatter that adds needs opset 16; the model imports {emit.opset}")
+    flat = emit.const(_ints([-1]))
+    count = emit.reduce("ReduceProd", shape, None, keepdims=True)
+    summed = emit.one("ScatterElements", [emit.zeros(count, dy), emit.one("Reshape", [indices, flat]),
+                                          emit.one("Reshape", [dy, flat])], axis=0, reduction="add")
+    emit.one("Reshape", [summed, shape], node.output[0])
+
+
+@lowers("AveragePoolGrad")
+def average_pool_grad(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Input dY; output dX of the output's declared shape (which the kernel reads). Each dY element, times 1 /
+    the count of its window (the kernel's size, or with count_include_pad 0 the elements inside the input),
+    is spread over its window: a ConvTranspose of ones per channel."""
+    dy = node.input[0]
+    dims = _static(emit.shape(node.output[0]))
+    if dims is None:
+        raise LoweringError(f"{emit.label}: AveragePoolGrad's output shape is not declared, and its kernel reads it")
+    spatial = len(dims) - 2
+    kernel = list(attribute(node, "kernel_shape"))
+    strides = list(attribute(node, "strides", [1] * spatial))
+    begin, _ = _pads(node, spatial)
+    ones_kernel = emit.const(np.ones([1, 1] + kernel, np.float32))
+    if int(attribute(node, "count_include_pad", 0)):
+        scale: str = emit.const(np.array(1.0 / float(np.prod(kernel)), np.float32))
+    else:  # each window's count of elements inside the input (the kernel clips windows to it)
+        ones_input = emit.const(np.ones([1, 1] + dims[2:], np.float32))
+        counts = emit.one("Conv", [ones_input, ones_kernel], strides=strides,
+                          pads=begin + [k + s for k, s in zip(kernel, strides)])
+        counts = emit.one("Slice", [counts, emit.const(_ints([0] * spatial)), emit.shape_of(dy, 2),
+                                    emit.const(_ints(range(2, 2 + spatial)))])
+        scale = emit.one("Reciprocal", [counts])
+    weighted = emit.one("Mul", [dy, emit.cast_like(scale, dy)])
+    one_channel = emit.one("Reshape", [weighted, emit.one("Concat", [emit.const(_ints([-1, 1])), emit.shape_of(dy, 2)],
+                                                          axis=0)])
+    full = emit.one("ConvTranspose", [one_channel, emit.cast_like(ones_kernel, dy)], strides=strides,
+                    pads=[0] * (2 * spatial))
+    cropped = _crop_to(emit, full, spatial, strides, begin, emit.const(_ints(dims[2:])), None)
+    emit.one("Reshape", [cropped, emit.one("Concat", [emit.shape_of(dy, 0, 2), emit.const(_ints(dims[2:]))], axis=0)],
+             node.output[0])
