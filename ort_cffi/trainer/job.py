@@ -500,7 +500,8 @@ class TrainingJob:
                     plot(out / "training.png", history.steps, history.epochs, title)
                 history.files.append(out / "training.png")
             except ImportError:
-                print("no plot: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
+                print("no plot: matplotlib is not installed; it comes with ort_cffi's demo extra (pip install \".[demo]\" in "
+                      "ort_cffi's checkout, with the progress bar), or pip install matplotlib", file=sys.stderr)
 
 
 class _Undo:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -31,9 +31,10 @@ class Prediction:
     scores: np.ndarray  # the model's output for this input
 
 
-def model_metadata(model: Path) -> Tuple[Dict[str, Any], Optional[List[str]], Dict[str, str]]:
+def model_metadata(model: Union[str, Path]) -> Tuple[Dict[str, Any], Optional[List[str]], Dict[str, str]]:
     """(the preprocessing record, the class names, all metadata) of a model ``ort-cffi-train`` exported; a
     SetupError for a model without them."""
+    model = Path(model)
     if not model.is_file():
         raise SetupError(f"model {str(model)!r} does not exist")
     try:
@@ -91,9 +92,17 @@ def run_batches(session: Any, name: str, batch: np.ndarray, output: str, fixed: 
     return np.concatenate(results)
 
 
-def predict(model: Path, inputs: Sequence[str], env: Optional[OrtEnvironment] = None) -> List[Prediction]:
+def predict(model: Union[str, Path], inputs: Sequence[Union[str, Path]],
+            env: Optional[OrtEnvironment] = None) -> List[Prediction]:
     """Predict the class of each input (image files or folders, CSV/TSV files of rows, texts or text files) with
-    an inference model ``ort-cffi-train`` exported, preparing them as its metadata says."""
+    an inference model ``ort-cffi-train`` exported, preparing them as its metadata says.
+
+    Raises:
+        SetupError: The model carries no metadata of ort-cffi-train, or an input cannot be read or prepared.
+        OrtException: The runtime refuses the model or the run.
+    """
+    model = Path(model)
+    named = [str(item) for item in inputs]
     record, classes, metadata = model_metadata(model)
     env = env or OrtEnvironment.getEnvironment()
     with env.createSession(model) as session:
@@ -105,7 +114,7 @@ def predict(model: Path, inputs: Sequence[str], env: Optional[OrtEnvironment] = 
         others = [n for n in infos if n != name]
         if others:
             raise SetupError(f"{str(model)!r} takes {', '.join(others)} besides {name!r}: ort-cffi-predict feeds one input")
-        shown, batch = prepare(inputs, record, metadata, infos[name])
+        shown, batch = prepare(named, record, metadata, infos[name])
         if not len(batch):
             raise SetupError("nothing to predict: the inputs named hold no images, rows or texts")
         output = list(session.getOutputNames())[0]

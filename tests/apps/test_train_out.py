@@ -127,16 +127,16 @@ def _float64(arrays: dict) -> None:
     arrays["train_input"] = arrays["train_input"].astype(np.float64)
 
 
-def _no_validation(arrays: dict) -> None:
-    del arrays["val_input"], arrays["val_labels"]
+def _half_validation(arrays: dict) -> None:  # no validation at all is split off the training data (--val-split)
+    del arrays["val_labels"]
 
 
 def _labels_out_of_range(arrays: dict) -> None:
     arrays["train_labels"][0] = 12
 
 
-@pytest.mark.parametrize("change", [_rename, _float64, _no_validation, _labels_out_of_range],
-                         ids=["keys", "float64", "no-validation", "labels"])
+@pytest.mark.parametrize("change", [_rename, _float64, _half_validation, _labels_out_of_range],
+                         ids=["keys", "float64", "half-validation", "labels"])
 def test_a_failed_preflight_leaves_no_folder(tmp_path: Path, capsys: pytest.CaptureFixture, change) -> None:
     """Each of these left an empty --out folder (and the parents it made)."""
     data = _npz(tmp_path, change)

@@ -100,7 +100,7 @@ def test_another_batch_size_is_refused_or_overridden(tmp_path: Path, small_data:
     assert code == 2
     assert stderr.startswith("error: --epochs 4 and --batch-size 64 contradict the run being resumed, which has "
                              "--epochs 2 and --batch-size 16 (--epochs 2, --batch-size 16, --lr 0.01, --schedule linear, "
-                             "--warmup-steps 25, --seed 0, --bn-reestimate). Leave them out to continue the run as it was, or add "
+                             "--warmup-steps 25, --seed 0, --bn-reestimate, --patience off). Leave them out to continue the run as it was, or add "
                              "--override to change the run from here on"), stderr
 
     code, stdout, stderr = run(capsys, "--out", out, "--resume", "--epochs", 4, "--batch-size", 64, "--override", *QUIET)

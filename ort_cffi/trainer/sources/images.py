@@ -34,7 +34,8 @@ from ort_cffi.trainer.sources.common import (
 
 VAL_FOLDERS = ("val", "validation", "valid")
 MODES = {1: "L", 3: "RGB", 4: "RGBA"}  # Pillow's mode for a channel count
-PILLOW_MISSING = 'image folders are read with Pillow, which is not installed: pip install "ort-cffi[images]"'
+PILLOW_MISSING = ("image folders are read with Pillow, which is not installed: it comes with ort_cffi's images extra "
+                  '(pip install ".[images]" in ort_cffi\'s checkout), or pip install Pillow')
 
 
 def pillow() -> Any:

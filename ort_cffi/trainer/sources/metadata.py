@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 from ort_cffi._facade.files import atomic_write
 from ort_cffi._facade.protobuf_wire import Malformed, field_spans, fields, length_delimited, payload
@@ -48,7 +48,7 @@ def write_metadata(model: Path, values: Dict[str, str]) -> None:
     atomic_write(str(model), write, "inference model")
 
 
-def read_metadata(model: Path) -> Dict[str, str]:
+def read_metadata(model: Union[str, Path]) -> Dict[str, str]:
     """The ``metadata_props`` of an ONNX model file, key to value (a later entry of a key wins, as in onnx)."""
     found: Dict[str, str] = {}
     with open(model, "rb") as file:

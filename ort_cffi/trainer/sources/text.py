@@ -38,8 +38,8 @@ from ort_cffi.trainer.sources.table import read_table
 
 PAD, UNKNOWN = "<pad>", "<unk>"
 WORDS = r"\w+|[^\w\s]"  # the built vocabulary's tokens: words, and each punctuation mark on its own
-TOKENIZERS_MISSING = ('--tokenizer reads tokenizer.json with the tokenizers package, which is not installed: '
-                      'pip install "ort-cffi[text]"')
+TOKENIZERS_MISSING = ("tokenizer.json is read with the tokenizers package, which is not installed: it comes with "
+                      "ort_cffi's text extra (pip install \".[text]\" in ort_cffi's checkout), or pip install tokenizers")
 PAD_TOKENS = ("[PAD]", "<pad>", "<PAD>", "<|padding|>", "[pad]")
 # Ops an index tensor passes through unchanged in value on its way to the embedding's Gather.
 PASSTHROUGH = {"Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Clip", "Transpose"}
