@@ -18,7 +18,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ort_cffi.artifacts.builder.context import BuilderError, GradientContext
-from ort_cffi.artifacts.builder.engine import Engine
+from ort_cffi.artifacts.builder.engine import Engine, node_inputs
 from ort_cffi.artifacts.builder.folding import fold_constants
 from ort_cffi.artifacts.builder.fusions import fuse_activations
 from ort_cffi.artifacts.builder.loss_blocks import Namer, add_loss
@@ -110,6 +110,34 @@ def _drop_needless_declarations(graph: onnx.GraphProto) -> None:
         graph.value_info.extend(kept)
 
 
+def _subgraphs(node: onnx.NodeProto) -> List[onnx.GraphProto]:
+    return [graph for attribute in node.attribute
+            for graph in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs)]
+
+
+def _drop_unread_constants(graph: onnx.GraphProto) -> None:
+    """The initializers and Constant nodes of ``graph`` and of its subgraphs that nothing reads, out. ONNX
+    Runtime removes each one as it creates a session, warning at every session ("Removing initializer ...
+    It is not used by any node"). Such constants came from the eval model's training modes switched off (a
+    Dropout's training flag), from gradient rules that made a constant for a path they did not take (Resize,
+    GroupNormalization: made where read since), and from a model's own leftovers."""
+    for node in graph.node:
+        for subgraph in _subgraphs(node):
+            _drop_unread_constants(subgraph)
+    read = {value.name for value in list(graph.output) + list(graph.input)}  # an input's default stays with it
+    for node in graph.node:
+        read.update(node_inputs(node))  # with what its subgraphs read from this graph
+    kept_nodes = [n for n in graph.node if n.op_type != "Constant" or n.domain not in ("", "ai.onnx")
+                  or any(name in read for name in n.output)]
+    if len(kept_nodes) < len(graph.node):
+        del graph.node[:]
+        graph.node.extend(kept_nodes)
+    kept = [i for i in graph.initializer if i.name in read]
+    if len(kept) < len(graph.initializer):
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+
+
 def _opset(model: onnx.ModelProto, domain: str, version: int) -> None:
     if not any(o.domain == domain for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(domain, version))
@@ -149,6 +177,7 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
 
     eval_model = copy.deepcopy(base)
     _disable_training_mode(eval_model)
+    _drop_unread_constants(eval_model.graph)
 
     training = base
     loss_name = outputs[0]
@@ -191,4 +220,5 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     graph.input.append(helper.make_tensor_value_info(LAZY_RESET_GRAD, TensorProto.BOOL, [1]))
     del graph.output[:]
     graph.output.extend(new_outputs)
+    _drop_unread_constants(graph)
     return TrainingModels(training, eval_model, trainable, frozen, outputs, namer.drawn)

@@ -164,7 +164,6 @@ def _grouped_normalization_grads(g: GradientContext, node: NodeView, groups: int
     dy = node.dy()
     epsilon = float(node.attr("epsilon", 1e-5))
     grouped = g.ints([0, groups, -1])
-    by_channel = g.ints([0, 0, -1])
     x3 = g.op("Reshape", x, grouped)
     centred = g.op("Sub", x3, _reduce_mean(g, x3, [2]))
     variance = _reduce_mean(g, g.op("Mul", centred, centred), [2])
@@ -172,6 +171,7 @@ def _grouped_normalization_grads(g: GradientContext, node: NodeView, groups: int
     normalised = g.op("Mul", centred, inv_std)  # [N, G, M]
     dy3 = g.op("Reshape", dy, grouped)
     column = g.unsqueeze(scale, [1])  # [C or G, 1]
+    by_channel = "" if per_group_affine else g.ints([0, 0, -1])  # read only where scale and bias are per channel
     if per_group_affine:
         dnormalised = g.op("Mul", dy3, column)
     else:

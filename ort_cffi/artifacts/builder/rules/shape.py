@@ -317,8 +317,12 @@ def resize(g: GradientContext, node: NodeView) -> Grads:
     grad = node.dy()
     for position, axis in enumerate(axes):
         size_in = static_size(g, x, axis)
-        size_in_value = g.ints([size_in]) if size_in is not None else \
-            g.op("Gather", g.op("Shape", x), g.ints([axis]), axis=0)
+
+        def size_in_value(size_in: Optional[int] = size_in, axis: int = axis) -> str:
+            """The input's size along ``axis``, made where it is read (an unread constant would be left in the
+            training model for ONNX Runtime to remove, warning at every session)."""
+            return g.ints([size_in]) if size_in is not None else g.op("Gather", g.op("Shape", x), g.ints([axis]), axis=0)
+
         resize_by: List[Optional[str]]
         if by_sizes:  # the scale is out / in: equal sizes are the identity, in every mode
             known_out = None if sizes is None else int(sizes.reshape(-1)[position])
@@ -328,7 +332,7 @@ def resize(g: GradientContext, node: NodeView) -> Grads:
                 continue
             size_out = g.ints([known_out]) if known_out is not None else \
                 g.op("Slice", sizes_name, g.ints([position]), g.ints([position + 1]))
-            resize_by = [None, g.op("Concat", size_out, size_in_value, axis=0)]
+            resize_by = [None, g.op("Concat", size_out, size_in_value(), axis=0)]
         elif scales is not None:
             scale = float(scales.reshape(-1)[position])
             if scale == 1.0:
@@ -341,7 +345,8 @@ def resize(g: GradientContext, node: NodeView) -> Grads:
             identity = g.const(np.eye(size_in), x)
         else:
             zero = helper.make_tensor("value", g.elem_type(x), [1], [0])
-            square = g.op("Concat", size_in_value, size_in_value, axis=0)
+            side = size_in_value()
+            square = g.op("Concat", side, side, axis=0)
             identity = g.op("EyeLike", g.op("ConstantOfShape", square, value=zero))
         inputs = [identity, resize_by[0]] if g.opset < 11 else [identity, None] + resize_by
         matrix = g.node("Resize", inputs, 1, **attributes)[0]  # (out, in)
