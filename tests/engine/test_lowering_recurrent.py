@@ -45,12 +45,13 @@ def lower(model: onnx.ModelProto) -> onnx.ModelProto:
     types = {v.name: v.type for v in list(graph.input) + list(graph.value_info) + list(graph.output)}
     taken = {n for node in model.graph.node for n in list(node.input) + list(node.output)}
     taken |= {v.name for v in model.graph.input} | {node.name for node in model.graph.node}
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
     nodes: List[onnx.NodeProto] = []
     for node in model.graph.node:
         if node.domain != MICROSOFT:
             nodes.append(node)
             continue
-        emit = Emitter(OPSET, taken, types, label=node.name or node.op_type)
+        emit = Emitter(opset, taken, types, label=node.name or node.op_type)
         RULES[node.op_type](node, emit)
         nodes += emit.nodes
     del lowered.graph.node[:]
@@ -74,11 +75,12 @@ class Case:
     outputs: List[str] = field(default_factory=list)
 
 
-def _model(nodes: Sequence[onnx.NodeProto], feeds: Dict[str, np.ndarray], outputs: Sequence[str]) -> onnx.ModelProto:
+def _model(nodes: Sequence[onnx.NodeProto], feeds: Dict[str, np.ndarray], outputs: Sequence[str],
+           opset: int = OPSET) -> onnx.ModelProto:
     inputs = [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in feeds.items()]
     graph = helper.make_graph(list(nodes), "case", inputs,
                               [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MICROSOFT, 1)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MICROSOFT, 1)])
 
 
 def _trim(names: List[str]) -> List[str]:
@@ -88,7 +90,7 @@ def _trim(names: List[str]) -> List[str]:
 
 
 def lstm_case(steps: int, batch: int, bias: bool, initial: bool, peephole: bool, grads: Tuple[str, ...],
-              seed: int) -> Case:
+              seed: int, opset: int = OPSET) -> Case:
     rng = np.random.default_rng(seed)
     u = lambda *shape: rng.uniform(-0.6, 0.6, shape).astype(np.float32)  # noqa: E731
     feeds = {"X": rng.standard_normal((steps, batch, INPUT)).astype(np.float32), "W": u(1, 4 * HIDDEN, INPUT),
@@ -112,11 +114,12 @@ def lstm_case(steps: int, batch: int, bias: bool, initial: bool, peephole: bool,
                                 grad_outputs, domain=MICROSOFT, hidden_size=HIDDEN, name="lstm_grad")
     outputs = ["Y", "Yh", "Yc", "CA", "IOFC"] + [o for o in grad_outputs if o]
     name = (f"lstm_T{steps}_B{batch}{'_bias' if bias else ''}{'_initial' if initial else ''}"
-            f"{'_peephole' if peephole else ''}_{'+'.join(grads) or 'nograd'}")
-    return Case(name, _model([forward, backward], feeds, outputs), feeds, outputs)
+            f"{'_peephole' if peephole else ''}_{'+'.join(grads) or 'nograd'}{'' if opset == OPSET else f'_opset{opset}'}")
+    return Case(name, _model([forward, backward], feeds, outputs, opset), feeds, outputs)
 
 
-def gru_case(steps: int, batch: int, bias: bool, initial: bool, lbr: int, grads: Tuple[str, ...], seed: int) -> Case:
+def gru_case(steps: int, batch: int, bias: bool, initial: bool, lbr: int, grads: Tuple[str, ...], seed: int,
+             opset: int = OPSET) -> Case:
     rng = np.random.default_rng(seed)
     u = lambda *shape: rng.uniform(-0.6, 0.6, shape).astype(np.float32)  # noqa: E731
     feeds = {"X": rng.standard_normal((steps, batch, INPUT)).astype(np.float32), "W": u(1, 3 * HIDDEN, INPUT),
@@ -137,8 +140,8 @@ def gru_case(steps: int, batch: int, bias: bool, initial: bool, lbr: int, grads:
                                 grad_outputs, domain=MICROSOFT, name="gru_grad", **attrs)
     outputs = ["Y", "Yh", "ZRH"] + [o for o in grad_outputs if o]
     name = (f"gru_lbr{lbr}_T{steps}_B{batch}{'_bias' if bias else ''}{'_initial' if initial else ''}"
-            f"_{'+'.join(grads) or 'nograd'}")
-    return Case(name, _model([forward, backward], feeds, outputs), feeds, outputs)
+            f"_{'+'.join(grads) or 'nograd'}{'' if opset == OPSET else f'_opset{opset}'}")
+    return Case(name, _model([forward, backward], feeds, outputs, opset), feeds, outputs)
 
 
 def _cases() -> List[Case]:
@@ -159,6 +162,10 @@ def _cases() -> List[Case]:
     for steps, batch, initial in ((1, 1, False), (6, 3, True)):
         seed += 1
         cases.append(lstm_case(steps, batch, True, initial, True, ("dY", "dYh"), seed))
+    for opset in (12, 13, 18, 21):  # the forms whose inputs and attributes move between opsets
+        seed += 1
+        cases.append(lstm_case(4, 2, True, True, True, ("dY", "dYh", "dYc"), seed, opset))
+        cases.append(gru_case(4, 2, True, True, opset % 2, ("dY", "dYh"), seed, opset))
     return cases
 
 
