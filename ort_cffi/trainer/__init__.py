@@ -1,5 +1,7 @@
 """The trainer: one run of ``ort-cffi-train`` as a job object (``TrainingJob(TrainSettings(...)).run()``),
-an application on the facade. Its parts: ``data`` (the artifacts folder and the dataset, checked),
+an application on the facade. Its parts: ``data`` (the artifacts folder and the dataset, checked), ``sources``
+(what ``--data`` is: an ``.npz`` file, an image folder, a CSV or text file, and the metadata the exported model
+carries), ``schedule`` (the learning rate of each step), ``predict`` (what ``ort-cffi-predict`` does),
 ``config`` (the run's configuration, stored in each checkpoint for ``--resume``), ``loop`` (epochs,
 validation, checkpoints, the export check), ``batchnorm`` (BatchNorm statistics re-estimated for the trained
 weights, ``reestimate_batchnorm``), ``output`` (metrics and plot), ``job`` (a whole run)."""
