@@ -27,6 +27,10 @@ def _enum_option(value: Any, kind: Any, what: str) -> Any:
             if name.lower() in (member.value, member.name.lower()):
                 return member
     choices = ", ".join(m.value for m in kind)
+    if callable(getattr(value, "build", None)):  # an onnxblock.Block: ONNX Runtime's custom loss or optimizer
+        raise ArtifactsInputError(
+            f"{what} {type(value).__name__} is an onnxblock block: ort_cffi.training.artifacts.generate_artifacts "
+            f"(ONNX Runtime's generator, its defaults) takes blocks; this one takes {choices} (or None)")
     raise ArtifactsInputError(f"unknown {what} {value!r}: choose {choices} (or None)")
 
 

@@ -1,0 +1,291 @@
+"""``ort_cffi.onnxblock``, ``ort_cffi.training.artifacts`` and ``ort_cffi.api.InferenceSession`` on their own:
+the blocks write ONNX Runtime's graphs node for node, the generator takes what ONNX Runtime's takes and refuses
+the rest with a clear error, and the inference session runs what training exported. The examples that use them
+together are tests/apps/test_onnxruntime_ports.py."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List
+
+import numpy as np
+import onnx
+import pytest
+from conftest import ROOT, run_child
+from onnx import TensorProto, helper, numpy_helper
+
+from ort_cffi import OrtException
+from ort_cffi import artifacts as ort_cffi_artifacts
+from ort_cffi import onnxblock
+from ort_cffi.api import CheckpointState, InferenceSession, Module, NodeArg, Optimizer, OrtValue, SessionOptions
+from ort_cffi.training import artifacts
+
+
+def regression_model(outputs: int = 3) -> onnx.ModelProto:
+    rng = np.random.default_rng(5)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)], "regression",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", outputs])],
+        [numpy_helper.from_array(rng.standard_normal((outputs, 4)).astype(np.float32), "w"),
+         numpy_helper.from_array(rng.standard_normal(outputs).astype(np.float32), "b"),
+         numpy_helper.from_array(np.array([2], dtype=np.int64), "count")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+# --- the blocks' graphs are ONNX Runtime's ---------------------------------------------------------------
+
+LOSS_CASES = {
+    "mse": "onnxblock.loss.MSELoss()",
+    "mse sum": "onnxblock.loss.MSELoss(reduction='sum')",
+    "l1": "onnxblock.loss.L1Loss()",
+    "bce": "onnxblock.loss.BCEWithLogitsLoss()",
+    "bce weighted": "onnxblock.loss.BCEWithLogitsLoss(weight=np.array([0.5, 1.0, 2.0], np.float32), "
+                    "pos_weight=np.array([2.0, 1.0, 1.0], np.float32))",
+    "cross-entropy": "onnxblock.loss.CrossEntropyLoss()",
+    "cross-entropy ignored": "onnxblock.loss.CrossEntropyLoss(reduction='sum', ignore_index=1)",
+    "clip and constant": "Composite()",
+}
+GRAPHS = """
+import json
+import numpy as np
+
+class Composite(onnxblock.Block):
+    def __init__(self):
+        super().__init__()
+        self.clip = onnxblock.blocks.Clip(-1.0, 1.0)
+        self.scale = onnxblock.blocks.Constant(0.5)
+        self.mul = onnxblock.blocks.Mul()
+        self.reduce = onnxblock.blocks.ReduceSum(keepdims=False)
+
+    def build(self, name):
+        return self.reduce(self.mul(self.clip(name), self.scale()))
+
+model = onnx.load(MODEL)
+graphs = {}
+for key, make in CASES.items():
+    restart()
+    with onnxblock.base(model) as accessor:
+        eval(make)("y")
+        graphs[key] = accessor.model.graph.SerializeToString().hex()
+print("RESULT " + json.dumps(graphs))
+"""
+RESTART = {
+    "onnxruntime": """
+import importlib.util
+_spec = importlib.util.spec_from_file_location("_ort_child", {child!r})
+_child = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_child)
+onnx, _, _ = _child.import_generator()
+import onnxruntime.training.onnxblock as onnxblock
+from onnxruntime.training.onnxblock import _graph_utils
+def restart():
+    _graph_utils._GRAPH_TOKEN = 0
+""".format(child=str(ROOT / "ort_cffi" / "artifacts" / "_child.py")),
+    "ort_cffi": """
+import onnx
+import ort_cffi.training.onnxblock as onnxblock
+from ort_cffi.onnxblock import _graph_utils
+def restart():
+    _graph_utils.restart_names()
+""",
+}
+
+
+def graphs(runtime: str, model: Path) -> dict:
+    code = RESTART[runtime] + f"\nMODEL = {str(model)!r}\nCASES = {LOSS_CASES!r}\n" + GRAPHS
+    line = [line for line in run_child(code).stdout.splitlines() if line.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+@pytest.mark.needs_onnxruntime_python
+def test_the_blocks_write_onnx_runtimes_graphs_node_for_node(tmp_path: Path) -> None:
+    path = tmp_path / "model.onnx"
+    onnx.save(regression_model(), str(path))
+    ours, theirs = graphs("ort_cffi", path), graphs("onnxruntime", path)
+    assert set(ours) == set(LOSS_CASES)
+    for key in LOSS_CASES:
+        mine, reference = onnx.GraphProto(), onnx.GraphProto()
+        mine.ParseFromString(bytes.fromhex(ours[key]))
+        reference.ParseFromString(bytes.fromhex(theirs[key]))
+        assert mine == reference, f"{key}:\n{helper.printable_graph(mine)}\n---\n{helper.printable_graph(reference)}"
+
+
+# --- blocks, training blocks and checkpoints on their own -----------------------------------------------
+
+def test_a_block_outside_a_base_says_where_it_belongs() -> None:
+    with pytest.raises(RuntimeError, match="onnxblock.base"):
+        onnxblock.blocks.Add()("a", "b")
+    with onnxblock.base(regression_model()):
+        with pytest.raises(RuntimeError, match="already exists"):
+            with onnxblock.empty_base():
+                pass
+    with pytest.raises(NotImplementedError, match="custom-op"):
+        with onnxblock.custom_op_library("libcustom.so"):
+            pass
+
+
+class Regression(onnxblock.TrainingBlock):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loss = onnxblock.loss.L1Loss()
+
+    def build(self, output_name: str) -> object:
+        return self.loss(output_name), output_name
+
+
+def test_a_training_block_trains_and_its_checkpoint_round_trips(tmp_path: Path) -> None:
+    block = Regression()
+    with pytest.raises(RuntimeError, match="build the training model first"):
+        block.parameters()
+    with pytest.raises(RuntimeError, match="build the training and eval models first"):
+        block.to_model_proto()
+    block.requires_grad("w")
+    block.requires_grad("b")
+    block.requires_grad("b", False)  # frozen after all
+    block.requires_grad("not.an.initializer", False)  # marks nothing, as in ONNX Runtime
+    model = regression_model()
+    with onnxblock.base(model):
+        block("y")
+    training, evaluation = block.to_model_proto()
+    trainable, frozen = block.parameters()
+    assert [p.name for p in trainable] == ["w"] and [p.name for p in frozen] == ["b"]
+    assert training.ir_version <= 10 and [o.name for o in evaluation.graph.output][1:] == ["y"]
+    with onnxblock.empty_base():
+        optimizer_block = onnxblock.optim.SGD(clip_grad=onnxblock.optim.ClipGradNorm(1.0))
+        optimizer_block(block.parameters())
+    for name, made in (("training.onnx", training), ("eval.onnx", evaluation),
+                       ("optimizer.onnx", optimizer_block.to_model_proto())):
+        onnx.save(made, str(tmp_path / name))
+    onnxblock.save_checkpoint(block.parameters(), tmp_path / "checkpoint")
+    state = CheckpointState.load_checkpoint(str(tmp_path / "checkpoint"))
+    module = Module(str(tmp_path / "training.onnx"), state, str(tmp_path / "eval.onnx"))
+    optimizer = Optimizer(str(tmp_path / "optimizer.onnx"), module)
+    rng = np.random.default_rng(0)
+    x, target = rng.standard_normal((8, 4)).astype(np.float32), rng.standard_normal((8, 3)).astype(np.float32)
+    first, _ = module(x, target)
+    for _ in range(20):
+        loss, _ = module(x, target)
+        optimizer.step()
+        module.lazy_reset_grad()
+    assert loss < first
+    trained = tmp_path / "trained_checkpoint"
+    CheckpointState.save_checkpoint(state, str(trained))
+    restored = regression_model()
+    onnxblock.load_checkpoint_to_model(trained, restored)
+    weights = {i.name: numpy_helper.to_array(i) for i in restored.graph.initializer}
+    assert np.array_equal(weights["w"], state.parameters["w"].data)
+    assert np.array_equal(weights["b"], numpy_helper.to_array(model.graph.initializer[1]))  # frozen: as it was
+    assert np.array_equal(weights["count"], [2])
+    onnxblock.save_checkpoint(block.parameters(), tmp_path / "nominal", nominal_checkpoint=True)
+    with pytest.raises(ValueError, match="nominal"):
+        onnxblock.load_checkpoint_to_model(tmp_path / "nominal", restored)
+    with pytest.raises(FileNotFoundError):
+        onnxblock.load_checkpoint_to_model(tmp_path / "missing", restored)
+
+
+def test_onnxruntime_training_submodules_are_ort_cffis_own() -> None:
+    import ort_cffi.onnxblock.loss
+    import ort_cffi.training.onnxblock.loss as aliased
+    from ort_cffi.training.api import Module as AliasedModule
+
+    assert aliased is ort_cffi.onnxblock.loss and AliasedModule is Module
+
+
+# --- ONNX Runtime's generator: what it takes, what it refuses -------------------------------------------
+
+def _train(folder: Path, inputs: List[np.ndarray], steps: int = 10) -> List[float]:
+    state = CheckpointState.load_checkpoint(str(folder / "checkpoint"))
+    module = Module(str(folder / "training_model.onnx"), state, str(folder / "eval_model.onnx"))
+    optimizer = Optimizer(str(folder / "optimizer_model.onnx"), module)
+    losses = []
+    for _ in range(steps):
+        losses.append(float(np.asarray(module(*inputs)).reshape(-1)[0]))
+        optimizer.step()
+        module.lazy_reset_grad()
+    return losses
+
+
+@pytest.mark.parametrize("loss", ["BCEWithLogitsLoss", "L1Loss", "MSELoss"])
+def test_a_loss_block_trains_as_the_loss_of_the_generator(tmp_path: Path, loss: str) -> None:
+    made = artifacts.generate_artifacts(regression_model(), requires_grad=["w", "b"],
+                                        loss=getattr(onnxblock.loss, loss)(), optimizer=onnxblock.optim.AdamW(),
+                                        artifact_directory=tmp_path)
+    assert made.eval_outputs[1:] == ()  # the loss alone, as ONNX Runtime's default
+    rng = np.random.default_rng(1)
+    target = rng.uniform(0, 1, (8, 3)).astype(np.float32)
+    losses = _train(tmp_path, [rng.standard_normal((8, 4)).astype(np.float32), target], steps=30)
+    assert losses[-1] < losses[0]
+
+
+def test_the_generator_takes_onnx_runtimes_enums_and_notes_what_it_does_not_freeze(tmp_path: Path) -> None:
+    assert artifacts.LossType(2) is artifacts.LossType.CrossEntropyLoss and artifacts.OptimType(2).name == "SGD"
+    made = artifacts.generate_artifacts(regression_model(), requires_grad=["w"], frozen_params=["b", "count", "ids"],
+                                        loss=artifacts.LossType.MSELoss, optimizer=artifacts.OptimType.SGD,
+                                        artifact_directory=tmp_path)
+    assert [p.name for p in made.frozen] == ["b"]
+    assert any("ids" in note and "no initializer" in note for note in made.notes)
+    assert any("count (int64)" in note and "constants" in note for note in made.notes)
+    assert made.eval_outputs[1:] == ()
+    again = artifacts.generate_artifacts(regression_model(), requires_grad=["w"], loss=artifacts.LossType.MSELoss,
+                                         optimizer=artifacts.OptimType.SGD, artifact_directory=tmp_path,
+                                         additional_output_names=["y"])  # replaced, as ONNX Runtime replaces them
+    assert again.eval_outputs[1:] == ("y",)
+
+
+def test_the_generator_refuses_what_ort_cffi_cannot_do_by_name(tmp_path: Path) -> None:
+    model = regression_model()
+    with pytest.raises(NotImplementedError, match="ort_format"):
+        artifacts.generate_artifacts(model, ["w"], artifact_directory=tmp_path, ort_format=True)
+    with pytest.raises(NotImplementedError, match="custom_op_library"):
+        artifacts.generate_artifacts(model, ["w"], artifact_directory=tmp_path, custom_op_library="lib.so")
+    with pytest.raises(RuntimeError, match="frozen and require gradient"):
+        artifacts.generate_artifacts(model, ["w"], ["w"], artifact_directory=tmp_path)
+    with pytest.raises(RuntimeError, match="Unknown loss"):
+        artifacts.generate_artifacts(model, ["w"], loss="mse", artifact_directory=tmp_path)
+    with pytest.raises(RuntimeError, match="additional output names"):
+        artifacts.generate_artifacts(model, ["w"], loss=artifacts.LossType.MSELoss, artifact_directory=tmp_path,
+                                     additional_output_names="y")  # type: ignore[arg-type]
+    with pytest.raises(NotImplementedError, match="settings of its own"):
+        artifacts.generate_artifacts(model, ["w"], loss=artifacts.LossType.MSELoss, artifact_directory=tmp_path,
+                                     optimizer=onnxblock.optim.AdamW(weight_decay=0.1))
+    with pytest.raises(RuntimeError, match="string or an ONNX ModelProto"):
+        artifacts.generate_artifacts(42, ["w"], artifact_directory=tmp_path)  # type: ignore[arg-type]
+    with pytest.raises(ort_cffi_artifacts.ArtifactsInputError, match="ort_cffi.training.artifacts"):
+        ort_cffi_artifacts.generate_artifacts(model, ["w"], loss=onnxblock.loss.MSELoss(), artifact_directory=tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+# --- InferenceSession --------------------------------------------------------------------------------------
+
+def test_the_inference_session_runs_as_onnx_runtimes(tmp_path: Path) -> None:
+    path = tmp_path / "model.onnx"
+    onnx.save(regression_model(), str(path))
+    options = SessionOptions()
+    options.intra_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    session = InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    assert [(a.name, a.type, a.shape) for a in session.get_inputs()] == [("x", "tensor(float)", ["batch", 4])]
+    assert isinstance(session.get_outputs()[0], NodeArg) and session.get_outputs()[0].name == "y"
+    assert session.get_providers() == ["CPUExecutionProvider"] and session.get_session_options() is options
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    model = regression_model()
+    w, b = (numpy_helper.to_array(i) for i in model.graph.initializer[:2])
+    (y,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(y, x @ w.T + b, rtol=1e-6)
+    (value,) = session.run_with_ort_values(["y"], {"x": OrtValue.ortvalue_from_numpy(x)})
+    assert isinstance(value, OrtValue) and np.array_equal(value.numpy(), y)
+    with pytest.raises(OrtException, match="unknown input"):
+        session.run(None, {"z": x})
+    with pytest.raises(OrtException):
+        session.run(["not_an_output"], {"x": x})
+    with pytest.raises(TypeError):
+        session.run_with_ort_values(None, {"x": x})  # type: ignore[dict-item]
+    session.close()
+    with pytest.raises(ValueError, match="TensorrtExecutionProvider"):
+        InferenceSession(str(path), providers=["TensorrtExecutionProvider"])
+    with pytest.raises(TypeError, match="sess_options"):
+        InferenceSession(str(path), sess_options="fast")
+    with InferenceSession(path.read_bytes()) as from_bytes:
+        np.testing.assert_array_equal(from_bytes.run(["y"], {"x": x})[0], y)
