@@ -25,8 +25,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import ROOT
-from ort_cffi._backends.engine.lowering import recurrent  # noqa: F401  (registers the rules)
-from ort_cffi._backends.engine.lowering.registry import MICROSOFT, RULES, Emitter, LoweringError
+from ort_cffi._backends.engine.lowering import lower_training_ops
+from ort_cffi._backends.engine.lowering.registry import (MICROSOFT, RULES, Emitter, LoweringError,
+                                                          UnsupportedTrainingOpError)
 
 pytestmark = pytest.mark.needs_onnxruntime_python
 
@@ -37,26 +38,8 @@ INPUT, HIDDEN = 3, 5
 
 
 def lower(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with each com.microsoft node replaced by its rule's standard nodes."""
-    lowered = onnx.ModelProto()
-    lowered.CopyFrom(model)
-    inferred = onnx.shape_inference.infer_shapes(model)
-    graph = inferred.graph
-    types = {v.name: v.type for v in list(graph.input) + list(graph.value_info) + list(graph.output)}
-    taken = {n for node in model.graph.node for n in list(node.input) + list(node.output)}
-    taken |= {v.name for v in model.graph.input} | {node.name for node in model.graph.node}
-    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-    nodes: List[onnx.NodeProto] = []
-    for node in model.graph.node:
-        if node.domain != MICROSOFT:
-            nodes.append(node)
-            continue
-        emit = Emitter(opset, taken, types, label=node.name or node.op_type)
-        RULES[node.op_type](node, emit)
-        nodes += emit.nodes
-    del lowered.graph.node[:]
-    lowered.graph.node.extend(nodes)
-    return lowered
+    """``model`` as the engine lowers it."""
+    return lower_training_ops(model)
 
 
 def run_119(model: onnx.ModelProto, feeds: Dict[str, np.ndarray]) -> List[np.ndarray]:
@@ -114,7 +97,8 @@ def lstm_case(steps: int, batch: int, bias: bool, initial: bool, peephole: bool,
                                 grad_outputs, domain=MICROSOFT, hidden_size=HIDDEN, name="lstm_grad")
     outputs = ["Y", "Yh", "Yc", "CA", "IOFC"] + [o for o in grad_outputs if o]
     name = (f"lstm_T{steps}_B{batch}{'_bias' if bias else ''}{'_initial' if initial else ''}"
-            f"{'_peephole' if peephole else ''}_{'+'.join(grads) or 'nograd'}{'' if opset == OPSET else f'_opset{opset}'}")
+            f"{'_peephole' if peephole else ''}_{'+'.join(grads) or 'nograd'}"
+            f"{'' if opset == OPSET else f'_opset{opset}'}")
     return Case(name, _model([forward, backward], feeds, outputs, opset), feeds, outputs)
 
 
@@ -292,13 +276,17 @@ def test_sequence_lengths_are_refused() -> None:
         RULES["GRUTraining"](node, Emitter(OPSET, set(), {}, label="gru"))
 
 
-def test_the_kernels_refuse_the_same() -> None:
-    """The refusals mirror the kernels': ONNX Runtime 1.19.2 will not make a session of a reverse one."""
+def test_the_kernels_refuse_the_same_and_the_engine_says_so_by_name() -> None:
+    """The refusals mirror the kernels': ONNX Runtime 1.19.2 will not make a session of a reverse one, and the
+    engine's lowering refuses the model before anything runs, naming the operators and why."""
     case = lstm_case(3, 2, True, False, False, ("dY",), 7)
-    forward = case.model.graph.node[0]
-    forward.attribute.append(helper.make_attribute("direction", "reverse"))
+    for node in case.model.graph.node:
+        node.attribute.append(helper.make_attribute("direction", "reverse"))
     with pytest.raises(Exception, match="forward direction"):
         run_119(case.model, case.feeds)
+    with pytest.raises(UnsupportedTrainingOpError, match="LSTMGrad, LSTMTraining") as refused:
+        lower_training_ops(case.model)
+    assert "direction 'reverse'" in str(refused.value)
 
 
 # --- the nodes the generators write ------------------------------------------------------------------------------

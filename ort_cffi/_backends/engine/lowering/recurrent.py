@@ -6,8 +6,8 @@ What the kernels compute, and so what these rules compute (measured against them
 tests/engine/test_lowering_recurrent.py):
 
 - **LSTMTraining**: the LSTM operator's Y, Y_h and Y_c (the kernel's are the standard operator's to the bit;
-  these rules' agree to about 3e-7), and for its gradient all cell states C [T, 1, B, H] and the gate values iofc [T, 1, B, 4H] *after* their
-  activations (i, o, f = sigmoid, c = tanh), peephole weights included.
+  these rules' agree to about 3e-7), and for its gradient all cell states C [T, 1, B, H] and the gate values
+  iofc [T, 1, B, 4H] *after* their activations (i, o, f = sigmoid, c = tanh), peephole weights included.
 - **LSTMGrad**: inputs X, W, R, sequence_lens, H0, C0, then the saved all hidden states, all cell states and
   iofc, then the gradients of Y, Y_h and Y_c (ONNX Runtime's builder leaves the bias and the peephole weights
   out: no gradient reads them). Outputs the gradients of X, W, R, B, H0, C0 and P. Its recurrence ignores the
