@@ -6,7 +6,6 @@ every element type the schema holds; bad files refused with CheckpointFormatErro
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
