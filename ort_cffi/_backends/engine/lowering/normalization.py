@@ -1,0 +1,141 @@
+"""Normalization in training: BatchNormInternal (the forward BatchNormalization of a training graph, with the
+batch's statistics as outputs) and the gradients of BatchNormalization and of the three layer norms, in the
+arithmetic of ONNX Runtime's CPU kernels (orttraining/training_ops/cpu/nn)."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import numpy as np
+import onnx
+
+from ort_cffi._backends.engine.lowering.registry import Emitter, attribute, lowers
+
+
+def _out(node: onnx.NodeProto, index: int) -> Optional[str]:
+    return node.output[index] if len(node.output) > index and node.output[index] else None
+
+
+def _per_channel(emit: Emitter, vector: str, rank: int) -> str:
+    """A per-channel vector [C] shaped to broadcast over [N, C, ...]."""
+    return emit.unsqueeze(vector, [0] + list(range(2, rank)))
+
+
+@lowers("BatchNormInternal")
+def batch_norm_internal(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Inputs X, scale, B, input_mean, input_var; outputs Y, running_mean, running_var, saved_mean,
+    saved_inv_std. The kernel trains when the node lists more than one output (``training_mode`` is not read):
+    the batch's mean and biased variance normalize X, the running statistics move by ``momentum`` towards
+    them, and saved_inv_std is sqrt(1 / (var + epsilon))."""
+    x, scale, bias, mean, var = node.input[:5]
+    epsilon = float(attribute(node, "epsilon", 1e-5))
+    momentum = float(attribute(node, "momentum", 0.9))
+    if len(node.output) <= 1:
+        emit.one("BatchNormalization", [x, scale, bias, mean, var], node.output[0], epsilon=epsilon)
+        return
+    rank = emit.require_rank(x, "BatchNormInternal's X")
+    axes = [0] + list(range(2, rank))
+    batch_mean = emit.reduce("ReduceMean", x, axes, keepdims=False, output=_out(node, 3))
+    centered = emit.one("Sub", [x, _per_channel(emit, batch_mean, rank)])
+    batch_var = emit.reduce("ReduceMean", emit.one("Mul", [centered, centered]), axes, keepdims=False)
+    eps = emit.const_like(epsilon, x)
+    inv_std = emit.one("Sqrt", [emit.one("Reciprocal", [emit.one("Add", [batch_var, eps])])], _out(node, 4))
+    if emit.opset >= 14:  # the standard operator in training mode: the very kernel for Y and the running statistics
+        names = [node.output[0]] + [_out(node, i) or emit.fresh("running_statistic") for i in (1, 2)]
+        emit.node("BatchNormalization", [x, scale, bias, mean, var], names, epsilon=epsilon, momentum=momentum,
+                  training_mode=1)
+        return
+    # before opset 14 the standard operator has no training mode: the kernel's arithmetic written out
+    new_scale = emit.one("Mul", [inv_std, scale])
+    new_bias = emit.one("Sub", [bias, emit.one("Mul", [batch_mean, new_scale])])
+    emit.one("Add", [emit.one("Mul", [x, _per_channel(emit, new_scale, rank)]), _per_channel(emit, new_bias, rank)],
+             node.output[0])
+    keep, move = emit.const_like(momentum, mean), emit.const_like(1.0 - momentum, mean)
+    for index, running, batch in ((1, mean, batch_mean), (2, var, batch_var)):
+        if _out(node, index):
+            emit.one("Add", [emit.one("Mul", [running, keep]), emit.one("Mul", [batch, move])], node.output[index])
+
+
+@lowers("BatchNormalizationGrad")
+def batch_normalization_grad(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Inputs dY, X, scale, saved_mean, saved_inv_std; outputs dX, dScale, dBias. With M = N * spatial size:
+    dBias = sum dY, dScale = sum (X - mean) * inv_std * dY, and
+    dX = scale * inv_std / M * (dY * M - dBias - (X - mean) * dScale * inv_std)."""
+    dy, x, scale, mean, inv_std = node.input[:5]
+    rank = emit.require_rank(x, "BatchNormalizationGrad's X")
+    axes = [0] + list(range(2, rank))
+    centered = emit.one("Sub", [x, _per_channel(emit, mean, rank)])
+    inv = _per_channel(emit, inv_std, rank)
+    d_bias = emit.reduce("ReduceSum", dy, axes, keepdims=False, output=_out(node, 2))
+    normalized = emit.one("Mul", [centered, inv])
+    d_scale = emit.reduce("ReduceSum", emit.one("Mul", [normalized, dy]), axes, keepdims=False,
+                          output=_out(node, 1))
+    if not _out(node, 0):
+        return
+    count = emit.cast_like(emit.one("Div", [emit.one("Size", [x]), emit.shape_of(x, 1, 2)]), x)
+    scaled_inv_std = emit.one("Div", [emit.one("Mul", [scale, inv_std]), count])
+    inner = emit.one("Sub", [emit.one("Sub", [emit.one("Mul", [dy, count]), _per_channel(emit, d_bias, rank)]),
+                             emit.one("Mul", [emit.one("Mul", [centered, _per_channel(emit, d_scale, rank)]), inv])])
+    emit.one("Mul", [_per_channel(emit, scaled_inv_std, rank), inner], node.output[0])
+
+
+def _layer_norm_grad(node: onnx.NodeProto, emit: Emitter, dy: str, normalized_of: str, scale: str, inv_std: str,
+                     centered: bool, outputs: List[Optional[str]]) -> None:
+    """The kernel's arithmetic on [N, M] views (M: the normalized axes): with x̂ the normalized input,
+    A = dY x̂, B = dY scale inv_std, C = B x̂; dX = B - mean(B) - x̂ mean(C) (the simplified norm has no mean(B)
+    term), dScale = sum A over N, dBias = sum dY over N."""
+    axis = int(attribute(node, "axis", -1))
+    flat = emit.one("Flatten", [dy], axis=axis)
+    column = emit.const(np.array([-1, 1], np.int64))
+    inv = emit.one("Reshape", [emit.cast_like(inv_std, dy), column])
+    row = emit.one("Reshape", [scale, emit.const(np.array([1, -1], np.int64))])
+    x_hat = normalized_of
+    a = emit.one("Mul", [flat, x_hat])
+    b = emit.one("Mul", [emit.one("Mul", [flat, row]), inv])
+    c = emit.one("Mul", [b, x_hat])
+    mean_c = emit.reduce("ReduceMean", c, [1], keepdims=True)
+    if outputs[0]:
+        first = emit.one("Sub", [b, emit.reduce("ReduceMean", b, [1], keepdims=True)]) if centered else b
+        dx = emit.one("Sub", [first, emit.one("Mul", [x_hat, mean_c])])
+        emit.one("Reshape", [dx, emit.one("Shape", [dy])], outputs[0])
+    if outputs[1]:
+        emit.one("Reshape", [emit.reduce("ReduceSum", a, [0], keepdims=False), emit.one("Shape", [scale])], outputs[1])
+    if len(outputs) > 2 and outputs[2]:
+        emit.one("Reshape", [emit.reduce("ReduceSum", flat, [0], keepdims=False), emit.one("Shape", [scale])],
+                 outputs[2])
+
+
+def _flat_column(emit: Emitter, value: str, like: str) -> str:
+    return emit.one("Reshape", [emit.cast_like(value, like), emit.const(np.array([-1, 1], np.int64))])
+
+
+@lowers("LayerNormalizationGrad")
+def layer_normalization_grad(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Inputs dY, X, scale, mean, inv_std_var (LayerNormalization's saved statistics, float); outputs dX,
+    dScale, dBias."""
+    dy, x, scale, mean, inv_std = node.input[:5]
+    axis = int(attribute(node, "axis", -1))
+    flat_x = emit.one("Flatten", [x], axis=axis)
+    x_hat = emit.one("Mul", [emit.one("Sub", [flat_x, _flat_column(emit, mean, dy)]), _flat_column(emit, inv_std, dy)])
+    _layer_norm_grad(node, emit, dy, x_hat, scale, inv_std, True, [_out(node, i) for i in range(3)])
+
+
+@lowers("SimplifiedLayerNormalizationGrad")
+def simplified_layer_normalization_grad(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Inputs dY, X, scale, inv_std_var (the RMS norm's); outputs dX, dScale."""
+    dy, x, scale, inv_std = node.input[:4]
+    axis = int(attribute(node, "axis", -1))
+    x_hat = emit.one("Mul", [emit.one("Flatten", [x], axis=axis), _flat_column(emit, inv_std, dy)])
+    _layer_norm_grad(node, emit, dy, x_hat, scale, inv_std, False, [_out(node, i) for i in range(2)])
+
+
+@lowers("InvertibleLayerNormalizationGrad")
+def invertible_layer_normalization_grad(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Inputs dY, Y, scale, bias, inv_std_var: the normalized input recovered from the output as
+    (Y - bias) / scale; outputs dX, dScale, dBias."""
+    dy, y, scale, bias, inv_std = node.input[:5]
+    axis = int(attribute(node, "axis", -1))
+    row = np.array([1, -1], np.int64)
+    x_hat = emit.one("Div", [emit.one("Sub", [emit.one("Flatten", [y], axis=axis),
+                                              emit.one("Reshape", [bias, emit.const(row)])]),
+                             emit.one("Reshape", [scale, emit.const(row)])])
+    _layer_norm_grad(node, emit, dy, x_hat, scale, inv_std, True, [_out(node, i) for i in range(3)])

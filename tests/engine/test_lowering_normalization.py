@@ -1,0 +1,138 @@
+"""Normalization and loss training operators, lowered: each agrees with ONNX Runtime 1.19.2's training kernel,
+on 1.19.2 and on 1.31.1 (tests/support/lowering_check.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from lowering_check import check_lowering, current_runtime, one_node_model  # noqa: F401  (a fixture)
+
+rng = np.random.default_rng(3)
+
+
+def values(shape, dtype=np.float32, scale=1.0, shift=0.0):
+    return np.asarray(rng.standard_normal(shape) * scale + shift).astype(dtype)
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 5), (2, 3, 4, 5), (2, 2, 3, 2, 3)])
+@pytest.mark.parametrize("opset", [12, 17])
+@pytest.mark.parametrize("outputs", [5, 1])  # the schema: five outputs in training mode
+def test_batch_norm_internal(shape, opset, outputs, current_runtime):
+    channels = shape[1]
+    feeds = {"X": values(shape, scale=2.0, shift=0.5), "scale": values((channels,)), "B": values((channels,)),
+             "mean": values((channels,)), "var": np.abs(values((channels,))) + 0.5}
+    declared = [("Y", np.float32, shape), ("running_mean", np.float32, (channels,)),
+                ("running_var", np.float32, (channels,)), ("saved_mean", np.float32, (channels,)),
+                ("saved_inv_std", np.float32, (channels,))][:outputs]
+    model = one_node_model("BatchNormInternal", feeds, declared, opset=opset, epsilon=1e-3, momentum=0.8,
+                           training_mode=int(outputs > 1))
+    check_lowering(model, feeds, current_runtime)
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 5), (2, 3, 4, 5), (2, 2, 3, 2, 3)])
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_batch_normalization_grad(shape, symbolic, current_runtime):
+    x = values(shape, scale=2.0, shift=0.3)
+    axes = (0,) + tuple(range(2, len(shape)))
+    feeds = {"dY": values(shape), "X": x, "scale": values((shape[1],)), "saved_mean": x.mean(axis=axes),
+             "saved_inv_std": (1.0 / np.sqrt(x.var(axis=axes) + 1e-5)).astype(np.float32)}
+    outputs = [("dX", np.float32, shape), ("dScale", np.float32, (shape[1],)), ("dBias", np.float32, (shape[1],))]
+    check_lowering(one_node_model("BatchNormalizationGrad", feeds, outputs, symbolic=symbolic, epsilon=1e-5),
+                   feeds, current_runtime)
+
+
+def layer_statistics(x, axis, simplified=False):
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = (x * x).mean(axis=axes, keepdims=True) if simplified else x.var(axis=axes, keepdims=True)
+    return mean.astype(np.float32), (1.0 / np.sqrt(var + 1e-5)).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape,axis", [((4, 6), -1), ((2, 3, 8), -1), ((2, 3, 4, 5), 2), ((2, 3, 4), 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layer_normalization_grad(shape, axis, dtype, current_runtime):
+    x = values(shape, dtype, 2.0, 0.5)
+    mean, inv_std = layer_statistics(x, axis)
+    normalized = shape[axis % len(shape):]
+    feeds = {"dY": values(shape, dtype), "X": x, "scale": values(normalized, dtype), "mean": mean, "inv_std": inv_std}
+    outputs = [("dX", dtype, shape), ("dScale", dtype, normalized), ("dBias", dtype, normalized)]
+    check_lowering(one_node_model("LayerNormalizationGrad", feeds, outputs, axis=axis), feeds, current_runtime)
+
+
+@pytest.mark.parametrize("shape,axis", [((4, 6), -1), ((2, 3, 4, 5), 2)])
+def test_simplified_layer_normalization_grad(shape, axis, current_runtime):
+    x = values(shape, scale=2.0, shift=0.5)
+    _, inv_std = layer_statistics(x, axis, simplified=True)
+    normalized = shape[axis % len(shape):]
+    feeds = {"dY": values(shape), "X": x, "scale": values(normalized), "inv_std": inv_std}
+    outputs = [("dX", np.float32, shape), ("dScale", np.float32, normalized)]
+    check_lowering(one_node_model("SimplifiedLayerNormalizationGrad", feeds, outputs, axis=axis), feeds,
+                   current_runtime)
+
+
+@pytest.mark.parametrize("shape,axis", [((4, 6), -1), ((2, 3, 4, 5), 2)])
+def test_invertible_layer_normalization_grad(shape, axis, current_runtime):
+    x = values(shape, scale=2.0, shift=0.5)
+    mean, inv_std = layer_statistics(x, axis)
+    normalized = shape[axis % len(shape):]
+    scale, bias = values(normalized) + 2.0, values(normalized)
+    feeds = {"dY": values(shape), "Y": ((x - mean) * inv_std * scale + bias).astype(np.float32), "scale": scale,
+             "bias": bias, "inv_std": inv_std}
+    outputs = [("dX", np.float32, shape), ("dScale", np.float32, normalized), ("dBias", np.float32, normalized)]
+    check_lowering(one_node_model("InvertibleLayerNormalizationGrad", feeds, outputs, axis=axis), feeds,
+                   current_runtime)
+
+
+def log_softmax(logits):
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    return (shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))).astype(np.float32)
+
+
+LOSS_SHAPES = [((6, 5), (6,)), ((2, 4, 3), (2, 3)), ((2, 3, 2, 2), (2, 2, 2))]
+
+
+@pytest.mark.parametrize("shapes", LOSS_SHAPES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("ignore", [None, 1, -100])
+def test_softmax_cross_entropy_loss_grad(shapes, reduction, weighted, ignore, current_runtime):
+    logit_shape, label_shape = shapes
+    classes = logit_shape[1]
+    labels = rng.integers(0, classes, label_shape).astype(np.int64)
+    if ignore is not None:
+        labels.reshape(-1)[::3] = ignore
+    feeds = {"dY": values(label_shape if reduction == "none" else ()), "log_prob": log_softmax(values(logit_shape)),
+             "labels": labels}
+    if weighted:
+        feeds["weights"] = np.abs(values((classes,))) + 0.1
+    attributes = {"reduction": reduction}
+    if ignore is not None:
+        attributes["ignore_index"] = ignore
+    model = one_node_model("SoftmaxCrossEntropyLossGrad", feeds, [("d_logits", np.float32, logit_shape)],
+                           **attributes)
+    check_lowering(model, feeds, current_runtime)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("label_dtype", [np.int64, np.int32])
+def test_softmax_cross_entropy_loss_internal_grad(reduction, label_dtype, current_runtime):
+    labels = rng.integers(0, 5, (6,)).astype(label_dtype)
+    labels[1] = 2
+    feeds = {"dY": values((6,) if reduction == "none" else ()), "log_prob": log_softmax(values((6, 5))),
+             "labels": labels, "weights": np.abs(values((5,))) + 0.1, "ignore_index": np.array(2, np.int64)}
+    model = one_node_model("SoftmaxCrossEntropyLossInternalGrad", feeds, [("d_logits", np.float32, (6, 5))],
+                           reduction=reduction)
+    check_lowering(model, feeds, current_runtime)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("shapes", LOSS_SHAPES)
+def test_softmax_cross_entropy_loss_internal(reduction, shapes, current_runtime):
+    logit_shape, label_shape = shapes
+    labels = rng.integers(0, logit_shape[1], label_shape).astype(np.int64)
+    labels.reshape(-1)[0] = 0
+    feeds = {"scores": values(logit_shape), "labels": labels, "weights": np.abs(values((logit_shape[1],))) + 0.1}
+    model = one_node_model("SoftmaxCrossEntropyLossInternal", feeds,
+                           [("loss", np.float32, label_shape if reduction == "none" else ()),
+                            ("log_prob", np.float32, logit_shape)],
+                           constants={"ignore_index": np.array(0, np.int64)}, reduction=reduction)
+    check_lowering(model, feeds, current_runtime)
