@@ -580,7 +580,11 @@ class _Prepared:
             shape = self.outputs[self.scores].shape
             classes = shape[self.class_axis] if len(shape) > self.class_axis else -1
         # The data, shaped as the model's inputs say (an .npz, an image folder, a CSV or text file).
-        feed = ModelFeed(self.infos, self.labels, classes if classes > 1 else None, files["eval"], inputs)
+        target = self.labels  # what the label column feeds: the classes, or a regression loss's target
+        if target is None:
+            added = [name for name in (manifest or {}).get("added_inputs") or () if name in self.infos]
+            target = added[0] if len(added) == 1 else None
+        feed = ModelFeed(self.infos, target, classes if classes > 1 else None, files["eval"], inputs)
         self.loaded = load_data(source.data, self.splits, feed, DataOptions(**config.data.get("options", {})),
                                 config.seed)
         self.data = self.loaded.splits

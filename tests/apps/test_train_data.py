@@ -225,3 +225,43 @@ def test_npz_with_only_training_arrays_gets_a_validation_split(tmp_path: Path, c
     assert "(150 train, 50 validation; input float32 [N, 64], labels int64 [N])" in stdout
     assert "--val-split 0.25, stratified by class, seed 0" in stdout
     assert not (out / "preprocessing.json").exists()  # arrays as given: nothing to record
+
+
+def test_a_resumed_run_keeps_its_data_options_and_its_models_name(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    table = write_table(tmp_path / "flowers.csv")
+    model = mlp(tmp_path / "mlp.onnx", features=4, classes=3)
+    out = tmp_path / "run"
+    code, first, stderr = run(capsys, "--model", model, "--data", table, "--label-column", "species",
+                              "--val-split", 0.25, "--epochs", 2, "--batch-size", 8, "--out", out)
+    assert code == 0, stderr
+    code, stdout, stderr = run(capsys, "--out", out, "--resume", "--epochs", 3, "--override")
+    assert code == 0, stderr
+    # the header names the model the run was made from, not the artifacts folder
+    assert f"artifacts: {(out / 'artifacts').resolve()} (the run's, made from {model.resolve()})" in stdout
+    # the same split and standardisation as the run started with: --label-column and --val-split were stored
+    assert "(45 train, 15 validation; features float32 [N, 4], labels int64 [N])" in stdout
+    assert json.loads(read_metadata(out / "inference_model.onnx")["classes"]) == ["setosa", "versicolor", "virginica"]
+    assert (out / "training.png").read_bytes()[:4] == b"\x89PNG"
+    code, _, stderr = run(capsys, "--out", out, "--resume", "--val-split", 0.5)
+    assert code == 2 and "error: --val-split differs from the run being resumed (--label-column species, " \
+                         "--val-split 0.25): the trained parameters depend on its data" in stderr, stderr
+
+
+def test_a_tsv_file_with_numeric_labels_for_a_regression(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A floating-point labels input (--loss mse) takes the label column as numbers: no classes."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, (60, 3))
+    y = x @ np.array([1.0, -2.0, 0.5])
+    path = tmp_path / "values.tsv"
+    path.write_text("a\tb\tc\ttarget\n" + "".join("\t".join(f"{v:.4f}" for v in (*row, t)) + "\n" for row, t in zip(x, y)))
+    model = mlp(tmp_path / "regression.onnx", features=3, classes=1)
+    out = tmp_path / "run"
+    code, stdout, stderr = run(capsys, "--model", model, "--data", path, "--loss", "mse", "--out", out, "--epochs", 3,
+                               "--batch-size", 8, "--no-plot")
+    assert code == 0, stderr
+    assert "table: 3 features standardised on the training split; labels in 'target', numeric labels" in stdout
+    metadata = read_metadata(out / "inference_model.onnx")
+    assert "classes" not in metadata and json.loads(metadata["preprocessing"])["delimiter"] == "\t"
+    predictions = predict(out / "inference_model.onnx", [path])
+    assert len(predictions) == 60 and predictions[0].probability is None and float(predictions[0].label) == pytest.approx(
+        float(predictions[0].scores[0]))
