@@ -26,8 +26,10 @@ The backward is a reverse ``Scan`` in which only the recurrence is serial: per s
 gradient (and the LSTM's cell state's), the gate gradients that they make (elementwise products with factors
 computed for all steps before the loop), and one product with R back into the previous hidden state. The
 gradients of X, W, R and the bias are then matrix products over the whole sequence, after the loop, where
-ONNX Runtime's kernels compute them one step and one batch row at a time (why those kernels take most of a
-recurrent model's training step: docs/internals/runtime.md).
+ONNX Runtime's kernels compute them one step and one batch row at a time. scripts/bench_recurrent.py times
+both: at T 50, batch 32, input 64, hidden 128, one thread, a training op and its gradient took 0.26-0.30 of
+the kernels' time for the LSTM and 0.30-0.47 for the GRU, on 1.19.2 and on 1.31.1 alike (a shared, noisy
+machine).
 
 The kernels take the forward direction only, the default activations, no clip, no ``input_forget`` and no
 sequence lengths, and refuse the rest when the session is made; these rules refuse the same, by name, with a
