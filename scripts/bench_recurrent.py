@@ -75,7 +75,8 @@ def pair(op: str, steps: int, batch: int, inputs: int, hidden: int,
         nodes, f"{op.lower()}_training_step",
         [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in feeds.items()],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "dX", "dW", "dR", "dB")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MICROSOFT, 1)]), feeds
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(MICROSOFT, 1)]
+    return helper.make_model(graph, opset_imports=opsets), feeds
 
 
 def in_process(model: onnx.ModelProto, feeds: Dict[str, np.ndarray], repeats: int) -> Callable[[], float]:
