@@ -13,20 +13,26 @@ import dataclasses
 import enum
 import fnmatch
 import glob
+import json
 import logging
 import os
+from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import onnx
+from onnx import helper
 
-from ort_cffi.artifacts import ArtifactsInputError, GeneratedArtifacts
+from ort_cffi._facade.files import atomic_write, file_sha256
+from ort_cffi.artifacts import MANIFEST, ArtifactsInputError, GeneratedArtifacts, read_manifest
 from ort_cffi.artifacts import generate_artifacts as _generate
-from ort_cffi.onnxblock import blocks, optim
+from ort_cffi.onnxblock import blocks, model_accessor, optim
 from ort_cffi.onnxblock.stacking import stack_loss
 
 _log = logging.getLogger(__name__)
 # onnx's floating-point element types: FLOAT, FLOAT16, DOUBLE, BFLOAT16
 _FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
+_MAX_OPSET = 21  # the newest default-domain opset ONNX Runtime 1.19 knows
 
 
 class LossType(enum.Enum):
@@ -65,8 +71,8 @@ def generate_artifacts(
     - ``loss``: None (the model's outputs are kept and the first is the loss), a ``LossType``, or an
       ``onnxblock.Block`` called on the model's outputs (or on ``loss_input_names``), whose first output is
       the loss.
-    - ``optimizer``: None (no optimizer model), an ``OptimType``, or ``onnxblock.optim.AdamW()`` /
-      ``onnxblock.optim.SGD()`` with their default settings.
+    - ``optimizer``: None (no optimizer model), an ``OptimType``, or ``onnxblock.optim.AdamW(...)`` /
+      ``onnxblock.optim.SGD(...)``, whose settings (betas, weight decay, ``clip_grad``) write the model.
     - ``additional_output_names``: outputs kept after the loss; None keeps the loss alone.
     - ``requires_grad``: the initializers to train; None: every floating-point initializer a gradient reaches
       (ONNX Runtime's None trains nothing).
@@ -94,12 +100,13 @@ def generate_artifacts(
     source, path = _model(model)
     notes: List[str] = []
     frozen = None if frozen_params is None else _frozen(source, list(frozen_params), notes)
-    optimizer_name = _optimizer(optimizer)
+    optimizer_name, optimizer_block = _optimizer(optimizer)
     if isinstance(loss, blocks.Block):
         _log.info("Custom loss block provided: %s", type(loss).__name__)
         if requires_grad is None:  # every float initializer of the model as given, not the block's constants
             requires_grad = [_exactly(i.name) for i in source.graph.initializer if i.data_type in _FLOAT_TYPES]
-        stacked = stack_loss(source, loss, loss_input_names, additional_output_names, path)
+        full = onnx.load(path) if path is not None else source  # the block's model is handed over whole
+        stacked = stack_loss(full, loss, loss_input_names, additional_output_names, path)
         made = _generate(stacked, requires_grad, frozen, None, optimizer_name, _folder(artifact_directory), prefix,
                          additional_output_names=[], nominal_checkpoint=nominal_checkpoint, overwrite=True)
     else:
@@ -109,6 +116,9 @@ def generate_artifacts(
         made = _generate(target, requires_grad, frozen, loss_name, optimizer_name, _folder(artifact_directory), prefix,
                          additional_output_names=kept if loss_name is not None or kept else None,
                          nominal_checkpoint=nominal_checkpoint, loss_input_names=loss_input_names, overwrite=True)
+    if optimizer_block is not None:
+        _write_optimizer_block(made, optimizer_block, prefix)
+        notes.append(f"optimizer_model.onnx written by {type(optimizer_block).__name__} with its own settings")
     for note in notes:
         _log.info(note)
     return dataclasses.replace(made, notes=made.notes + tuple(notes)) if notes else made
@@ -170,22 +180,53 @@ def _loss(loss: Any) -> Optional[str]:
                        "ort_cffi.training.artifacts.LossType or ort_cffi.onnxblock.Block.")
 
 
-def _optimizer(optimizer: Any) -> Optional[str]:
+def _optimizer(optimizer: Any) -> Tuple[Optional[str], Optional[blocks.Block]]:
+    """The optimizer's name for ort_cffi's generator, and the block that writes the optimizer model instead
+    where its settings are not the defaults (None where the generator's own model is that block's)."""
     if optimizer is None:
-        return None
+        return None, None
     name = getattr(optimizer, "name", None)
     if isinstance(optimizer, enum.Enum) and name in OptimType.__members__:
-        return str(name)
-    if type(optimizer) is optim.SGD and getattr(optimizer, "_clip_grad", None) is None:
-        return "SGD"
-    if type(optimizer) is optim.AdamW and getattr(optimizer, "_clip_grad", None) is None:
-        settings = vars(optimizer._adamw)
-        if (settings["_bias_correction"], tuple(settings["_betas"]), settings["_eps"], settings["_weight_decay"]) == (
-                True, (0.9, 0.999), 1e-6, 0.0):
-            return "AdamW"
+        return str(name), None
+    for kind, block_name in ((optim.AdamW, "AdamW"), (optim.SGD, "SGD")):
+        if isinstance(optimizer, kind):
+            return block_name, None if _default_settings(optimizer) else optimizer
     if isinstance(optimizer, blocks.Block):
         raise NotImplementedError(
-            f"optimizer {type(optimizer).__name__} with settings of its own: ort_cffi's generator writes AdamW and "
-            "SGD with their defaults (OptimType); set the learning rate at run time (Optimizer.set_learning_rate)")
+            f"optimizer {type(optimizer).__name__}: ONNX Runtime's training session runs the AdamW and SGD "
+            "optimizer models; pass onnxblock.optim.AdamW(...) or onnxblock.optim.SGD(...), or an OptimType")
     raise TypeError(f"Unknown optimizer provided {type(optimizer)}. Expected optimizer to be either one of "
                     "ort_cffi.training.artifacts.OptimType or ort_cffi.onnxblock.Block.")
+
+
+def _default_settings(block: blocks.Block) -> bool:
+    if type(block) not in (optim.AdamW, optim.SGD) or getattr(block, "_clip_grad", None) is not None:
+        return False
+    if isinstance(block, optim.SGD):
+        return True
+    settings = vars(getattr(block, "_adamw"))
+    return (settings["_bias_correction"], tuple(settings["_betas"]), settings["_eps"], settings["_weight_decay"]) == (
+        True, (0.9, 0.999), 1e-6, 0.0)
+
+
+def _write_optimizer_block(made: GeneratedArtifacts, block: blocks.Block, prefix: str) -> None:
+    """Write ``block``'s optimizer model over the one generated, and record its digest in ``artifacts.json``
+    (the files stay intact to ``ort_cffi.artifacts.files_intact``)."""
+    path = made.optimizer_model
+    if path is None or not made.trainable:
+        raise RuntimeError("an optimizer model needs trainable parameters")
+    like = onnx.TensorProto(name=made.trainable[0].name,
+                            data_type=helper.np_dtype_to_tensor_dtype(np.dtype(made.trainable[0].dtype)))
+    with model_accessor.empty_base(opset_version=min(made.model_opset or _MAX_OPSET, _MAX_OPSET)):
+        block(([like], []))
+        written = block.to_model_proto()  # type: ignore[attr-defined]
+    written.ir_version = min(written.ir_version, model_accessor.MAX_IR_VERSION)
+    atomic_write(str(path), lambda tmp: onnx.save(written, tmp), "optimizer model")
+    manifest = read_manifest(made.folder, prefix)
+    if manifest is not None and isinstance(manifest.get("files"), dict) and "optimizer_model" in manifest["files"]:
+        manifest["files"]["optimizer_model"]["sha256"] = file_sha256(path)
+        manifest["optimizer_block"] = type(block).__name__
+        def write_manifest(tmp: str) -> None:
+            Path(tmp).write_text(json.dumps(manifest, indent=1) + "\n")
+
+        atomic_write(str(made.folder / (prefix + MANIFEST)), write_manifest, "artifacts manifest")

@@ -246,14 +246,34 @@ def test_the_generator_refuses_what_ort_cffi_cannot_do_by_name(tmp_path: Path) -
     with pytest.raises(RuntimeError, match="additional output names"):
         artifacts.generate_artifacts(model, ["w"], loss=artifacts.LossType.MSELoss, artifact_directory=tmp_path,
                                      additional_output_names="y")  # type: ignore[arg-type]
-    with pytest.raises(NotImplementedError, match="settings of its own"):
+    with pytest.raises(NotImplementedError, match="AdamW and SGD"):
         artifacts.generate_artifacts(model, ["w"], loss=artifacts.LossType.MSELoss, artifact_directory=tmp_path,
-                                     optimizer=onnxblock.optim.AdamW(weight_decay=0.1))
+                                     optimizer=onnxblock.optim.ClipGradNorm(1.0))
     with pytest.raises(RuntimeError, match="string or an ONNX ModelProto"):
         artifacts.generate_artifacts(42, ["w"], artifact_directory=tmp_path)  # type: ignore[arg-type]
     with pytest.raises(ort_cffi_artifacts.ArtifactsInputError, match="ort_cffi.training.artifacts"):
         ort_cffi_artifacts.generate_artifacts(model, ["w"], loss=onnxblock.loss.MSELoss(), artifact_directory=tmp_path)
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("settings", [{"weight_decay": 0.1}, {"betas": (0.8, 0.99), "clip_grad": 0.5}])
+def test_an_optimizer_block_with_settings_of_its_own_writes_the_optimizer_model(tmp_path: Path, settings: dict) -> None:
+    if "clip_grad" in settings:
+        settings = dict(settings, clip_grad=onnxblock.optim.ClipGradNorm(settings["clip_grad"]))
+    made = artifacts.generate_artifacts(regression_model(), ["w", "b"], loss=artifacts.LossType.MSELoss,
+                                        optimizer=onnxblock.optim.AdamW(**settings), artifact_directory=tmp_path)
+    assert made.optimizer_model is not None and any("AdamW" in note for note in made.notes)
+    written = onnx.load(str(made.optimizer_model))
+    adamw = [n for n in written.graph.node if n.op_type == "AdamWOptimizer"][0]
+    attributes = {a.name: helper.get_attribute_value(a) for a in adamw.attribute}
+    assert attributes["weight_decay"] == pytest.approx(settings.get("weight_decay", 0.0))
+    assert attributes["alpha"] == pytest.approx(settings.get("betas", (0.9,))[0])
+    assert ("InplaceClipGradNorm" in [n.op_type for n in written.graph.node]) == ("clip_grad" in settings)
+    assert ort_cffi_artifacts.files_intact(tmp_path, ort_cffi_artifacts.read_manifest(tmp_path) or {})
+    rng = np.random.default_rng(2)
+    losses = _train(tmp_path, [rng.standard_normal((8, 4)).astype(np.float32),
+                               rng.standard_normal((8, 3)).astype(np.float32)], steps=20)
+    assert losses[-1] < losses[0]
 
 
 # --- InferenceSession --------------------------------------------------------------------------------------
