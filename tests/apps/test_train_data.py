@@ -265,3 +265,23 @@ def test_a_tsv_file_with_numeric_labels_for_a_regression(tmp_path: Path, capsys:
     predictions = predict(out / "inference_model.onnx", [path])
     assert len(predictions) == 60 and predictions[0].probability is None and float(predictions[0].label) == pytest.approx(
         float(predictions[0].scores[0]))
+
+
+def test_train_and_test_folders_and_float_token_ids(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Layouts and exports seen in the wild: train/ and test/ folders (test/ validates), and a text model whose
+    token ids come in as float32 and are cast to the embedding's indices."""
+    data = tmp_path / "data"
+    write_images(data / "train", per_class=4, colours={"red": (200, 0, 0), "blue": (0, 0, 200)})
+    write_images(data / "test", per_class=2, seed=1, colours={"red": (200, 0, 0), "blue": (0, 0, 200)})
+    code, stdout, stderr = run(capsys, "--model", cnn(tmp_path / "cnn.onnx", classes=2), "--data", data,
+                               "--out", tmp_path / "images", "--epochs", 1, "--batch-size", 4, "--no-plot")
+    assert code == 0, stderr
+    assert "(8 train, 4 validation;" in stdout and "image folder with train/ and test/: 2 classes (blue, red)" in stdout
+
+    model = text_classifier(tmp_path / "text.onnx", vocabulary=30, length=6, classes=2, float_ids=True)
+    out = tmp_path / "text"
+    code, stdout, stderr = run(capsys, "--model", model, "--data", write_reviews(tmp_path / "reviews.csv"),
+                               "--text-column", "review", "--out", out, "--epochs", 2, "--batch-size", 8, "--no-plot")
+    assert code == 0, stderr
+    assert "tokens float32 [N, 6]" in stdout and "embedding.weight" in changed(model, out / "inference_model.onnx")
+    assert len(predict(out / "inference_model.onnx", ["a lovely film"])) == 1

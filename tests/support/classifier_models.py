@@ -58,14 +58,18 @@ def mlp(path: Path, features: int, classes: int, hidden: int = 16) -> Path:
                                    weights), path)
 
 
-def text_classifier(path: Path, vocabulary: int, length: int, classes: int, dim: int = 8) -> Path:
-    """Embedding (a Gather of token ids), mean over the tokens, Gemm: input 'tokens' int64 [N, length]."""
-    nodes = [helper.make_node("Gather", ["embedding.weight", "tokens"], ["e"]),
+def text_classifier(path: Path, vocabulary: int, length: int, classes: int, dim: int = 8,
+                    float_ids: bool = False) -> Path:
+    """Embedding (a Gather of token ids), mean over the tokens, Gemm: input 'tokens' int64 [N, length], or float32
+    cast to int64 first (``float_ids``, as Keras models converted by tf2onnx take token ids)."""
+    nodes = [helper.make_node("Cast", ["tokens"], ["ids"], to=TensorProto.INT64)] if float_ids else []
+    nodes += [helper.make_node("Gather", ["embedding.weight", "ids" if float_ids else "tokens"], ["e"]),
              helper.make_node("ReduceMean", ["e"], ["m"], axes=[1], keepdims=0),
              helper.make_node("Gemm", ["m", "fc.weight", "fc.bias"], ["logits"], transB=1)]
     weights = [_weights("embedding.weight", (vocabulary, dim), 5), _weights("fc.weight", (classes, dim), 6),
                _zeros("fc.bias", classes)]
-    return _save(helper.make_graph(nodes, "text", [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["N", length])],
+    ids_type = TensorProto.FLOAT if float_ids else TensorProto.INT64
+    return _save(helper.make_graph(nodes, "text", [helper.make_tensor_value_info("tokens", ids_type, ["N", length])],
                                    [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes])],
                                    weights), path)
 

@@ -32,7 +32,7 @@ from ort_cffi.trainer.sources.common import (
     val_fraction,
 )
 
-VAL_FOLDERS = ("val", "validation", "valid")
+VAL_FOLDERS = ("val", "validation", "valid", "test")  # beside train/: the validation part (test/ when no other)
 MODES = {1: "L", 3: "RGB", 4: "RGBA"}  # Pillow's mode for a channel count
 PILLOW_MISSING = ("image folders are read with Pillow, which is not installed: it comes with ort_cffi's images extra "
                   '(pip install ".[images]" in ort_cffi\'s checkout), or pip install Pillow')
@@ -183,7 +183,7 @@ def load_images(path: Path, feed: ModelFeed, options: DataOptions, seed: int) ->
         train_idx, val_idx = np.arange(len(train_files)), np.arange(len(train_files), len(files))
         kind = f"image folder with {train_root.name}/ and {val_root.name}/"
     else:
-        root = train_root if train_root is not None and len(subfolders) == 1 else path
+        root = train_root if train_root is not None else path
         files, names = list_images(root, where)
         train_idx = val_idx = np.zeros(0, dtype=np.int64)  # split below, once the classes have ids
         kind = "image folder"

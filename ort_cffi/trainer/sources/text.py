@@ -185,7 +185,10 @@ def load_text(path: Path, feed: ModelFeed, options: DataOptions, seed: int) -> L
     name, info = feed.features(where, "a text table (--text-column)")
     labels_name, labels_info = feed.label_info(where, "a text table (--text-column)")
     dims = list(info.shape)
-    if info.dtype is None or info.dtype.kind not in "iu" or len(dims) != 2:
+    rows = embedding_rows(feed.eval_model, name, feed.all_inputs)
+    # Token ids are integers; a floating-point input only when it is cast to an embedding's indices (as Keras
+    # models converted by tf2onnx take them).
+    if info.dtype is None or info.dtype.kind not in ("iuf" if rows is not None else "iu") or len(dims) != 2:
         raise SetupError(f"{where} is text (--text-column), fed as token ids, but the model's input {name!r} is "
                          f"{info.dtype} {shape_text(dims)}: text feeds an integer [N, sequence length] input (an "
                          "embedding's indices)")
@@ -204,7 +207,6 @@ def load_text(path: Path, feed: ModelFeed, options: DataOptions, seed: int) -> L
     if classes is not None:
         check_class_count(classes, feed, where)
     train, val = split_indices(len(texts), labels if classes is not None else None, val_fraction(options), seed, where)
-    rows = embedding_rows(feed.eval_model, name, feed.all_inputs)
     record: Dict[str, Any] = {"kind": "text", "input": name, "dtype": str(info.dtype),
                               "text_column": table.columns[text_column], "label_column": table.columns[label],
                               "delimiter": table.delimiter}
