@@ -16,9 +16,10 @@ deep inside.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import struct
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
@@ -86,7 +87,7 @@ class CheckpointLayout(NamedTuple):
 class _Buffer:
     """Bounds-checked little-endian reads of a flatbuffer: every failure is ``ValueError``."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: Union[bytes, mmap.mmap]) -> None:
         self.data = data
 
     def _unpack(self, fmt: str, at: int) -> int:
@@ -156,20 +157,21 @@ def read_layout(path: str) -> Optional[CheckpointLayout]:
     """The layout of the checkpoint file at ``path``; None when the file cannot be read or followed."""
     stamp = FileStamp.of(path)
     try:
-        with open(path, "rb") as file:
-            data = file.read()
-        if data[4:8] != _IDENTIFIER:
-            return None
-        buffer = _Buffer(data)
-        root = buffer.indirect(0)
-        module_state = buffer.table(root, 1)
-        parameters = _parameters(buffer, module_state) if module_state is not None else {}
-        nominal = bool(buffer.scalar(module_state, 2, "<B")) if module_state is not None else False
-        kinds: List[Tuple[str, str]] = []
-        bag = buffer.table(root, 3)
-        if bag is not None:
-            for slot, kind in ((0, "int"), (1, "float"), (2, "str")):
-                kinds.extend((buffer.string(entry, 0), kind) for entry in buffer.tables(bag, slot))
+        # Mapped, not read: only the pages of the tables and names are touched, so that reading the layout
+        # of a checkpoint of hundreds of MB costs kilobytes (an empty file cannot be mapped: ValueError).
+        with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            if data[4:8] != _IDENTIFIER:
+                return None
+            buffer = _Buffer(data)
+            root = buffer.indirect(0)
+            module_state = buffer.table(root, 1)
+            parameters = _parameters(buffer, module_state) if module_state is not None else {}
+            nominal = bool(buffer.scalar(module_state, 2, "<B")) if module_state is not None else False
+            kinds: List[Tuple[str, str]] = []
+            bag = buffer.table(root, 3)
+            if bag is not None:
+                for slot, kind in ((0, "int"), (1, "float"), (2, "str")):
+                    kinds.extend((buffer.string(entry, 0), kind) for entry in buffer.tables(bag, slot))
     except (OSError, ValueError, UnicodeDecodeError, struct.error):
         return None
     return CheckpointLayout(path, stamp, parameters, nominal, tuple(kinds))

@@ -41,6 +41,7 @@ from ort_cffi.artifacts.definitions import (
     Parameter,
     TensorSpec,
 )
+from ort_cffi.artifacts.load_check import checkpoint_mismatch
 from ort_cffi.artifacts.manifest import MANIFEST, read_manifest
 from ort_cffi.artifacts.options import (
     ONNX_RUNTIME,
@@ -61,7 +62,17 @@ _FILE_NAMES = {
 
 
 def _check_loads(files: Dict[str, Path]) -> None:
-    """Open the artifacts in a training session, as a trainer will: what the runtime refuses fails here."""
+    """Check the artifacts as a trainer will meet them, at a cost far below training's: what the runtime
+    refuses fails here.
+
+    Opening them as they are would load the checkpoint (the runtime reads the file whole, then copies each
+    tensor out of it: twice the parameters), allocate the gradients and the optimizer's two moments: 4.3x
+    the model's size in peak memory on a 100M-parameter model, more than checking should ever take on a
+    device (docs/guides/performance.md). So the runtime opens the training, eval and optimizer models over the
+    shapes-only nominal checkpoint, which holds the same names, element types and trainable flags (no
+    parameter is allocated there), and the real checkpoint is then held against what the training model
+    declares, read through a memory map (only its tables are touched): the same names, trainable flags,
+    element types, shapes and data sizes."""
     from ort_cffi import OrtCheckpointState, OrtEnvironment, OrtLoggingLevel, SessionOptions
 
     try:
@@ -76,14 +87,15 @@ def _check_loads(files: Dict[str, Path]) -> None:
     try:
         with SessionOptions() as options:  # errors only: the runtime warns about unused initializers and such
             options.setSessionLogLevel(OrtLoggingLevel.ORT_LOGGING_LEVEL_ERROR)
-            with env.createTrainingSession(files["checkpoint"], files["training_model"], files["eval_model"],
-                                           files.get("optimizer_model"), options):
-                pass
-        if "nominal_checkpoint" in files:
-            with OrtCheckpointState.loadCheckpoint(files["nominal_checkpoint"]):
-                pass
+            with OrtCheckpointState.loadCheckpoint(files["nominal_checkpoint"]) as nominal:
+                with env.createTrainingSession(nominal, files["training_model"], files["eval_model"],
+                                               files.get("optimizer_model"), options):
+                    pass
     except OrtException as exc:
         raise ArtifactsError(f"the generated artifacts do not load in ONNX Runtime {env.getVersion()}: {exc}") from None
+    problem = checkpoint_mismatch(files["checkpoint"], files["nominal_checkpoint"], files["training_model"])
+    if problem is not None:
+        raise ArtifactsError(f"the generated artifacts do not load in ONNX Runtime {env.getVersion()}: {problem}")
 
 
 def _refuse_other_artifacts(folder: Path, prefix: str, options: Dict[str, Any], model_sha: str) -> None:
@@ -174,7 +186,10 @@ def generate_artifacts(
       uses the Python layer of the runtime ``ort-cffi-runtime install`` fetched.
     - ``class_axis``: the axis of the scores that holds the classes, for cross-entropy (default: found from the
       operator that computes them); recorded with the options.
-    - ``check``: open the written artifacts in a training session through ort_cffi (needs the runtime here).
+    - ``check``: check that the written artifacts load, through ort_cffi (needs the runtime here): the runtime
+      opens the training, eval and optimizer models over a nominal checkpoint (made for the check, kept only
+      when asked), and the checkpoint is held against the training model's parameters (names, trainable flags,
+      element types, shapes, sizes). It costs a few MiB, not the parameters (docs/guides/performance.md).
     - ``overwrite``: replace artifacts of another model or other options. Without it, a folder whose
       ``artifacts.json`` records another model or other options, or that holds artifact files no
       ``artifacts.json`` describes, is refused before anything is written; generating the same model with
@@ -228,13 +243,17 @@ def _generate(folder: Path, path: Optional[Path], data: Optional[bytes], label: 
             path.write_bytes(data or b"")
         staging = work / "out"
         staging.mkdir()
-        request = dict(options, model=str(path), model_label=label, out=str(staging))
+        # The check opens the models over a nominal checkpoint (_check_loads): it is made, and dropped unless asked.
+        request = dict(options, model=str(path), model_label=label, out=str(staging),
+                       nominal_checkpoint=options["nominal_checkpoint"] or check)
         request["loss"] = None if options["loss"] is None else LossType(options["loss"]).name
         request["optimizer"] = None if options["optimizer"] is None else OptimType(options["optimizer"]).name
         result = run_child(request, generator, work) if generator is not None else run_here(request)
         staged = {key: staging / name for key, name in result["files"].items()}
         if check:
             _check_loads(staged)
+        if not options["nominal_checkpoint"]:
+            staged.pop("nominal_checkpoint", None)
         manifest = {
             "ort_cffi": __version__,
             "generator": dict(result["versions"], python=result["python"]["version"]),

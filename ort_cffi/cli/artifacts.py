@@ -84,7 +84,11 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--python", metavar="PYTHON",
                         help=f"interpreter that runs ONNX Runtime's generator (default: ${ENV_PYTHON}, else this one)")
     parser.add_argument("--no-check", action="store_true",
-                        help="do not open the artifacts in a training session after writing them")
+                        help="do not check the artifacts after writing them. The check opens the training, eval and "
+                        "optimizer models in a training session over the shapes-only nominal checkpoint and holds the "
+                        "checkpoint against the training model: it costs a few MiB whatever the model's size (on a "
+                        "100M-parameter model the command peaks at 0.23x the model's size with it and without it; "
+                        "training those artifacts takes 4.3x)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace artifacts of another model or other options in --out (refused without it; "
                         "the same model and options may always be generated again)")
