@@ -324,31 +324,37 @@ def gru_classifier() -> onnx.ModelProto:
 RECURRENT = {"LSTMTraining", "LSTMGrad", "GRUTraining", "GRUGrad"}
 
 
+# (model, generator): ONNX Runtime's generator runs the forward direction only; ort_cffi's builder writes each
+# direction of a bidirectional one as a forward-direction training op over its own (reversed) sequence
+GENERATED = [("lstm_text", "onnxruntime"), ("lstm_text", "ort_cffi"), ("gru_classifier", "onnxruntime"),
+             ("gru_classifier", "ort_cffi"), ("bilstm_tagger", "ort_cffi"), ("bigru_classifier", "ort_cffi")]
+
+
 @pytest.mark.needs_onnxruntime_generator
-@pytest.mark.parametrize("generator", ["onnxruntime", "ort_cffi"])
-@pytest.mark.parametrize("model_name", ["lstm_text", "gru_classifier"])
+@pytest.mark.parametrize("model_name,generator", GENERATED, ids=["-".join(g) for g in GENERATED])
 def test_the_generators_nodes_lowered_give_the_same_training_step(tmp_path: Path, generator: str,
                                                                   model_name: str) -> None:
-    """A training model as a generator writes it (tests/zoo/lstm_text.onnx, or a forward GRU), its recurrent
-    training nodes lowered and the rest kept: the loss, the recurrent nodes' outputs and every gradient they
-    give agree with the unlowered model's, on 1.19.2."""
+    """A training model as a generator writes it (tests/zoo's recurrent models, or a forward GRU), its
+    recurrent training nodes lowered and the rest kept: the loss, the recurrent nodes' outputs and every
+    gradient they give agree with the unlowered model's, on 1.19.2."""
     from ort_cffi.artifacts import generate_artifacts
 
     rng = np.random.default_rng(11)
-    if model_name == "lstm_text":
-        source = ROOT / "tests" / "zoo" / "lstm_text.onnx"
-        data = {"tokens": rng.integers(0, 64, (8, 20)).astype(np.int64)}
-    else:
+    if model_name == "gru_classifier":
         source = tmp_path / "gru_classifier.onnx"
         onnx.save(gru_classifier(), source)
         data = {"x": rng.standard_normal((8, 6, 4)).astype(np.float32)}
-    data["labels"] = rng.integers(0, 3, 8).astype(np.int64)
+    else:
+        source = ROOT / "tests" / "zoo" / f"{model_name}.onnx"
+        steps, vocabulary = (20, 64) if model_name == "lstm_text" else (12, 32)
+        data = {"tokens": rng.integers(0, vocabulary, (8, steps)).astype(np.int64)}
+    data["labels"] = rng.integers(0, 3, (8, 12) if model_name == "bilstm_tagger" else 8).astype(np.int64)
     made = generate_artifacts(source, artifact_directory=tmp_path / "out", loss="CrossEntropyLoss",
                               generator=None if generator == "ort_cffi" else generator)
     training = onnx.load(made.training_model)
     recurrent_nodes = [n for n in training.graph.node if n.domain == MICROSOFT and n.op_type in RECURRENT]
-    assert {n.op_type for n in recurrent_nodes} == ({"LSTMTraining", "LSTMGrad"} if model_name == "lstm_text"
-                                                    else {"GRUTraining", "GRUGrad"})
+    kind = "LSTM" if "lstm" in model_name else "GRU"
+    assert {n.op_type for n in recurrent_nodes} == {f"{kind}Training", f"{kind}Grad"}
     # every value the recurrent nodes give becomes an output of both models, to be compared
     watched = [o for n in recurrent_nodes for o in n.output if o]
     known = {o.name for o in training.graph.output}
