@@ -4,7 +4,7 @@ is read with Pillow, converted to the model's channels, resized to its input siz
 normalised per channel) and laid out as the model's input says: ``[N, C, H, W]``, ``[N, H, W, C]``,
 ``[N, H, W]``, or ``[N, H*W]`` for a square grey image flattened.
 
-What was done is the ``preprocessing`` of the exported model's metadata; ``prepare_images`` applies it again
+What was done is the ``preprocessing`` of the exported model's metadata; ``prepare_files`` applies it again
 (``ort-cffi-predict``)."""
 from __future__ import annotations
 
@@ -109,22 +109,35 @@ def read_image(path: Path, record: Dict[str, Any]) -> np.ndarray:
     return pixels.reshape(pixels.shape[0], pixels.shape[1], -1)
 
 
-def prepare_images(images: Sequence[np.ndarray], record: Dict[str, Any]) -> np.ndarray:
-    """Pixels [H, W, C] as the input takes them: scaled, normalised, in the record's layout and dtype."""
-    batch = np.stack(images).astype(np.float64) * record["scale"]
+def prepare_image(pixels: np.ndarray, record: Dict[str, Any]) -> np.ndarray:
+    """One image's pixels [H, W, C] as the input takes a sample: scaled, normalised, in the record's layout and
+    dtype (float32 arithmetic for floating-point inputs)."""
+    dtype = np.dtype(record["dtype"])
+    sample = pixels.astype(np.float32 if dtype.itemsize <= 4 else np.float64) * record["scale"]
     if "mean" in record:
-        batch = (batch - np.array(record["mean"])) / np.array(record["std"])
+        sample = (sample - np.array(record["mean"], sample.dtype)) / np.array(record["std"], sample.dtype)
     order = record["layout"]
     if order == "NCHW":
-        batch = batch.transpose(0, 3, 1, 2)
+        sample = sample.transpose(2, 0, 1)
     elif order == "NHW":
-        batch = batch[..., 0]
+        sample = sample[..., 0]
     elif order == "N(H*W)":
-        batch = batch.reshape(len(batch), -1)
-    dtype = np.dtype(record["dtype"])
+        sample = sample.reshape(-1)
     if dtype.kind == "u":
-        batch = np.clip(np.rint(batch), 0, np.iinfo(dtype).max)
-    return np.ascontiguousarray(batch.astype(dtype))
+        sample = np.clip(np.rint(sample), 0, np.iinfo(dtype).max)
+    return sample.astype(dtype)
+
+
+def prepare_files(files: Sequence[Path], record: Dict[str, Any]) -> np.ndarray:
+    """The images of ``files`` as one batch for the input, read one at a time into the batch (a large folder
+    needs the memory of the batch only)."""
+    batch: Optional[np.ndarray] = None
+    for index, file in enumerate(files):
+        sample = prepare_image(read_image(file, record), record)
+        if batch is None:
+            batch = np.empty((len(files),) + sample.shape, dtype=sample.dtype)
+        batch[index] = sample
+    return batch if batch is not None else np.zeros((0,), dtype=np.dtype(record["dtype"]))
 
 
 def class_folders(root: Path, where: str) -> List[Path]:
@@ -195,7 +208,7 @@ def load_images(path: Path, feed: ModelFeed, options: DataOptions, seed: int) ->
     if not len(val_idx):
         train_idx, val_idx = split_indices(len(files), labels, val_fraction(options), seed, where)
         notes.append(held_out_note(options, True, seed, len(val_idx)))
-    pixels = prepare_images([read_image(f, record) for f in files], record)
+    pixels = prepare_files(files, record)
     data = check_splits({split: {name: pixels[idx], labels_name: labels[idx]}
                          for split, idx in (("train", train_idx), ("val", val_idx))}, feed.inputs, where)
     height, width = record["size"]
@@ -224,4 +237,4 @@ def predict_inputs(paths: Sequence[Path], record: Dict[str, Any]) -> Tuple[List[
     missing: Optional[Path] = next((f for f in files if not f.is_file()), None)
     if missing is not None:
         raise SetupError(f"image {str(missing)!r} does not exist")
-    return [str(f) for f in files], prepare_images([read_image(f, record) for f in files], record)
+    return [str(f) for f in files], prepare_files(files, record)
