@@ -66,7 +66,9 @@ EPILOG = """\
 writes to --out: last_checkpoint (every epoch, with the optimizer state and the run's
 configuration, for --resume), best_checkpoint (the best validation epoch), inference_model.onnx
 (exported from the best checkpoint), metrics.json (loss and learning rate per step, validation
-per epoch) and training.png (their plot); with --model, the artifacts in artifacts/.
+per epoch) and training.png (their plot); with --model, the artifacts in artifacts/; for an image
+folder, CSV or text file, preprocessing.json (the classes and preprocessing the model also carries).
+--patience N stops a run once the validation loss has not improved for N epochs.
 
 A run is never overwritten unless asked: an --out that holds a run, finished or not, is refused
 unless --resume continues it or --overwrite replaces it. A run that fails before its first epoch
