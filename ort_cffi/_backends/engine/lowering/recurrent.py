@@ -270,16 +270,17 @@ def lstm_grad(node: onnx.NodeProto, emit: Emitter) -> None:
     h0 = _state(emit, node, 4, x, hidden)
     c0 = _state(emit, node, 5, x, hidden)
     # factors of all steps, from the saved values
-    sig = _gate(emit, iofc, hidden, 0, 3)  # i, o, f
-    i_gate, o_gate, f_gate = (_gate(emit, iofc, hidden, k) for k in range(3))
-    c_gate = _gate(emit, iofc, hidden, 3)
+    i_gate, o_gate, f_gate, c_gate = _split(emit, iofc, [hidden] * 4)
     tanh_c = emit.one("Tanh", [all_c])
     c_prev = _previous(emit, c0, all_c)
     # dC_t += dH_t·o_t·(1 - tanh²C_t); the gates' gradients: di = dC·c·i', do = dH·tanh(C)·o',
-    # df = dC·C_{t-1}·f', dc = dC·i·(1 - c²), with the activations' slopes from their values
+    # df = dC·C_{t-1}·f', dc = dC·i·(1 - c²). The activations' slopes from their values in one pass over iofc:
+    # (1 - g)·(g + shift), with shift 0 for the sigmoids (g·(1 - g)) and 1 for the tanh ((1 - c)·(1 + c))
+    shift = np.concatenate([np.zeros(3 * hidden), np.ones(hidden)]).astype(emit.dtype(x) or np.float32)
+    one = emit.const_like(1.0, c_gate)
+    slopes = emit.one("Mul", [emit.one("Sub", [one, iofc]), emit.one("Add", [iofc, emit.const(shift)])])
     from_h = emit.one("Mul", [o_gate, _tanh_slope(emit, tanh_c)])
-    sig_factors = emit.one("Mul", [_sigmoid_slope(emit, sig), emit.one("Concat", [c_gate, tanh_c, c_prev], axis=-1)])
-    factors = emit.one("Concat", [sig_factors, emit.one("Mul", [i_gate, _tanh_slope(emit, c_gate)])], axis=-1)
+    factors = emit.one("Mul", [emit.one("Concat", [c_gate, tanh_c, c_prev, i_gate], axis=-1), slopes])
     recurrent = _one_direction(emit, r)  # [4H, H]: dH_{t-1} = da_t · R
     elem = _elem_type(emit, x)
 
