@@ -124,6 +124,10 @@ def predict(model: Union[str, Path], inputs: Sequence[Union[str, Path]],
         values = scores.reshape(len(scores), -1)
         return [Prediction(s, " ".join(f"{v:.6g}" for v in row), None, row) for s, row in zip(shown, values)]
     flat = scores.reshape(len(scores), -1)
+    if flat.shape[1] == 1 and len(classes) == 2:  # one score: the second class's probability, or its logit
+        one = flat[:, 0].astype(np.float64)
+        second = one if np.all((one >= 0) & (one <= 1)) else 1 / (1 + np.exp(-one))
+        return [Prediction(s, classes[int(p >= 0.5)], float(max(p, 1 - p)), row) for s, p, row in zip(shown, second, flat)]
     if flat.shape[1] != len(classes):
         raise SetupError(f"{str(model)!r}: its output {output!r} holds {flat.shape[1]} scores per input, but its "
                          f"metadata names {len(classes)} classes")

@@ -285,3 +285,22 @@ def test_train_and_test_folders_and_float_token_ids(tmp_path: Path, capsys: pyte
     assert code == 0, stderr
     assert "tokens float32 [N, 6]" in stdout and "embedding.weight" in changed(model, out / "inference_model.onnx")
     assert len(predict(out / "inference_model.onnx", ["a lovely film"])) == 1
+
+
+def test_two_label_names_for_a_binary_classifier_with_one_logit(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--loss bce-with-logits: a float labels input with one value per sample; two label names become 0 and 1, and
+    ort-cffi-predict turns the one logit into the probability of the class it names."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, (60, 3))
+    path = tmp_path / "binary.csv"
+    path.write_text("a,b,c,answer\n" + "".join(f"{r[0]:.3f},{r[1]:.3f},{r[2]:.3f},{'yes' if r[0] > 0 else 'no'}\n"
+                                               for r in x))
+    out = tmp_path / "run"
+    code, stdout, stderr = run(capsys, "--model", mlp(tmp_path / "binary.onnx", features=3, classes=1), "--data", path,
+                               "--loss", "bce-with-logits", "--out", out, "--epochs", 10, "--batch-size", 8, "--lr", 0.05,
+                               "--no-plot")
+    assert code == 0, stderr
+    assert "classes:   no, yes (2, in id order)" in stdout
+    predictions = predict(out / "inference_model.onnx", [path])
+    assert sum(p.label == ("yes" if r[0] > 0 else "no") for p, r in zip(predictions, x)) >= 50
+    assert all(0.5 <= p.probability <= 1 for p in predictions)

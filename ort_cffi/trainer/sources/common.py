@@ -109,12 +109,15 @@ def label_array(values: Sequence[str], info: TensorInfo, name: str, where: str) 
     if dtype is None or dtype.kind not in "iuf":
         raise SetupError(f"the model's labels input {name!r} is {dtype}: {where} gives class ids or numbers")
     if dtype.kind == "f":
+        shape = (-1,) + tuple(d if d > 0 else 1 for d in info.shape[1:])
         try:
-            numbers = np.array([float(v) for v in values], dtype=dtype)
+            return np.array([float(v) for v in values], dtype=dtype).reshape(shape), None
         except ValueError as exc:
+            names = sorted_classes(values)
+            if len(names) == 2 and int(np.prod(shape[1:])) == 1:  # two names for one probability: a binary classifier
+                return np.array([names.index(v) for v in values], dtype=dtype).reshape(shape), names
             raise SetupError(f"{where}: the model's labels input {name!r} is {dtype} (a regression), but a label is not "
                              f"a number ({exc})") from None
-        return numbers.reshape((-1,) + tuple(d if d > 0 else 1 for d in info.shape[1:])), None
     classes = sorted_classes(values)
     index = {c: i for i, c in enumerate(classes)}
     return np.array([index[v] for v in values], dtype=dtype), classes
