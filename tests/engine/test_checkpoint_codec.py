@@ -25,6 +25,7 @@ from ort_cffi._backends.engine.checkpoint_codec import (
     CheckpointInputError,
     OptimizerGroup,
     checkpoint_bytes,
+    flatbuffer,
     layout,
     read_checkpoint,
     write_checkpoint,
@@ -286,6 +287,20 @@ def test_external_data_reads_from_beside_the_checkpoint_and_writes_as_the_runtim
     (tmp_path / "ours.data").unlink()
     with pytest.raises(CheckpointFormatError, match="ours.data, which is missing"):
         read_checkpoint(tmp_path / "ours")
+
+
+def test_past_the_flatbuffer_limit_the_parameters_go_beside_the_checkpoint(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runtime saves a 1.9 GB state inline (measured); only past FlatBuffers' 2 GiB limit (lowered here) does
+    the codec move the parameters to ``<checkpoint>.data``, which the runtime then reads."""
+    full = read_checkpoint(ARTIFACTS / "twoout" / "checkpoint")
+    monkeypatch.setattr(flatbuffer, "MAX_BUFFER_SIZE", 1500)
+    write_checkpoint(Checkpoint(dict(full.trainable), {}, {}, {"epoch": 1}), tmp_path / "checkpoint")
+    assert (tmp_path / "checkpoint").stat().st_size < 1500 and (tmp_path / "checkpoint.data").is_file()
+    assert read_checkpoint(tmp_path / "checkpoint").external_data
+    with training_session(ARTIFACTS / "twoout", tmp_path / "checkpoint") as session:
+        for key, value in full.trainable.items():
+            assert np.array_equal(session.getCheckpointState().getParameter(key), value)
 
 
 # --- ONNX Runtime's Java test data ------------------------------------------------------------------------------

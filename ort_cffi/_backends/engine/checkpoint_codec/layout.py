@@ -22,8 +22,8 @@ Two writers of ONNX Runtime lay it out, and ``plan_checkpoint`` follows either:
 Memory: the tensors' data is never gathered. The layout is planned first (``flatbuffer.BackToFrontLayout``);
 each tensor's bytes are fetched from its ``source`` one tensor at a time when the file is written.
 
-Size: a flatbuffer cannot pass 2 GiB. Past 1.8 GiB of tensors, ONNX Runtime writes their data to
-``<checkpoint>.data`` beside the checkpoint (``ExternalData``), and so does this writer.
+Size: a flatbuffer cannot pass 2 GiB. Past 1.8 GiB of tensors, ONNX Runtime's generator writes their data to
+``<checkpoint>.data`` beside the checkpoint (``ExternalData``), and so does this writer when told to.
 """
 from __future__ import annotations
 
@@ -59,11 +59,11 @@ CHECKPOINT_VERSION_FIELD, CHECKPOINT_MODULE_STATE, CHECKPOINT_OPTIMIZER_GROUPS, 
 STRING_TYPE = 8  # TensorDataType STRING: the values are in string_data, not raw_data
 EIGHT_BYTE_TYPES = (7, 11, 13)  # INT64, DOUBLE, UINT64: aligned to 8 bytes in the external data file
 
-# A flatbuffer cannot pass 2 GiB. Past this many bytes of tensors (rounded up to MiB; the generator counts
-# serialized TensorProtos), ONNX Runtime writes the tensors' data to ``<checkpoint>.data``, each aligned to
-# 8 bytes (64-bit types) or 4, and keeps its offset there in the Tensor table. The generator keeps tensors
-# under GENERATOR_EXTERNAL_MINIMUM bytes inline; the runtime's save moves every parameter (measured: a 12-byte
-# one too) and keeps the optimizer's moments inline.
+# A flatbuffer cannot pass 2 GiB. Past this many bytes of serialized TensorProtos (rounded up to MiB), ONNX
+# Runtime's generator writes the tensors' data to ``<checkpoint>.data``, each aligned to 8 bytes (64-bit types)
+# or 4, and keeps its offset there in the Tensor table; tensors under GENERATOR_EXTERNAL_MINIMUM bytes stay
+# inline. The runtime's save moves every parameter (a 12-byte one too) when the state it loaded had external
+# data, and keeps the optimizer's moments inline (measured; see ``writer``).
 EXTERNAL_DATA_THRESHOLD = 1800 * 1024 * 1024
 GENERATOR_EXTERNAL_MINIMUM = 64
 MIB = 1024 * 1024
@@ -169,14 +169,19 @@ class CheckpointPlan(NamedTuple):
 def plan_checkpoint(trainable: Sequence[TensorRecord], frozen: Sequence[TensorRecord], *, nominal: bool = False,
                     groups: Optional[Sequence[GroupRecord]] = None,
                     properties: Optional[Sequence[Tuple[str, PropertyValue]]] = None,
-                    external: Optional[ExternalData] = None) -> CheckpointPlan:
+                    external: Optional[ExternalData] = None,
+                    overflow: Optional[ExternalData] = None) -> CheckpointPlan:
     """Lay out a checkpoint of these tensors, in the order given. ``groups`` None and ``properties`` None: the
     generator's layout; either given (even empty): the runtime's save (see the module's notes).
-    ``external``: the data file that takes the tensors' data (has_external_data). Raises
-    ``CheckpointInputError`` when the flatbuffer would pass 2 GiB."""
+    ``external``: the data file that takes the tensors' data (has_external_data). ``overflow``: the data file
+    to use instead when the data kept inline would take the flatbuffer past 2 GiB; without one that raises
+    ``CheckpointInputError``."""
     try:
         return CheckpointPlan(_layout(trainable, frozen, nominal, groups, properties, external), external)
     except FlatbufferTooLargeError as exc:
+        if external is None and overflow is not None:
+            return plan_checkpoint(trainable, frozen, nominal=nominal, groups=groups, properties=properties,
+                                   external=overflow)
         raise CheckpointInputError(f"{exc}: the tensors' data must go to an external file (a lower "
                                    "external_data_threshold)") from None
 
