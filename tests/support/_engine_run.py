@@ -1,10 +1,11 @@
 """A training run through the facade, in a child process, on the backend its environment chooses: the same
-artifacts, the same seeded batches, so that the training build and the engine can be compared step by step.
+artifacts and the same batches, so that the training build and the engine can be compared step by step.
 
-    python _engine_run.py ARTIFACTS STEPS OUT.npz [--accumulate K] [--lr LR]
+    python _engine_run.py ARTIFACTS DATASET STEPS OUT.npz [--batch B] [--accumulate K] [--lr LR]
 
-writes the training outputs of every step, the eval outputs at the end, the final trainable parameters, the
-backend and the runtime's version.
+DATASET holds ``train_<input>`` arrays for the training model's inputs (tests/zoo's datasets, the embedded
+digits). The run records the training outputs of every step, an eval at the end, the trainable parameters
+before and after, the learning rate, the backend and the runtime's version.
 """
 from __future__ import annotations
 
@@ -18,17 +19,18 @@ import numpy as np
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("artifacts")
+    parser.add_argument("dataset")
     parser.add_argument("steps", type=int)
     parser.add_argument("out")
+    parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--accumulate", type=int, default=1)
     parser.add_argument("--lr", type=float, default=None)
-    parser.add_argument("--feeds", required=True, help="an .npz of the feeds, one array per input and step")
     args = parser.parse_args()
     import ort_cffi
     from ort_cffi import OrtEnvironment
 
     art = Path(args.artifacts)
-    feeds = np.load(args.feeds)
+    data = np.load(args.dataset)
     records = {}
     env = OrtEnvironment.getEnvironment()
     with env.createTrainingSession(str(art / "checkpoint"), str(art / "training_model.onnx"),
@@ -36,20 +38,24 @@ def main() -> None:
         if args.lr is not None:
             session.setLearningRate(args.lr)
         names = list(session.getTrainInputNames())
-        before = session.copyParametersToBuffer()
+        count = len(data[f"train_{names[0]}"])
+
+        def batch(name: str, step: int) -> np.ndarray:
+            start = (step * args.batch) % max(1, count - args.batch + 1)
+            return data[f"train_{name}"][start:start + args.batch]
+
+        records["before"] = session.copyParametersToBuffer()
         losses = []
         for step in range(args.steps):
-            feed = {name: feeds[f"{name}.{step}"] for name in names}
-            with session.trainStep(feed) as result:
+            with session.trainStep({name: batch(name, step) for name in names}) as result:
                 losses.append(np.asarray(result.get(0).getValue(), np.float32).reshape(-1)[0])
             if (step + 1) % args.accumulate == 0:
                 session.optimizerStep()
                 session.lazyResetGrad()
         eval_names = list(session.getEvalInputNames())
-        with session.evalStep({name: feeds[f"{name}.0"] for name in eval_names}) as result:
+        with session.evalStep({name: batch(name, 0) for name in eval_names}) as result:
             records["eval"] = np.asarray(result.get(0).getValue(), np.float32)
         records["losses"] = np.array(losses, np.float32)
-        records["before"] = before
         records["after"] = session.copyParametersToBuffer()
         records["lr"] = np.float32(session.getLearningRate())
     records["backend"] = np.array(ort_cffi.backend())

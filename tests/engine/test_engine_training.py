@@ -1,0 +1,108 @@
+"""ort_cffi's engine against the training build: the same artifacts, the same batches, step by step.
+
+Each run is a child process (one runtime per process): the training build's own training API, the engine on the
+same 1.19.2 runtime (``ORT_CFFI_BACKEND=engine``), and the engine on ONNX Runtime 1.31.1, an inference build
+with no training API. Losses must agree within 1e-5 relative at every step, the parameters must move, and
+they must end where the training build's end (docs/internals/runtime.md says why they differ at all: other
+kernels, other rounding).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Tuple
+
+import numpy as np
+import pytest
+from conftest import DIGITS, ROOT
+
+SUPPORT = ROOT / "tests" / "support"
+ZOO_DIR = ROOT / "tests" / "zoo"
+ZOO = json.loads((ZOO_DIR / "zoo.json").read_text())["models"]
+CURRENT = "1.31.1"
+
+
+def current_library() -> Path:
+    """ONNX Runtime 1.31.1's C library, unpacked by scripts/test.sh into .cache/ (never on sys.path)."""
+    folder = ROOT / ".cache" / f"ort-inference-{CURRENT}" / "onnxruntime" / "capi"
+    found = sorted(folder.glob("libonnxruntime.so.*"))
+    if not found:
+        pytest.fail(f"onnxruntime=={CURRENT}'s library is missing under .cache/: run scripts/test.sh")
+    return found[0]
+
+
+def backends() -> Dict[str, Dict[str, str]]:
+    return {
+        "training build": {"ORT_CFFI_BACKEND": "training-api", "ORT_CFFI_LIBRARY": ""},
+        "engine on 1.19.2": {"ORT_CFFI_BACKEND": "engine", "ORT_CFFI_LIBRARY": ""},
+        f"engine on {CURRENT}": {"ORT_CFFI_BACKEND": "", "ORT_CFFI_LIBRARY": str(current_library())},
+    }
+
+
+def run(artifacts: Path, dataset: Path, steps: int, out: Path, env: Dict[str, str], *extra: str) -> Dict[str, np.ndarray]:
+    proc = subprocess.run(
+        [sys.executable, str(SUPPORT / "_engine_run.py"), str(artifacts), str(dataset), str(steps), str(out), *extra],
+        env={**os.environ, "OMP_NUM_THREADS": "1", **env}, capture_output=True, text=True, timeout=600, cwd=str(ROOT))
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    return dict(np.load(out))
+
+
+def compare(runs: Dict[str, Dict[str, np.ndarray]], tolerance: float) -> None:
+    reference = runs["training build"]
+    assert str(reference["backend"]) == "training-api"
+    moved = np.max(np.abs(reference["after"] - reference["before"]))
+    assert moved > 0, "the training build's parameters did not move: the artifacts do not train"
+    for name, record in runs.items():
+        if name == "training build":
+            continue
+        assert str(record["backend"]) == "engine", name
+        assert np.array_equal(record["before"], reference["before"]), f"{name}: another starting point"
+        assert np.max(np.abs(record["after"] - record["before"])) > 0, f"{name}: the parameters did not move"
+        relative = np.abs(record["losses"] - reference["losses"]) / np.maximum(np.abs(reference["losses"]), 1e-12)
+        worst = int(np.argmax(relative))
+        assert relative[worst] <= tolerance, (
+            f"{name}: loss of step {worst} is {record['losses'][worst]!r}, the training build's "
+            f"{reference['losses'][worst]!r} (relative {relative[worst]:.3g})")
+        scale = np.max(np.abs(reference["after"]))
+        assert np.max(np.abs(record["after"] - reference["after"])) <= 1e-4 * scale, f"{name}: final parameters"
+        assert np.allclose(record["eval"], reference["eval"], rtol=1e-4, atol=1e-6), f"{name}: eval loss"
+        assert np.isclose(record["lr"], reference["lr"]), f"{name}: learning rate"
+
+
+def three_runs(artifacts: Path, dataset: Path, steps: int, tmp_path: Path, *extra: str) -> Dict[str, Dict[str, np.ndarray]]:
+    return {name: run(artifacts, dataset, steps, tmp_path / f"{i}.npz", env, *extra)
+            for i, (name, env) in enumerate(backends().items())}
+
+
+def test_the_embedded_example_trains_alike_on_both_backends(tmp_path: Path) -> None:
+    runs = three_runs(DIGITS, DIGITS / "digits.npz", 100, tmp_path, "--batch", "32")
+    compare(runs, 1e-5)
+    assert str(runs[f"engine on {CURRENT}"]["version"]) == CURRENT
+
+
+def test_gradient_accumulation_and_a_learning_rate_alike(tmp_path: Path) -> None:
+    """Two steps per optimizer step (the engine's scratch buffer and add), at a rate set through the API."""
+    runs = three_runs(DIGITS, DIGITS / "digits.npz", 60, tmp_path, "--batch", "16", "--accumulate", "2",
+                      "--lr", "0.01")
+    compare(runs, 1e-5)
+
+
+def zoo_artifacts(name: str, folder: Path) -> Tuple[Path, Path]:
+    from ort_cffi.artifacts import generate_artifacts
+
+    model = ZOO[name]
+    generate_artifacts(ZOO_DIR / model["file"], loss=model["loss"], loss_input_names=[model["loss_reads"]],
+                       artifact_directory=folder)
+    return folder, ZOO_DIR / model["dataset"]["file"]
+
+
+ENGINE_ZOO = sorted(n for n, m in ZOO.items() if m["expected"].startswith("train"))
+
+
+@pytest.mark.parametrize("name", ENGINE_ZOO)
+def test_zoo_models_train_alike_on_both_backends(name: str, tmp_path: Path) -> None:
+    artifacts, dataset = zoo_artifacts(name, tmp_path / "artifacts")
+    compare(three_runs(artifacts, dataset, 100, tmp_path), 1e-5)
