@@ -5,7 +5,10 @@ byte for byte ONNX Runtime's), and the engine's reader. Handed up on purpose fro
 from ort_cffi._backends.engine.checkpoint_codec import (
     Checkpoint,
     CheckpointFormatError,
+    CheckpointIndex,
     OptimizerGroup,
+    StoredTensor,
+    index_checkpoint,
     read_checkpoint,
     write_checkpoint,
 )
@@ -25,6 +28,6 @@ from ort_cffi._backends.engine.checkpoint_codec.layout import (
 )
 
 __all__ = ["EXTERNAL_DATA_THRESHOLD", "GENERATOR_EXTERNAL_MINIMUM", "MIB", "BulkSource", "Checkpoint",
-           "CheckpointFormatError", "CheckpointInputError", "CheckpointPlan", "ExternalData", "OptimizerGroup",
-           "PropertyValue", "TensorRecord", "check_properties", "plan_checkpoint", "read_checkpoint",
-           "write_checkpoint", "write_plan"]
+           "CheckpointFormatError", "CheckpointIndex", "CheckpointInputError", "CheckpointPlan", "ExternalData",
+           "OptimizerGroup", "PropertyValue", "StoredTensor", "TensorRecord", "check_properties", "index_checkpoint",
+           "plan_checkpoint", "read_checkpoint", "write_checkpoint", "write_plan"]

@@ -188,8 +188,9 @@ def plan_checkpoint(trainable: Sequence[TensorRecord], frozen: Sequence[TensorRe
 
 def write_plan(plan: CheckpointPlan, path: PathLike) -> int:
     """Write the checkpoint to ``path`` (and its data to ``<path>.data`` when external) and return the
-    checkpoint's size in bytes. Each file is written beside its target and renamed over it only once every
-    file is complete, so that a failed write leaves what was there before."""
+    checkpoint's size in bytes. Each file is written beside its target, flushed to disk, and renamed over it
+    only once every file is complete, so that a failed write or a crash leaves what was there before (the
+    data file first: between the two renames an older checkpoint beside a new data file is possible)."""
     target = Path(path)
     outputs = [(target, plan.layout.write_to)]
     if plan.external is not None:
@@ -200,12 +201,19 @@ def write_plan(plan: CheckpointPlan, path: PathLike) -> int:
         for partial, _, write in partials:
             with open(partial, "wb") as stream:
                 size = write(stream)
+                stream.flush()
+                os.fsync(stream.fileno())
         for partial, output, _ in partials:
             os.replace(partial, output)
     finally:
         for partial, _, _ in partials:
             if partial.exists():
                 partial.unlink()
+    folder = os.open(target.parent, os.O_RDONLY)  # the renames themselves reach the disk
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
     return size
 
 
