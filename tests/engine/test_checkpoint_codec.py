@@ -185,6 +185,18 @@ def test_every_element_type_the_runtime_loads_both_groups(tmp_path: Path) -> Non
     assert checkpoint_bytes(read) == (tmp_path / "runtime").read_bytes()
 
 
+def test_a_state_without_parameters_has_no_module_state(tmp_path: Path) -> None:
+    """Properties only, or nothing at all: the runtime loads the codec's file and saves back the same bytes."""
+    for name, state in (("properties", Checkpoint({}, {}, {}, {"epoch": 1, "note": "x"})),
+                        ("nothing", Checkpoint({}, {}, {}, {}))):
+        write_checkpoint(state, tmp_path / name)
+        with OrtCheckpointState.loadCheckpoint(tmp_path / name) as loaded:
+            loaded.saveCheckpoint(tmp_path / f"{name}.saved")
+        assert (tmp_path / f"{name}.saved").read_bytes() == (tmp_path / name).read_bytes()
+        read = read_checkpoint(tmp_path / name)
+        assert read.trainable == {} and read.frozen == {} and read.properties == state.properties
+
+
 def test_the_generators_checkpoints_read_in_file_order(tmp_path: Path) -> None:
     """The generator's files (tests/artifacts, made by ONNX Runtime's own generator) keep their order; written
     back they are what the runtime saves after loading them."""
