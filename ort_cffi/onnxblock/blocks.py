@@ -60,6 +60,7 @@ class _BinaryOp(Block):
         self._op_name = op_name
 
     def build(self, input_name1: str, input_name2: str) -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         output = _graph_utils.generate_graph_name(f"{self._op_name.lower()}_output")
         node = helper.make_node(self._op_name, [input_name1, input_name2], [output],
                                 name=_graph_utils.generate_graph_name(self._op_name))
@@ -103,6 +104,7 @@ class Pow(Block):
         self._exponent = exponent
 
     def build(self, pow_input_name: str) -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         model = _model(self)
         exponent = _graph_utils.generate_graph_name("pow_exponent")
         model.graph.initializer.append(helper.make_tensor(exponent, onnx.TensorProto.FLOAT, [1], [self._exponent]))
@@ -119,6 +121,7 @@ class _UnaryOp(Block):
         self._attributes = attributes
 
     def build(self, input_name: str) -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         output = _graph_utils.generate_graph_name(f"{self._op_name.lower()}_output")
         node = helper.make_node(self._op_name, [input_name], [output], _graph_utils.generate_graph_name(self._op_name),
                                 **self._attributes)
@@ -176,6 +179,7 @@ class Constant(Block):
         self._value = value_float
 
     def build(self) -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         name = _graph_utils.generate_graph_name("initializer")
         _model(self).graph.initializer.append(helper.make_tensor(name, onnx.TensorProto.FLOAT, [1], [self._value]))
         return name
@@ -185,6 +189,7 @@ class SequenceConstruct(Block):
     """``SequenceConstruct(x1, x2, ...)``."""
 
     def build(self, *sequence_input_names: str) -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         output = _graph_utils.generate_graph_name("sequenceconstruct_output")
         _model(self).graph.node.append(helper.make_node("SequenceConstruct", list(sequence_input_names), [output],
                                                         _graph_utils.generate_graph_name("SequenceConstruct")))
@@ -195,6 +200,7 @@ class ReduceAllL2(Block):
     """``com.microsoft::ReduceAllL2(x1, x2, ...)``: the L2 norm of all the tensors together, of shape [1]."""
 
     def build(self, *reduce_node_input_names: str) -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         model = _model(self)
         output = _graph_utils.generate_graph_name("reducealll2_output")
         model.graph.node.append(helper.make_node("ReduceAllL2", list(reduce_node_input_names), [output],
@@ -213,6 +219,7 @@ class Clip(Block):
         self._max = clip_max
 
     def build(self, clip_input_name: str) -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         model = _model(self)
         bounds = []
         for token, value in (("clip_min", self._min), ("clip_max", self._max)):
@@ -234,6 +241,7 @@ class PassThrough(Block):
         super().__init__()
 
     def build(self, *input_names: str) -> Any:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         return input_names
 
 
@@ -246,6 +254,7 @@ class InputLike(Block):
         self._like = like
 
     def build(self, input_name: Optional[str] = None) -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         model = _model(self)
         cloned = None
         with contextlib.suppress(LookupError):
@@ -275,6 +284,7 @@ class LabelEncoder(Block):
         self._attributes.update({name: value for name, value in given.items() if value is not None})
 
     def build(self, label_encoder_input_name: str) -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         output = _graph_utils.generate_graph_name("label_encoder.output")
         _model(self).graph.node.append(helper.make_node(
             "LabelEncoder", [label_encoder_input_name], [output], _graph_utils.generate_graph_name("LabelEncoder"),
@@ -290,6 +300,7 @@ class Cast(Block):
         self._to = to
 
     def build(self, cast_input_name: str) -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         output = _graph_utils.generate_graph_name("cast.output")
         _model(self).graph.node.append(helper.make_node("Cast", [cast_input_name], [output],
                                                         _graph_utils.generate_graph_name("Cast"), to=self._to))
@@ -310,6 +321,7 @@ class Linear(Block):
         self._beta = beta
 
     def build(self, linear_input_name: str) -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         model = _model(self)
         weight = _graph_utils.generate_graph_name("linear.weight")
         model.graph.initializer.append(numpy_helper.from_array(

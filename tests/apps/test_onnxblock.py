@@ -184,12 +184,14 @@ def test_a_training_block_trains_and_its_checkpoint_round_trips(tmp_path: Path) 
         onnxblock.load_checkpoint_to_model(tmp_path / "missing", restored)
 
 
-def test_onnxruntime_training_submodules_are_ort_cffis_own() -> None:
-    import ort_cffi.onnxblock.loss
-    import ort_cffi.training.onnxblock.loss as aliased
-    from ort_cffi.training.api import Module as AliasedModule
+def test_onnxruntime_trainings_names_are_ort_cffis_own_classes() -> None:
+    import ort_cffi.training.onnxblock as ported
+    from ort_cffi.training.api import Module as PortedModule
+    from ort_cffi.training.onnxblock.blocks import Block as PortedBlock
+    from ort_cffi.training.onnxblock.loss import MSELoss
 
-    assert aliased is ort_cffi.onnxblock.loss and AliasedModule is Module
+    assert PortedModule is Module and PortedBlock is onnxblock.Block is ported.Block
+    assert MSELoss is onnxblock.loss.MSELoss and ported.optim.AdamW is onnxblock.optim.AdamW
 
 
 # --- ONNX Runtime's generator: what it takes, what it refuses -------------------------------------------
@@ -274,6 +276,24 @@ def test_an_optimizer_block_with_settings_of_its_own_writes_the_optimizer_model(
     losses = _train(tmp_path, [rng.standard_normal((8, 4)).astype(np.float32),
                                rng.standard_normal((8, 3)).astype(np.float32)], steps=20)
     assert losses[-1] < losses[0]
+
+
+def test_a_pass_through_loss_keeps_a_model_whose_first_output_is_the_loss(tmp_path: Path) -> None:
+    """A pattern of published code: a PassThrough subclass as the loss, calling build itself."""
+    model = regression_model()
+    model.graph.node.append(helper.make_node("ReduceMean", ["y"], ["loss"], keepdims=0))
+    model.graph.output.insert(0, helper.make_tensor_value_info("loss", TensorProto.FLOAT, []))
+
+    class NoLoss(onnxblock.blocks.PassThrough):
+        def __call__(self, *inputs):  # type: ignore[no-untyped-def]
+            return self.build(*inputs)
+
+    made = artifacts.generate_artifacts(model, requires_grad=["w", "b"], frozen_params=[], loss=NoLoss(),
+                                        optimizer=artifacts.OptimType.SGD, artifact_directory=tmp_path / "block")
+    assert made.eval_outputs == ("loss", "y")
+    made = artifacts.generate_artifacts(model, requires_grad=["w"], loss=None, optimizer=artifacts.OptimType(1),
+                                        artifact_directory=tmp_path, prefix="first_")
+    assert made.eval_outputs == ("loss", "y") and made.training_model.name == "first_training_model.onnx"
 
 
 # --- InferenceSession --------------------------------------------------------------------------------------

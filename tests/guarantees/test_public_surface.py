@@ -36,8 +36,14 @@ FACES = {
         "stored_runtimes",
     ],
     "ort_cffi.api": [
-        "CheckpointState", "LinearLRScheduler", "Module", "Optimizer", "OrtValue", "Parameter", "Parameters", "Properties",
+        "CheckpointState", "InferenceSession", "LinearLRScheduler", "Module", "NodeArg", "Optimizer", "OrtValue",
+        "Parameter", "Parameters", "Properties", "SessionOptions",
     ],
+    "ort_cffi.onnxblock": [
+        "Block", "ForwardBlock", "TrainingBlock", "base", "blocks", "custom_op_library", "empty_base",
+        "load_checkpoint_to_model", "loss", "optim", "save_checkpoint",
+    ],
+    "ort_cffi.training": ["api", "artifacts", "onnxblock"],
     "ort_cffi.trainer": ["DEFAULT_ARTIFACTS", "GENERATION_FLAGS", "OutputError", "Reestimated", "SetupError",
                          "TrainSettings", "TrainingJob", "reestimate_batchnorm", "settings_from"],
 }

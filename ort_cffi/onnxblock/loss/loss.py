@@ -35,6 +35,7 @@ class MSELoss(blocks.Block):
         self._square = blocks.Pow(2.0)
 
     def build(self, loss_input_name: str, target_name: str = "target") -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         if not _graph_utils.node_arg_exists(blocks._model(self), target_name):
             target_name = blocks.InputLike(loss_input_name)(target_name)
         return self._reduce(self._square(self._sub(loss_input_name, target_name)))
@@ -54,6 +55,7 @@ class CrossEntropyLoss(blocks.Block):
         self._ignore_index = ignore_index
 
     def build(self, scores_input_name: str, labels_name: str = "labels") -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         model = blocks._model(self)
         weight_name = _graph_utils.generate_graph_name("celoss.weight")
         if self._weight is not None:
@@ -95,6 +97,7 @@ class BCEWithLogitsLoss(blocks.Block):
         self._neg = blocks.Neg()
 
     def build(self, loss_input_name: str, target_name: str = "target") -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         model = blocks._model(self)
         pos_weight_name = _graph_utils.generate_graph_name("bceloss.pos_weight")
         if self._pos_weight is not None:
@@ -132,6 +135,7 @@ class L1Loss(blocks.Block):
         self._sub = blocks.Sub()
 
     def build(self, loss_input_name: str, target_name: Optional[str] = "target") -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         target = target_name or "target"
         if not _graph_utils.node_arg_exists(blocks._model(self), target):
             target = blocks.InputLike(loss_input_name)(target)

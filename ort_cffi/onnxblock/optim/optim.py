@@ -22,6 +22,7 @@ class ClipGradNorm(blocks.Block):
         self._max_norm = max_norm
 
     def build(self, gradients_name: str) -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         model = blocks._model(self)
         output = _graph_utils.generate_graph_name("clip_grad_norm_output")
         model.graph.node.append(helper.make_node(
@@ -45,6 +46,7 @@ class SGDOptimizer(_OptimizerBase):
     """com.microsoft::SGDOptimizerV2(learning rate, gradients, parameters)."""
 
     def build(self, learning_rate_name: str, gradients_name: str, params_name: str) -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         return self._build_optimizer_node([learning_rate_name, gradients_name, params_name],
                                           _graph_utils.generate_graph_name("update_completed"), "SGDOptimizerV2", {})
 
@@ -64,6 +66,7 @@ class AdamWOptimizer(_OptimizerBase):
     def build(self, learning_rate_name: str, step_name: str, parameter_sequence_name: str,
               gradient_sequence_name: str, first_order_moment_sequence_name: str,
               second_order_moment_sequence_name: str) -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         attributes = {"alpha": self._betas[0], "beta": self._betas[1], "epsilon": self._eps,
                       "weight_decay": self._weight_decay, "correct_bias": 1 if self._bias_correction else 0,
                       "adam_mode": 1}
@@ -82,6 +85,7 @@ class _Optimizer(ForwardBlock):
         self._clip_grad = clip_grad
 
     def build(self, parameters: Parameters) -> str:
+        """Add this block's nodes to the registered model; returns the names of what it computed."""
         model = blocks._model(self)
         trainable, _ = parameters
         if not trainable:
