@@ -374,6 +374,29 @@ def resolve(onnx, patterns, what, initializers, module_names):
 
 # --- the loss -----------------------------------------------------------------------------------------------
 
+def frozen_rows_of(onnx, given, initializers, module_names, wanted):
+    """{parameter: sorted rows} from the ``frozen_rows`` option ({name, torch name or pattern: rows}): every
+    parameter it selects must be trained, and every row lie on that parameter's first axis."""
+    by_name = dict((i.name, i) for i in initializers)
+    found = {}  # type: Dict[str, List[int]]
+    for name, rows in sorted(given.items()):
+        for parameter in resolve(onnx, [name], "frozen_rows", initializers, module_names):
+            if parameter not in wanted:
+                raise Refusal("options", "frozen_rows names {!r}, which is not trained here: rows of a trained "
+                                         "parameter only".format(parameter))
+            dims = list(by_name[parameter].dims)
+            outside = [row for row in rows if not dims or not 0 <= row < dims[0]]
+            if outside:
+                raise Refusal("options", "frozen_rows of {!r} (shape {}) are indices along its first axis, 0 to {}: "
+                                         "{} is not one".format(parameter, dims, dims[0] - 1 if dims else "none",
+                                                                outside[0]))
+            chosen = set(rows)
+            if parameter in found:  # selected by two names or patterns
+                chosen.update(found[parameter])
+            found[parameter] = sorted(chosen)
+    return found
+
+
 def loss_plan(onnx, model, loss, loss_input_names, reading=None, class_axis=None):
     """Check that the loss has a usable output to read; returns (loss input, target input name, the
     loss_input_names to pass on, the model, how the loss reads it, preparation records). ``reading``: the
@@ -595,6 +618,10 @@ def generate(request, backend=None):
         left_out.pop(name, None)
         frozen.setdefault(name, False)
 
+    rows = frozen_rows_of(onnx, request.get("frozen_rows") or {}, initializers, renamed, wanted)
+    if rows and getattr(backend, "name", None) != "ort_cffi":
+        raise Refusal("options", "frozen_rows is ort_cffi's builder's: ONNX Runtime's generator trains every row")
+
     out = request["out"]
     prefix = request.get("prefix") or ""
     # Graph preparation (rewrites.py) changes only what stands between the trained parameters and the loss;
@@ -613,9 +640,10 @@ def generate(request, backend=None):
             except rewrites.PreparationError as exc:
                 raise Refusal("prepare", str(exc))
         try:
+            kept_rows = dict((name, chosen) for name, chosen in rows.items() if name in wanted)
             backend.generate(prepared, requires_grad, frozen_params or None, loss, request.get("optimizer"), out,
                              prefix, (additional + statistics_outputs) or None, bool(request.get("nominal_checkpoint")),
-                             loss_input_names or None)
+                             loss_input_names or None, **({"frozen_rows": kept_rows} if kept_rows else {}))
             break
         except Exception as exc:  # pybind's RuntimeError mostly; onnx's errors for models it cannot handle
             # Parameters no gradient reaches: dropped when a pattern chose them, refused when named.

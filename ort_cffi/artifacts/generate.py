@@ -27,7 +27,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 from ort_cffi import OrtException, RuntimeLoadError, __version__
 from ort_cffi._facade.files import atomic_write, file_sha256
@@ -153,6 +153,7 @@ def generate_artifacts(
     generator: Optional[str] = None,
     class_axis: Optional[int] = None,
     external_data_anywhere: bool = False,
+    frozen_rows: Optional[Mapping[str, Union[int, Iterable[int]]]] = None,
 ) -> GeneratedArtifacts:
     """Write the training artifacts of ``model`` into ``artifact_directory`` (created if missing; default:
     the current folder) and return what was written and made trainable.
@@ -186,6 +187,9 @@ def generate_artifacts(
       uses the Python layer of the runtime ``ort-cffi-runtime install`` fetched.
     - ``class_axis``: the axis of the scores that holds the classes, for cross-entropy (default: found from the
       operator that computes them); recorded with the options.
+    - ``frozen_rows``: {parameter: row indices along its first axis} that training leaves as they are, while
+      the rest of the parameter trains: an embedding's padding row (``nn.Embedding(padding_idx=k)``, which the
+      export does not record; docs/guides/models.md). ort_cffi's builder only; recorded with the options.
     - ``check``: check that the written artifacts load, through ort_cffi (needs the runtime here): the runtime
       opens the training, eval and optimizer models over a nominal checkpoint (made for the check, kept only
       when asked), and the checkpoint is held against the training model's parameters (names, trainable flags,
@@ -215,7 +219,8 @@ def generate_artifacts(
     ``overwrite``), TypeError for arguments of the wrong type.
     """
     options = request_options(requires_grad, frozen_params, loss, optimizer, prefix, additional_output_names,
-                              nominal_checkpoint, loss_input_names, prepare, generator, python, class_axis)
+                              nominal_checkpoint, loss_input_names, prepare, generator, python, class_axis,
+                              frozen_rows)
     path, data, label = model_bytes_or_path(model)
     confine_external_data(path, data, label, external_data_anywhere)
     folder = Path(os.fsdecode(os.fspath(artifact_directory))) if artifact_directory is not None else Path.cwd()

@@ -6,7 +6,9 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+import numpy as np
 
 from ort_cffi import OrtErrorCode, OrtException
 from ort_cffi._facade.external_data import check_external_data
@@ -67,6 +69,7 @@ def request_options(
     generator: Optional[str] = None,
     python: Any = None,
     class_axis: Optional[int] = None,
+    frozen_rows: Any = None,
 ) -> Dict[str, Any]:
     """The generation options in the normal form ``artifacts.json`` records (JSON types only), so that two
     requests compare equal when they ask for the same artifacts. Raises what ``generate_artifacts`` does."""
@@ -82,7 +85,12 @@ def request_options(
                                       f"here is {'none' if loss_type is None else loss_type.value}")
         if not prepare:
             raise ArtifactsInputError("class_axis needs the loss's reading fitted (prepare=True, no --no-prepare)")
-    return {
+    chosen = chosen_generator(generator, python)
+    rows = _rows(frozen_rows)
+    if rows and chosen != ORT_CFFI:
+        raise ArtifactsInputError("frozen_rows is ort_cffi's builder's (generator='ort_cffi'): ONNX Runtime's "
+                                  "generator trains every row of a parameter")
+    options = {
         "requires_grad": _names(requires_grad, "requires_grad"),
         "frozen_params": _names(frozen_params, "frozen_params") or [],
         "loss": None if loss_type is None else loss_type.value,
@@ -92,9 +100,35 @@ def request_options(
         "nominal_checkpoint": bool(nominal_checkpoint),
         "prefix": prefix,
         "prepare": bool(prepare),
-        "generator": chosen_generator(generator, python),
+        "generator": chosen,
         "class_axis": class_axis,
     }
+    if rows:  # recorded only when given: the options of artifacts made without it compare as before
+        options["frozen_rows"] = rows
+    return options
+
+
+def _rows(value: Any) -> Dict[str, List[int]]:
+    """``frozen_rows`` in its normal form: {name: sorted distinct row indices}; {} for None or empty."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(f"frozen_rows must map parameter names to row indices, not {type(value).__name__}")
+    found: Dict[str, List[int]] = {}
+    for name, rows in value.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"frozen_rows' keys must be parameter names, not {name!r}")
+        listed = [rows] if isinstance(rows, int) else rows
+        try:
+            indices = list(listed)
+        except TypeError:
+            raise TypeError(f"frozen_rows[{name!r}] must be a row index or a list of them, not "
+                            f"{type(rows).__name__}") from None
+        bad = [i for i in indices if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or i < 0]
+        if bad or not indices:
+            raise ArtifactsInputError(f"frozen_rows[{name!r}] must be row indices (ints from 0), not {rows!r}")
+        found[name] = sorted({int(i) for i in indices})
+    return found
 
 
 def chosen_generator(generator: Optional[str], python: Optional[Union[str, os.PathLike[str]]]) -> str:

@@ -46,8 +46,20 @@ def number_list(text: str) -> "list[float]":
     return values
 
 
+def parameter_rows(text: str) -> "tuple[str, list[int]]":
+    """A parameter and row indices along its first axis: ``embeddings.weight=0`` or ``table=0,3``."""
+    name, sign, rows = text.rpartition("=")
+    try:
+        indices = [int(part) for part in rows.split(",")] if sign and name else []
+    except ValueError:
+        indices = []
+    if not indices or any(i < 0 for i in indices):
+        raise argparse.ArgumentTypeError(f"must be NAME=ROW or NAME=ROW,ROW,... (rows from 0), got {text!r}")
+    return name, indices
+
+
 # The API's parameter words and the command-line flags that set them (--trainable sets requires_grad).
-_FLAG_WORDS = {"requires_grad": "--trainable", "frozen_params": "--frozen"}
+_FLAG_WORDS = {"requires_grad": "--trainable", "frozen_params": "--frozen", "frozen_rows": "--frozen-rows"}
 
 
 def in_flag_words(message: str) -> str:

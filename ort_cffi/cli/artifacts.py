@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ort_cffi import __version__
 from ort_cffi.artifacts import (
@@ -19,7 +19,7 @@ from ort_cffi.artifacts import (
     generate_artifacts,
 )
 from ort_cffi.artifacts.options import GENERATORS, ONNX_RUNTIME, ORT_CFFI, chosen_generator
-from ort_cffi.cli.args import in_flag_words
+from ort_cffi.cli.args import in_flag_words, parameter_rows
 
 DESCRIPTION = """\
 Make ONNX Runtime training artifacts from an ONNX model, without torch: checkpoint,
@@ -63,6 +63,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         "default: every floating-point initializer a gradient reaches")
     parser.add_argument("--frozen", nargs="+", metavar="PATTERN",
                         help="names or patterns of parameters kept in the checkpoint but not trained")
+    parser.add_argument("--frozen-rows", type=parameter_rows, action="append", metavar="NAME=ROWS",
+                        help="rows of a trained parameter that stay as they are while the rest trains, along its "
+                        "first axis: an embedding's padding row (torch's padding_idx, which the export loses), "
+                        "e.g. 'embeddings.weight=0'; repeat for several parameters (ort_cffi's builder only)")
     parser.add_argument("--loss", choices=LOSSES, default=LossType.CrossEntropyLoss.value,
                         help="loss added on the model's output; none: the model's first output is the loss "
                         "(default: cross-entropy)")
@@ -132,6 +136,16 @@ def report_generator(generator: Optional[str], python: Optional[str]) -> int:
     return 0
 
 
+def _rows(given: Optional[List[Tuple[str, List[int]]]]) -> Optional[Dict[str, List[int]]]:
+    """--frozen-rows, repeated, as one mapping (a parameter named twice keeps the rows of both)."""
+    if not given:
+        return None
+    rows: Dict[str, List[int]] = {}
+    for name, indices in given:
+        rows.setdefault(name, []).extend(indices)
+    return rows
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The ``ort-cffi-artifacts`` command; returns its exit status (2: bad model or options, 1: no generator,
     or the generator or the runtime failed)."""
@@ -144,6 +158,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             args.model,
             requires_grad=args.trainable,
             frozen_params=args.frozen,
+            frozen_rows=_rows(args.frozen_rows),
             loss=args.loss,
             optimizer=args.optimizer,
             artifact_directory=args.out,

@@ -6,7 +6,7 @@ and ``optimizer_model.onnx``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import onnx
 
@@ -31,15 +31,18 @@ def generate_artifacts(model: onnx.ModelProto, requires_grad: Sequence[str], fro
                        loss: Optional[str], optimizer: Optional[str], artifact_directory: Union[str, Path],
                        prefix: str = "", additional_output_names: Optional[Sequence[str]] = None,
                        nominal_checkpoint: bool = False, loss_input_names: Optional[Sequence[str]] = None,
-                       weights: Optional[WeightStore] = None) -> Dict[str, Any]:
+                       weights: Optional[WeightStore] = None,
+                       frozen_rows: Optional[Mapping[str, Sequence[int]]] = None) -> Dict[str, Any]:
     """Write the artifacts of ``model`` into ``artifact_directory``; ``loss`` and ``optimizer`` are ONNX
     Runtime's enum member names (``"CrossEntropyLoss"``, ``"AdamW"``) or None. Returns what was built.
     ``weights``: where the large initializers of ``model`` (stubs in it) were set aside as loaded.
+    ``frozen_rows``: {trainable parameter: rows along its first axis that training leaves as they are}.
     Raises NoGradientError naming a node without a gradient, UnreachedError (a NoGradientError) listing the
     parameters no gradient reaches."""
     folder = Path(artifact_directory)
     built = build_models(model, list(requires_grad), list(frozen_params or []), loss,
-                         list(loss_input_names) if loss_input_names else None, list(additional_output_names or []))
+                         list(loss_input_names) if loss_input_names else None, list(additional_output_names or []),
+                         frozen_rows=frozen_rows)
     _save(built.training, folder / f"{prefix}training_model.onnx", weights)
     _save(built.eval, folder / f"{prefix}eval_model.onnx", weights)
     trainable, frozen = (built.trainable, built.frozen) if weights is None else (
@@ -86,9 +89,10 @@ class BuilderBackend:
     def generate(self, model: onnx.ModelProto, requires_grad: Sequence[str], frozen_params: Optional[Sequence[str]],
                  loss: Optional[str], optimizer: Optional[str], out: str, prefix: str,
                  additional_output_names: Optional[Sequence[str]], nominal_checkpoint: bool,
-                 loss_input_names: Optional[Sequence[str]]) -> None:
+                 loss_input_names: Optional[Sequence[str]],
+                 frozen_rows: Optional[Mapping[str, Sequence[int]]] = None) -> None:
         generate_artifacts(model, requires_grad, frozen_params, loss, optimizer, out, prefix, additional_output_names,
-                           nominal_checkpoint, loss_input_names, self.weights)
+                           nominal_checkpoint, loss_input_names, self.weights, frozen_rows)
 
     def unreached(self, error: BaseException) -> List[str]:
         """The parameters a failed generation could drop and retry without (no gradient reaches them)."""

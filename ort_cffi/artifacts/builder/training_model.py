@@ -6,14 +6,19 @@
 - the training model: the gradient graph (``engine``), seeded by ``<loss>_grad`` = 1, and for each trainable
   parameter an input ``<parameter>_grad.accumulation.buffer`` and a ``com.microsoft`` InPlaceAccumulatorV2
   adding ``<parameter>_grad`` into it (reset by the ``lazy_reset_grad`` input). Without the accumulator the
-  session would run and report losses, and the parameters would never move.
+  session would run and report losses, and the parameters would never move;
+- rows of a parameter kept as they are (``frozen_rows``: an embedding's padding row, which torch's
+  ``nn.Embedding(padding_idx=k)`` leaves untrained and its export does not record): their gradient is set to
+  zero before it is accumulated (a ScatterND of zeros), so that no optimizer step moves them (AdamW's moments
+  of a row that never had a gradient stay zero; no weight decay by default).
 """
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
+import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
@@ -138,6 +143,26 @@ def _drop_unread_constants(graph: onnx.GraphProto) -> None:
         graph.initializer.extend(kept)
 
 
+def _without_rows(context: GradientContext, parameter: str, trainable: Sequence[onnx.TensorProto],
+                  gradients: Dict[str, str], rows: Sequence[int]) -> str:
+    """``parameter``'s gradient with ``rows`` (along its first axis) set to zero: ScatterND of zeros."""
+    found = next((p for p in trainable if p.name == parameter), None)
+    if found is None:
+        raise BuilderError(f"frozen_rows names {parameter!r}, which is no trained parameter")
+    dims = [int(d) for d in found.dims]
+    chosen = sorted({int(row) for row in rows})
+    if not dims or not chosen or chosen[0] < 0 or chosen[-1] >= dims[0]:
+        raise BuilderError(f"frozen_rows of {parameter!r} (shape {dims}) must be indices along its first axis, "
+                           f"0 to {dims[0] - 1 if dims else 'none'}: {list(rows)}")
+    indices = context.const(np.array(chosen, dtype=np.int64).reshape(-1, 1), hint="frozen_rows")
+    zeros = context.const(np.zeros([len(chosen)] + dims[1:]), found.data_type, hint="zeros")
+    context.source = None
+    masked = context.node("ScatterND", [gradients[parameter], indices, zeros],
+                          [context.fresh(f"{parameter}_grad/frozen_rows")])[0]
+    context.same_type(masked, gradients[parameter])
+    return masked
+
+
 def _opset(model: onnx.ModelProto, domain: str, version: int) -> None:
     if not any(o.domain == domain for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(domain, version))
@@ -146,10 +171,12 @@ def _opset(model: onnx.ModelProto, domain: str, version: int) -> None:
 def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_params: Sequence[str],
                  loss: Optional[str], loss_input_names: Optional[Sequence[str]] = None,
                  additional_output_names: Optional[Sequence[str]] = None,
-                 expose_gradients: bool = False) -> TrainingModels:
+                 expose_gradients: bool = False,
+                 frozen_rows: Optional[Mapping[str, Sequence[int]]] = None) -> TrainingModels:
     """Build the training and eval models of ``model`` (left unchanged). ``loss``: one of
     ``loss_blocks.LOSSES`` or None (the model's first output is the loss). ``expose_gradients``: the
-    training model also outputs each parameter's gradient, as ``gradient_probe:<parameter>`` (for tests)."""
+    training model also outputs each parameter's gradient, as ``gradient_probe:<parameter>`` (for tests).
+    ``frozen_rows``: {trainable parameter: indices along its first axis} whose gradient is zero."""
     base = copy.deepcopy(model)
     inputs_to_loss = list(loss_input_names) if loss_input_names else [o.name for o in base.graph.output]
     namer = Namer()
@@ -189,6 +216,9 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     loss_type = context.types.get(loss_name, (TensorProto.FLOAT, None))[0] or TensorProto.FLOAT
     order = [i.name for i in graph.input if i.name in wanted]
     gradients = Engine(context).build(loss_name, order, seed)
+    trained = {parameter: gradients[parameter] for parameter in order}  # what each accumulator adds up
+    for parameter, rows in (frozen_rows or {}).items():
+        trained[parameter] = _without_rows(context, parameter, trainable, gradients, rows)
     graph.node.extend(context.nodes)
     lower_slow_kernels(graph, context.types)  # after the backward: the gradient rules see the one operator
     graph.initializer.append(helper.make_tensor(seed, loss_type, [], [1.0]))
@@ -203,7 +233,7 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     if expose_gradients:
         for parameter in order:
             probe = GRADIENT_PROBE_PREFIX + parameter
-            graph.node.append(helper.make_node("Identity", [gradients[parameter]], [probe]))
+            graph.node.append(helper.make_node("Identity", [trained[parameter]], [probe]))
             source = by_name[parameter].type.tensor_type
             new_outputs.append(helper.make_tensor_value_info(probe, source.elem_type,
                                                              [d.dim_value for d in source.shape.dim]))
@@ -211,7 +241,7 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
         gradient = gradients[parameter]
         buffer = f"{gradient}.accumulation.buffer"
         flag = f"{gradient}.accumulation.out"
-        graph.node.append(helper.make_node("InPlaceAccumulatorV2", [buffer, gradient, LAZY_RESET_GRAD], [flag],
+        graph.node.append(helper.make_node("InPlaceAccumulatorV2", [buffer, trained[parameter], LAZY_RESET_GRAD], [flag],
                                            name=f"GradientAccumulator{len(outputs) + index}", domain=MICROSOFT))
         source = by_name[parameter].type.tensor_type
         graph.input.append(helper.make_tensor_value_info(buffer, source.elem_type,
