@@ -368,10 +368,12 @@ def test_strings_and_the_types_the_loader_refuses_round_trip(tmp_path: Path) -> 
     child = subprocess.run([sys.executable, "-c", GENERATOR_CHILD, args], capture_output=True, text=True, timeout=120)
     assert child.returncode == 0, child.stderr
     read = read_checkpoint(tmp_path / "generator")
-    assert read.trainable["s.strings"].tolist() == [["ab", "späť"], ["", b"\xff\xfe".decode("utf-8", "surrogateescape")]]
+    undecodable = b"\xff\xfe".decode("utf-8", "surrogateescape")
+    assert read.trainable["s.strings"].tolist() == [["ab", "späť"], ["", undecodable]]
     assert np.array_equal(read.trainable["s.float16"], np.array([1.5, -2.25], np.float16))
     assert read.trainable["s.int4"].tolist() == [-8, 7, -1]
-    assert read.frozen["s.bfloat16"].tolist() == [0x3F80, 0x4000, 0xC040] and read.frozen["s.float8e4m3fn"].tolist() == [0x38, 0xC0]
+    assert read.frozen["s.bfloat16"].tolist() == [0x3F80, 0x4000, 0xC040]
+    assert read.frozen["s.float8e4m3fn"].tolist() == [0x38, 0xC0]
     assert read.element_types == {"s.bfloat16": TensorProto.BFLOAT16, "s.float8e4m3fn": TensorProto.FLOAT8E4M3FN,
                                   "s.int4": TensorProto.INT4}
     # the shared layout in the generator's form: the same bytes as ONNX Runtime's generator
@@ -409,6 +411,17 @@ def test_four_bit_and_complex_types_round_trip(tmp_path: Path) -> None:
     assert bytes([0x78, 0x0F, 0xB3]) in (tmp_path / "four").read_bytes()
 
 
+def test_names_that_are_not_utf8_write_back_as_read(tmp_path: Path) -> None:
+    """A name or string value whose bytes are not UTF-8 reads as surrogate escapes and writes the same bytes."""
+    odd = b"w\xff".decode("utf-8", "surrogateescape")
+    state = Checkpoint({odd: np.ones(2, np.float32)}, {}, {}, {odd: odd})
+    write_checkpoint(state, tmp_path / "odd")
+    assert b"w\xff\x00" in (tmp_path / "odd").read_bytes()
+    read = read_checkpoint(tmp_path / "odd")
+    assert list(read.trainable) == [odd] and read.properties == {odd: odd}
+    assert checkpoint_bytes(read) == (tmp_path / "odd").read_bytes()
+
+
 # --- states the file cannot hold ----------------------------------------------------------------------------------
 
 def test_what_the_file_cannot_hold_is_refused_by_name(tmp_path: Path) -> None:
@@ -419,7 +432,8 @@ def test_what_the_file_cannot_hold_is_refused_by_name(tmp_path: Path) -> None:
         (Checkpoint({"w": np.ones(2, "datetime64[s]")}, {}, {}, {}), "'w' has dtype datetime64\\[s\\], which no"),
         (Checkpoint({"w": w}, {}, {}, {"flag": True}), "the property 'flag' must be an int, float or str, got bool"),
         (Checkpoint({"w": w}, {}, {"group0": OptimizerGroup(0.1, 2**63, {})}, {}), "step of the optimizer group"),
-        (Checkpoint({"w": w}, {}, {}, {}, element_types={"w": 16}), "'w' is given as BFLOAT16, which is held as uint16"),
+        (Checkpoint({"w": w}, {}, {}, {}, element_types={"w": 16}),
+         "'w' is given as BFLOAT16, which is held as uint16"),
         (Checkpoint({"": w}, {}, {}, {}), "a name must be a non-empty str"),
     ]
     for state, message in cases:
@@ -436,7 +450,7 @@ def test_empty_short_and_foreign_files_are_refused_naming_the_path(tmp_path: Pat
     cases = {
         b"": "is empty: it is not a checkpoint",
         b"\x08\x00\x00": "holds 3 bytes: too short",
-        b"\x0c\x00\x00\x00ORTM\x00\x00\x00\x00": "is an ORT-format model: its file identifier \\(bytes 4-7\\) is b'ORTM'",
+        b"\x0c\x00\x00\x00ORTM" + bytes(4): "is an ORT-format model: its file identifier \\(bytes 4-7\\) is b'ORTM'",
         b"PK\x03\x04" + bytes(60): "is not an ONNX Runtime training checkpoint: its file identifier",
     }
     for index, (data, message) in enumerate(cases.items()):

@@ -56,6 +56,9 @@ PROPERTY_NAME, PROPERTY_VALUE = 0, 1
 BAG_INTS, BAG_FLOATS, BAG_STRINGS = 0, 1, 2
 CHECKPOINT_VERSION_FIELD, CHECKPOINT_MODULE_STATE, CHECKPOINT_OPTIMIZER_GROUPS, CHECKPOINT_PROPERTY_BAG = 0, 1, 2, 3
 
+# Names and strings as the file holds them: UTF-8, with bytes that are not UTF-8 kept as the reader's surrogate
+# escapes, so that whatever was read writes back the same.
+UTF8 = ("utf-8", "surrogateescape")
 STRING_TYPE = 8  # TensorDataType STRING: the values are in string_data, not raw_data
 EIGHT_BYTE_TYPES = (7, 11, 13)  # INT64, DOUBLE, UINT64: aligned to 8 bytes in the external data file
 
@@ -254,8 +257,8 @@ def _layout(trainable: Sequence[TensorRecord], frozen: Sequence[TensorRecord], n
 def _add_tensor(layout: BackToFrontLayout, tensor: TensorRecord, external: Optional[ExternalData]) -> int:
     """SaveInitializerOrtFormat / SaveOrtTensorOrtFormat: name, doc string (when set), dims, data (raw bytes,
     strings, or an offset in the external file); then the Tensor table."""
-    name = layout.string(tensor.name.encode("utf-8"))
-    doc_string = layout.string(tensor.doc_string.encode("utf-8")) if tensor.doc_string is not None else 0
+    name = layout.string(tensor.name.encode(*UTF8))
+    doc_string = layout.string(tensor.doc_string.encode(*UTF8)) if tensor.doc_string is not None else 0
     dims = layout.scalar_vector(np.asarray(tensor.dims, dtype="<i8").tobytes(), 8)
     raw_data = string_data = 0
     offset = -1
@@ -283,13 +286,13 @@ def _add_group(layout: BackToFrontLayout, group: GroupRecord) -> int:
     states = []
     for parameter, moments in group.states:
         tensors = [_add_tensor(layout, moment, None) for moment in moments]
-        name = layout.string(parameter.encode("utf-8"))
+        name = layout.string(parameter.encode(*UTF8))
         vector = layout.offset_vector(tensors)
         layout.start_table()
         layout.add_offset(STATE_PARAM_NAME, name)
         layout.add_offset(STATE_MOMENTUMS, vector)
         states.append(layout.end_table())
-    name = layout.string(group.name.encode("utf-8"))
+    name = layout.string(group.name.encode(*UTF8))
     vector = layout.offset_vector(states)
     layout.start_table()
     layout.add_offset(GROUP_NAME, name)
@@ -304,8 +307,8 @@ def _add_property_bag(layout: BackToFrontLayout, bag: Sequence[Tuple[str, Proper
     three vectors (empty ones too) and the PropertyBag table."""
     kinds: Dict[str, List[int]] = {"int": [], "float": [], "str": []}
     for name, value in bag:
-        name_offset = layout.string(name.encode("utf-8"))
-        value_offset = layout.string(value.encode("utf-8")) if isinstance(value, str) else 0
+        name_offset = layout.string(name.encode(*UTF8))
+        value_offset = layout.string(value.encode(*UTF8)) if isinstance(value, str) else 0
         layout.start_table()
         layout.add_offset(PROPERTY_NAME, name_offset)
         if isinstance(value, str):

@@ -86,7 +86,8 @@ def _group(name: str, group: OptimizerGroup) -> GroupRecord:
     if not isinstance(group, OptimizerGroup):
         raise CheckpointInputError(f"the optimizer group {name!r} must be an OptimizerGroup, not "
                                    f"{type(group).__name__}")
-    if isinstance(group.step, bool) or not isinstance(group.step, (int, np.integer)) or not -2**63 <= group.step < 2**63:
+    step = group.step
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or not -2**63 <= step < 2**63:
         raise CheckpointInputError(f"the step of the optimizer group {name!r} must be a 64-bit int, got {group.step!r}")
     rate = group.learning_rate
     if isinstance(rate, bool) or not isinstance(rate, (int, float, np.floating, np.integer)):
