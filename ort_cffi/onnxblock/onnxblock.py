@@ -98,14 +98,16 @@ class TrainingBlock(blocks.Block):
         output = self.build(*args, **kwargs)
         model = self.infer_shapes_on_base()
         _graph_utils.register_graph_outputs(model, output)
-        # Names that are no initializer (a buffer the exporter computes, a typo) mark nothing, as in ONNX Runtime.
+        # Names that are no initializer (a buffer the exporter computes, a typo) mark nothing, as in ONNX Runtime;
+        # a graph input marked requires_grad gets its gradient (and accumulation buffer) without being a parameter.
         initializers = [i.name for i in model.graph.initializer]
         trainable = [name for name in initializers if name in self._requires_grad]
         frozen = [name for name in initializers if name in self._frozen_params]
+        inputs = [v.name for v in model.graph.input if v.name in self._requires_grad and v.name not in initializers]
         by_name = {i.name: i for i in model.graph.initializer}
         self._parameters = ([by_name[n] for n in trainable], [by_name[n] for n in frozen])
         _log.debug("Building gradient graph for training block %s", type(self).__name__)
-        built = build_models(model, trainable, frozen, None)
+        built = build_models(model, inputs + trainable, frozen, None)
         for made in (built.training, built.eval):
             made.ir_version = min(made.ir_version, model_accessor.MAX_IR_VERSION)
         self._training_model, self._eval_model = built.training, built.eval

@@ -184,6 +184,46 @@ def test_a_training_block_trains_and_its_checkpoint_round_trips(tmp_path: Path) 
         onnxblock.load_checkpoint_to_model(tmp_path / "missing", restored)
 
 
+def test_a_training_block_differentiates_a_graph_input_and_builds_with_nothing_marked(tmp_path: Path) -> None:
+    """As ONNX Runtime's own onnxblock tests do: requires_grad on a graph input gives it a gradient buffer and
+    output; with nothing marked the block builds, with no parameters. The training model runs in an
+    InferenceSession, its loss numpy's."""
+    class MSE(onnxblock.TrainingBlock):
+        def __init__(self) -> None:
+            super().__init__()
+            self.loss = onnxblock.loss.MSELoss()
+
+        def build(self, output_name: str) -> str:
+            return self.loss(output_name)  # type: ignore[no-any-return]
+
+    model = regression_model()
+    nothing = MSE()
+    with onnxblock.base(model):
+        nothing("y")
+    assert nothing.parameters() == ([], [])
+    block = MSE()
+    for name in ("x", "w", "b"):
+        block.requires_grad(name)
+    with onnxblock.base(model):
+        block("y")
+    training, _ = block.to_model_proto()
+    assert [p.name for p in block.parameters()[0]] == ["w", "b"]
+    assert "x_grad.accumulation.buffer" in [i.name for i in training.graph.input]
+    outputs = [training.graph.output[0].name] + [f"{n}_grad.accumulation.out" for n in ("x", "w", "b")]
+    assert [o.name for o in training.graph.output] == outputs
+    onnx.save(training, str(tmp_path / "training.onnx"))
+    rng = np.random.default_rng(3)
+    x, target = rng.standard_normal((5, 4)).astype(np.float32), rng.standard_normal((5, 3)).astype(np.float32)
+    w, b = (numpy_helper.to_array(i) for i in model.graph.initializer[:2])
+    feed = {"x": x, "target": target, "w": w, "b": b, "lazy_reset_grad": np.full(1, True),
+            "x_grad.accumulation.buffer": np.zeros_like(x), "w_grad.accumulation.buffer": np.zeros_like(w),
+            "b_grad.accumulation.buffer": np.zeros_like(b)}
+    with InferenceSession(str(tmp_path / "training.onnx")) as session:
+        loss, *flags = session.run(outputs, feed)
+    np.testing.assert_allclose(loss, ((x @ w.T + b - target) ** 2).mean(), rtol=1e-5)
+    assert all(flag.all() for flag in flags)
+
+
 def test_onnxruntime_trainings_names_are_ort_cffis_own_classes() -> None:
     import ort_cffi.training.onnxblock as ported
     from ort_cffi.training.api import Module as PortedModule

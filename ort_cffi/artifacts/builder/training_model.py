@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import onnx
@@ -163,6 +163,12 @@ def _without_rows(context: GradientContext, parameter: str, trainable: Sequence[
     return masked
 
 
+def _dims(tensor_type: onnx.TypeProto.Tensor) -> List[Union[int, str, None]]:
+    """The dimensions of a declared tensor: sizes, the names of symbolic ones (a differentiated graph input's
+    batch), None where neither is known."""
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor_type.shape.dim]
+
+
 def _opset(model: onnx.ModelProto, domain: str, version: int) -> None:
     if not any(o.domain == domain for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(domain, version))
@@ -190,7 +196,10 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     wanted, kept = set(requires_grad), set(frozen_params)
     trainable = [i for i in graph.initializer if i.name in wanted]
     frozen = [i for i in graph.initializer if i.name in kept]
-    missing = sorted((wanted | kept) - {i.name for i in trainable + frozen})
+    # A graph input may be differentiated too (onnxblock's requires_grad("input")): it gets a gradient and its
+    # accumulation buffer, and stays an input, no parameter.
+    data_inputs = {v.name for v in graph.input} - {i.name for i in graph.initializer}
+    missing = sorted((wanted | kept) - {i.name for i in trainable + frozen} - (wanted & data_inputs))
     if missing:
         raise BuilderError(f"no initializer of the model is named {', '.join(repr(m) for m in missing)}")
     parameters = wanted | kept
@@ -235,8 +244,7 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
             probe = GRADIENT_PROBE_PREFIX + parameter
             graph.node.append(helper.make_node("Identity", [trained[parameter]], [probe]))
             source = by_name[parameter].type.tensor_type
-            new_outputs.append(helper.make_tensor_value_info(probe, source.elem_type,
-                                                             [d.dim_value for d in source.shape.dim]))
+            new_outputs.append(helper.make_tensor_value_info(probe, source.elem_type, _dims(source)))
     for index, parameter in enumerate(order):
         gradient = gradients[parameter]
         buffer = f"{gradient}.accumulation.buffer"
@@ -244,8 +252,7 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
         graph.node.append(helper.make_node("InPlaceAccumulatorV2", [buffer, trained[parameter], LAZY_RESET_GRAD], [flag],
                                            name=f"GradientAccumulator{len(outputs) + index}", domain=MICROSOFT))
         source = by_name[parameter].type.tensor_type
-        graph.input.append(helper.make_tensor_value_info(buffer, source.elem_type,
-                                                         [d.dim_value for d in source.shape.dim]))
+        graph.input.append(helper.make_tensor_value_info(buffer, source.elem_type, _dims(source)))
         new_outputs.append(helper.make_tensor_value_info(flag, TensorProto.BOOL, [1]))
     graph.input.append(helper.make_tensor_value_info(LAZY_RESET_GRAD, TensorProto.BOOL, [1]))
     del graph.output[:]
