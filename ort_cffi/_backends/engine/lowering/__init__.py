@@ -128,7 +128,7 @@ class _Lowering:
         _names(model.graph, self.taken)
         self.types, self.data = _known(model)
         self.producers: Dict[str, onnx.NodeProto] = {}
-        self.refused: List[Tuple[str, str]] = []
+        self.refused: List[Tuple[str, LoweringError]] = []
 
     def graph(self, graph: onnx.GraphProto) -> None:
         for node in graph.node:
@@ -156,7 +156,7 @@ class _Lowering:
         try:
             RULES[node.op_type](node, emit)
         except LoweringError as refused:
-            self.refused.append((node.op_type, str(refused)))
+            self.refused.append((node.op_type, refused))
             return [node]
         made = {out for n in emit.nodes for out in n.output}
         missing = [out for out in node.output if out and out not in made]
@@ -165,19 +165,56 @@ class _Lowering:
         return emit.nodes
 
 
-def lower_training_ops(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A new model in which every training operator of ``model`` (subgraphs of Loop, If and Scan included) is
-    written in standard operators; ``KEPT_FOR_THE_ENGINE`` stay. ``model`` is not changed. Raises
-    ``UnsupportedTrainingOpError`` naming every operator that has no lowering or whose lowering refused a node."""
-    missing = unlowerable_ops(model)
-    if missing:
-        raise UnsupportedTrainingOpError(missing)
+# Raising the opset import to what a lowering needs keeps every node's meaning only where no operator of the
+# model changed meaning in between. From opset 13 on, the changes up to 16 add types, optional inputs and
+# attributes whose defaults keep the old meaning, but for two: RoiAlign's default coordinate mode (16), and
+# BatchNormalization's outputs (14: no saved statistics). Below 13, Softmax, Squeeze, Split and the reductions
+# changed: no raise from there.
+RAISE_FROM, RAISE_TO = 13, 16
+
+
+def _can_raise(model: onnx.ModelProto, opset: int, target: int) -> bool:
+    if opset < RAISE_FROM or target > RAISE_TO:
+        return False
+    for node in _nodes(model.graph):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type == "RoiAlign" and opset < 16:
+            return False
+        if node.op_type == "BatchNormalization" and opset < 14 and len([o for o in node.output if o]) > 1:
+            return False
+    return True
+
+
+def _lowered(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, List[Tuple[str, LoweringError]]]:
     lowered = onnx.ModelProto()
     lowered.CopyFrom(model)
     lowering = _Lowering(lowered)
     lowering.graph(lowered.graph)
-    if lowering.refused:
-        raise UnsupportedTrainingOpError([op for op, _ in lowering.refused], [why for _, why in lowering.refused])
+    return lowered, lowering.refused
+
+
+def lower_training_ops(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A new model in which every training operator of ``model`` (subgraphs of Loop, If and Scan included) is
+    written in standard operators; ``KEPT_FOR_THE_ENGINE`` stay. ``model`` is not changed. Where a lowering
+    needs a newer opset than the model imports (a scatter that adds: 16), the import is raised if no operator
+    of the model changes meaning on the way (``_can_raise``). Raises ``UnsupportedTrainingOpError`` naming every
+    operator that has no lowering or whose lowering refused a node."""
+    missing = unlowerable_ops(model)
+    if missing:
+        raise UnsupportedTrainingOpError(missing)
+    lowered, refused = _lowered(model)
+    needed = [error.needs_opset for _, error in refused]
+    opset = default_opset(model)
+    if refused and all(needed) and _can_raise(model, opset, max(n for n in needed if n)):
+        raised = onnx.ModelProto()
+        raised.CopyFrom(model)
+        for entry in raised.opset_import:
+            if entry.domain in ("", "ai.onnx"):
+                entry.version = RAISE_TO
+        lowered, refused = _lowered(raised)
+    if refused:
+        raise UnsupportedTrainingOpError([op for op, _ in refused], [str(error) for _, error in refused])
     if not any(n.domain == MICROSOFT for n in _nodes(lowered.graph)):
         kept = [entry for entry in lowered.opset_import if entry.domain != MICROSOFT]
         del lowered.opset_import[:]

@@ -5,17 +5,17 @@ The forms were measured against the training kernels on the zoo's CNNs (docs/int
 for 1-D, 2-D and 3-D, groups, strides, pads, dilations and ``auto_pad``."""
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
 
-from ort_cffi._backends.engine.lowering.registry import Emitter, LoweringError, attribute, lowers
+from ort_cffi._backends.engine.lowering.registry import Dim, Emitter, LoweringError, attribute, lowers
 
 _LAST = np.iinfo(np.int64).max
 
 
-def _ints(values: Sequence[int]) -> np.ndarray:
+def _ints(values: Iterable[int]) -> np.ndarray:
     return np.array(list(values), np.int64)
 
 
@@ -30,10 +30,12 @@ def _spatial_rank(node: onnx.NodeProto, emit: Emitter, *names: str) -> int:
     raise LoweringError(f"{emit.label}: {node.op_type} needs its kernel_shape or the rank of its inputs")
 
 
-def _static(dims: Optional[List[object]]) -> Optional[List[int]]:
-    if dims is None or not all(isinstance(d, int) for d in dims):
+def _static(dims: Optional[Sequence[Dim]]) -> Optional[List[int]]:
+    """The dimensions where every one is a number, else None."""
+    if dims is None:
         return None
-    return [int(d) for d in dims]  # type: ignore[call-overload]
+    numbers = [d for d in dims if isinstance(d, int)]
+    return numbers if len(numbers) == len(dims) else None
 
 
 def _pads(node: onnx.NodeProto, spatial: int) -> Tuple[List[int], List[int]]:
@@ -97,6 +99,7 @@ def conv_grad(node: onnx.NodeProto, emit: Emitter) -> None:
     swap = [1, 0] + spatial_axes
 
     if outputs[0]:
+        written = False
         if x_dims is not None and kernel is not None:  # every size known: ConvTranspose says the size itself
             y_sizes = [(size + b + e - ((k - 1) * d + 1)) // s + 1
                        for size, b, e, k, d, s in zip(x_dims[2:], begin, end, kernel, dilations, strides)]
@@ -105,10 +108,8 @@ def conv_grad(node: onnx.NodeProto, emit: Emitter) -> None:
             if all(0 <= p < max(s, d) for p, s, d in zip(extra, strides, dilations)):
                 emit.one("ConvTranspose", [dy, w], outputs[0], group=group, strides=strides, dilations=dilations,
                          pads=begin + end, output_padding=extra if any(extra) else None)
-                extra = None  # written
-        else:
-            extra = []
-        if extra is not None:
+                written = True
+        if not written:  # sizes known at run time: the whole extent, cut to X's
             full = emit.one("ConvTranspose", [dy, w], group=group, strides=strides, dilations=dilations,
                             pads=[0] * (2 * spatial))
             _crop_to(emit, full, spatial, strides, begin, emit.shape_of(x, 2), outputs[0])
@@ -142,7 +143,8 @@ def _numbered_shape(emit: Emitter, dx: str, dy: str) -> Optional[str]:
     dims = emit.shape(dx)
     if dims is None or not all(isinstance(d, int) for d in dims[1:]):
         return None
-    return emit.one("Concat", [emit.shape_of(dy, 0, 1), emit.const(_ints(dims[1:]))], axis=0)  # type: ignore[arg-type]
+    return emit.one("Concat", [emit.shape_of(dy, 0, 1), emit.const(_ints(d for d in dims[1:] if isinstance(d, int)))],
+                    axis=0)
 
 
 @lowers("MaxPoolGrad")
@@ -160,8 +162,7 @@ def max_pool_grad(node: onnx.NodeProto, emit: Emitter) -> None:
             raise LoweringError(f"{emit.label}: MaxPoolGrad's indices come from no MaxPool of the model and its "
                                 f"output's shape is not declared: the shape of its input is not known")
         shape = found
-    if emit.opset < 16:
-        raise LoweringError(f"{emit.label}: a scatter that adds needs opset 16; the model imports {emit.opset}")
+    emit.require_opset(16, "a scatter that adds (ScatterElements' reduction)")
     flat = emit.const(_ints([-1]))
     count = emit.reduce("ReduceProd", shape, None, keepdims=True)
     summed = emit.one("ScatterElements", [emit.zeros(count, dy), emit.one("Reshape", [indices, flat]),

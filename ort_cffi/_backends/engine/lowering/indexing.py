@@ -18,9 +18,7 @@ def _given(node: onnx.NodeProto, index: int) -> Optional[str]:
 
 def _scatter_add(emit: Emitter, zeros: str, indices: str, updates: str, axis: int, output: Optional[str]) -> str:
     """ScatterElements adding ``updates`` into ``zeros`` (its ``reduction`` needs opset 16)."""
-    if emit.opset < 16:
-        raise LoweringError(f"{emit.label}: a scatter that adds needs opset 16 (ScatterElements' reduction); the "
-                            f"model imports {emit.opset}")
+    emit.require_opset(16, "a scatter that adds (ScatterElements' reduction)")
     return emit.one("ScatterElements", [zeros, indices, updates], output, axis=axis, reduction="add")
 
 
@@ -74,8 +72,7 @@ def gather_nd_grad(node: onnx.NodeProto, emit: Emitter) -> None:
     shape, indices, dy = node.input[0], node.input[1], node.input[2]
     if int(attribute(node, "batch_dims", 0)) != 0:
         raise LoweringError(f"{emit.label}: GatherNDGrad with batch_dims other than 0 has no lowering")
-    if emit.opset < 16:
-        raise LoweringError(f"{emit.label}: a ScatterND that adds needs opset 16; the model imports {emit.opset}")
+    emit.require_opset(16, "a ScatterND that adds")
     emit.one("ScatterND", [emit.zeros(shape, dy), indices, dy], node.output[0], reduction="add")
 
 
@@ -127,16 +124,14 @@ def split_training(node: onnx.NodeProto, emit: Emitter) -> None:
         known = emit.value(sizes)
         if known is None:
             raise LoweringError(f"{emit.label}: SplitTraining's sizes are known only at run time; Split takes them "
-                                f"as an input from opset 13, and the model imports {emit.opset}")
+                                f"as an input from opset 13, and the model imports {emit.opset}", 13)
         emit.node("Split", [data], names, axis=axis, split=[int(v) for v in known.reshape(-1)])
 
 
 @lowers("ReduceSumTraining")
 def reduce_sum_training(node: onnx.NodeProto, emit: Emitter) -> None:
     """ReduceSum with its axes as an input, as the standard has it from opset 13."""
-    if emit.opset < 13:
-        raise LoweringError(f"{emit.label}: ReduceSum takes its axes as an input from opset 13; the model imports "
-                            f"{emit.opset}")
+    emit.require_opset(13, "ReduceSum with its axes as an input")
     emit.one("ReduceSum", [i for i in node.input[:2]], node.output[0],
              keepdims=int(attribute(node, "keepdims", 1)),
              noop_with_empty_axes=int(attribute(node, "noop_with_empty_axes", 0)))
@@ -145,6 +140,5 @@ def reduce_sum_training(node: onnx.NodeProto, emit: Emitter) -> None:
 @lowers("Trilu")
 def trilu(node: onnx.NodeProto, emit: Emitter) -> None:
     """The contrib Trilu is the standard one (opset 14)."""
-    if emit.opset < 14:
-        raise LoweringError(f"{emit.label}: Trilu is standard from opset 14; the model imports {emit.opset}")
+    emit.require_opset(14, "the standard Trilu")
     emit.one("Trilu", list(node.input), node.output[0], upper=int(attribute(node, "upper", 1)))

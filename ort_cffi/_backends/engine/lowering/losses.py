@@ -30,9 +30,7 @@ def _ignore_index(node: onnx.NodeProto, emit: Emitter, input_index: int) -> Opti
 def softmax_cross_entropy_loss_internal(node: onnx.NodeProto, emit: Emitter) -> None:
     """Inputs scores, labels, weights, ignore_index; outputs loss, log_prob: the standard operator, whose
     ignore_index is an attribute: the input must be known before run time."""
-    if emit.opset < 12:
-        raise LoweringError(f"{emit.label}: SoftmaxCrossEntropyLoss is standard from opset 12; the model imports "
-                            f"{emit.opset}")
+    emit.require_opset(12, "the standard SoftmaxCrossEntropyLoss")
     given = _given(node, 3)
     ignore = attribute(node, "ignore_index")
     if given is not None:

@@ -28,7 +28,12 @@ CONTRIB_TARGETS = frozenset({"FusedMatMul", "Gelu", "FastGelu", "BiasGelu", "Qui
 
 class LoweringError(ValueError):
     """A node that its rule cannot write in standard operators (an attribute value outside what it knows, a
-    rank it needs and cannot learn)."""
+    rank it needs and cannot learn). ``needs_opset``: the default-domain opset from which it could, where a
+    newer opset is all it lacks (the driver may raise the model's, where that is safe)."""
+
+    def __init__(self, message: str, needs_opset: Optional[int] = None):
+        super().__init__(message)
+        self.needs_opset = needs_opset
 
 
 class UnsupportedTrainingOpError(ValueError):
@@ -229,7 +234,8 @@ class Emitter:
         if isinstance(axes, str):
             if not takes_input:
                 raise LoweringError(f"{self.label}: {op_type} over axes known only at run time needs opset "
-                                    f"{13 if op_type == 'ReduceSum' else 18}; the model imports {self.opset}")
+                                    f"{13 if op_type == 'ReduceSum' else 18}; the model imports {self.opset}",
+                                    13 if op_type == "ReduceSum" else 18)
             return self.one(op_type, [x, axes], output, keepdims=int(keepdims))
         if takes_input:
             return self.one(op_type, [x, self.const(np.array(list(axes), np.int64))], output, keepdims=int(keepdims))
@@ -268,10 +274,9 @@ class Emitter:
             return self.one("Reshape", [summed, self.const(np.array(t_shape, np.int64))], output)
         if self.opset < 13:
             raise LoweringError(f"{self.label}: summing a gradient back over broadcast axes known only at run time "
-                                f"needs opset 13; the model imports {self.opset}")
+                                f"needs opset 13; the model imports {self.opset}", 13)
         x_dims, t_dims = self.shape_of(x), self.shape_of(target)
-        axes = self.broadcast_axes(t_dims, x_dims)
-        summed = self.one("ReduceSum", [x, axes], keepdims=1, noop_with_empty_axes=1)
+        summed = self.one("ReduceSum", [x, self.broadcast_axes(t_dims, x_dims)], keepdims=1, noop_with_empty_axes=1)
         return self.one("Reshape", [summed, t_dims], output)
 
     def broadcast_axes(self, small: str, large: str) -> str:
@@ -287,6 +292,11 @@ class Emitter:
         stretched = self.one("And", [self.one("Equal", [padded, one]),
                                      self.one("Not", [self.one("Equal", [large, one])])])
         return self.one("Compress", [index, self.one("Or", [is_lead, stretched])], axis=0)
+
+    def require_opset(self, version: int, what: str) -> None:
+        """Refuse the node (``LoweringError`` with ``needs_opset``) where the model's opset is below ``version``."""
+        if self.opset < version:
+            raise LoweringError(f"{self.label}: {what} needs opset {version}; the model imports {self.opset}", version)
 
     def cast_like(self, x: str, like: str, output: Optional[str] = None) -> str:
         """``x`` cast to ``like``'s element type (CastLike where the opset has it, else Cast to a known type)."""
