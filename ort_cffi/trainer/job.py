@@ -26,7 +26,6 @@ from ort_cffi.artifacts import (
     describe,
     generate_artifacts,
     model_sha256,
-    read_manifest,
     request_options,
 )
 from ort_cffi.trainer.config import (
@@ -38,34 +37,13 @@ from ort_cffi.trainer.config import (
     read_checkpoint,
     resume_options,
 )
-from ort_cffi.trainer.data import (
-    DEFAULT_ARTIFACTS,
-    DYNAMIC_BATCH_HINT,
-    check_batch_size,
-    check_labels,
-    eval_signature,
-    find_artifacts,
-    find_dataset,
-    fixed_batch,
-    loss_labels,
-    running_statistics,
-    shape_text,
-)
+from ort_cffi.trainer.data import DEFAULT_ARTIFACTS, find_artifacts, find_dataset
 from ort_cffi.trainer.errors import OutputError, SetupError
-from ort_cffi.trainer.loop import Outputs, Plan, check_export, evaluate, inference_check, run_epochs
-from ort_cffi.trainer.output import MadeFolders, load_history, plot, write_json, writing
-from ort_cffi.trainer.schedule import describe as describe_schedule
-from ort_cffi.trainer.schedule import learning_rate
-from ort_cffi.trainer.sources import (
-    RUN_FILE,
-    DataOptions,
-    ModelFeed,
-    check_exists,
-    data_identity,
-    decoded,
-    load_data,
-    write_metadata,
-)
+from ort_cffi.trainer.model_kind import artifacts_kind
+from ort_cffi.trainer.loop import inference_check, run_epochs
+from ort_cffi.trainer.output import MadeFolders, plot, write_json, writing
+from ort_cffi.trainer.prepared import History, Prepared
+from ort_cffi.trainer.sources import RUN_FILE, DataOptions, check_exists, data_identity, decoded, write_metadata
 from ort_cffi.trainer.sources.common import FLAGS as DATA_FLAGS
 
 # The files that make a folder a run's: a new run refuses such an --out unless told --resume or --overwrite.
@@ -215,7 +193,8 @@ class TrainingJob:
             raise
         with session:
             try:
-                prepared = _Prepared(self, session, source, config)
+                prepared = Prepared(self.env, session, source.files, source.folder, source.data, config, self.out,
+                                    self.settings.export_outputs, _progress(self.settings))
                 plan, history = prepared.start(resumed)
                 print(f"ort-cffi-train: ort_cffi {__version__}, ONNX Runtime {self.env.getVersion()}")
                 for line in source.lines + prepared.describe(resumed, source.checkpoint, bool(resumed and resumed.config)):
@@ -238,7 +217,8 @@ class TrainingJob:
             try:
                 history.stopped_early = run_epochs(
                     session, prepared.data, plan, prepared.names, self.out, history.best, history.steps, history.epochs,
-                    lambda: history.record(self.out, config, self.settings), (history.before or {}).get("val_loss"))
+                    lambda: history.record(self.out, config, self.settings.as_record()),
+                    (history.before or {}).get("val_loss"))
             except KeyboardInterrupt:
                 if resumed is None and not (self.out / "last_checkpoint").exists():
                     # No epoch ended: nothing to resume. What the run made goes, as after a failed pre-flight.
@@ -265,7 +245,7 @@ class TrainingJob:
             print(f"inference model accuracy on validation: {history.inference_accuracy:.4f}")
         return 0
 
-    def _kept(self, history: "_History", config: RunConfig, trained: bool) -> str:
+    def _kept(self, history: History, config: RunConfig, trained: bool) -> str:
         """What a run that could not write a file kept, and how to go on from it (OutputError's ``kept``)."""
         out = self.out
         files = [name for name in RUN_FILES if (out / name).is_file()]
@@ -434,6 +414,11 @@ class TrainingJob:
                     notes.append(f"overriding: {line}")
         else:
             options = {key: DEFAULTS[key] if value is None else value for key, value in given.items()}
+            if given["lr"] is None:  # the default that fits the model: 1e-3 for transformers (model_kind.py)
+                kind = artifacts_kind(source.files["eval"], source.checkpoint)
+                options["lr"] = kind.lr
+                if kind.evidence:
+                    notes.append(kind.describe())
             if resumed is not None:
                 notes.append("the checkpoint holds no run configuration (an older ort-cffi-train wrote it): resuming "
                              "with the options given and the defaults")
@@ -459,7 +444,7 @@ class TrainingJob:
 
     # --- after training ------------------------------------------------------------------------------------
 
-    def _finish(self, source: _Source, prepared: "_Prepared", history: "_History", config: RunConfig) -> None:
+    def _finish(self, source: _Source, prepared: Prepared, history: History, config: RunConfig) -> None:
         """Export the best parameters, run the exported model, write the metrics and the plot."""
         settings, out = self.settings, self.out
         best_epochs = [e for e in history.epochs if e["best"]]
@@ -493,7 +478,7 @@ class TrainingJob:
             print(f"classes:   {shown} ({len(loaded.classes)}, in id order)")
         history.inference = {"model": model_path.name, "outputs": outputs, "val_accuracy": history.inference_accuracy}
         with writing(out / "metrics.json"):
-            history.record(out, config, settings)
+            history.record(out, config, settings.as_record())
         if not settings.no_plot and history.steps:
             try:
                 with writing(out / "training.png"):
@@ -520,141 +505,6 @@ class _Undo:
             self.folders.remove(with_contents=True)  # made by this run: all it holds is this run's
         elif self.artifacts is not None:
             shutil.rmtree(self.artifacts, ignore_errors=True)
-
-
-@dataclass
-class _History:
-    """What a run records in metrics.json: the validation before training, per step, per epoch, the export."""
-
-    out: Path
-    best: Optional[Tuple[float, float]] = None  # the best (accuracy, -loss) so far; accuracy 0 without labels
-    steps: List[dict] = field(default_factory=list)
-    epochs: List[dict] = field(default_factory=list)
-    before: Optional[dict] = None  # the validation before training, kept in metrics.json across resumes
-    inference: Optional[dict] = None
-    inference_accuracy: Optional[float] = None
-    files: List[Path] = field(default_factory=list)
-    stopped_early: Optional[int] = None  # the epoch --patience stopped the run after
-
-    def record(self, out: Path, config: RunConfig, settings: TrainSettings) -> None:
-        write_json(out / "metrics.json", {"config": config.__dict__, "options": settings.as_record(),
-                                          "before": self.before, "epochs": self.epochs, "steps": self.steps,
-                                          "inference": self.inference, "stopped_early": self.stopped_early}, "metrics")
-        if out / "metrics.json" not in self.files:
-            self.files.insert(0, out / "metrics.json")
-
-
-class _Prepared:
-    """The dataset checked against the open session's inputs, the outputs to read and export, the batches."""
-
-    def __init__(self, job: TrainingJob, session: OrtTrainingSession, source: _Source, config: RunConfig) -> None:
-        self.job, self.session, self.source, self.config = job, session, source, config
-        env, files = job.env, source.files
-        self.splits = {"train": list(session.getTrainInputNames()), "val": list(session.getEvalInputNames())}
-        inputs, self.outputs = eval_signature(env, files["eval"])  # one inference session, not one per question
-        self.infos = {name: inputs[name] for name in sorted(set(self.splits["train"]) | set(self.splits["val"]))
-                      if name in inputs}
-        eval_outputs = list(session.getEvalOutputNames())
-        self.export = job.settings.export_outputs or eval_outputs[1:]
-        if not self.export:
-            raise SetupError(
-                f"the eval model's only output is the loss ({eval_outputs[0]!r}): name the inference "
-                "model's outputs with --export-outputs (e.g. the original model's output)"
-            )
-        check_export(files["eval"], self.export, eval_outputs)
-        # The labels and the class scores: what the artifacts say the loss reads (per sample, token or pixel).
-        manifest = read_manifest(source.folder)
-        self.labels, scores, self.class_axis = loss_labels(
-            manifest, {n: self.infos[n] for n in self.splits["val"] if n in self.infos})
-        if scores is None or scores not in eval_outputs:
-            scores = self.export[0]
-        self.scores = scores if scores in eval_outputs else None  # accuracy needs scores from evalStep
-        train_outputs = list(session.getTrainOutputNames())
-        self.names = Outputs(train_outputs[0], eval_outputs[0], self.scores, self.labels,  # loss first
-                             self.class_axis, running_statistics(manifest, train_outputs),
-                             tuple(entry for entry in (manifest or {}).get("batchnorm_statistics") or ()
-                                   if {entry["mean_output"], entry["var_output"]} <= set(train_outputs)))
-        where = f"dataset {str(source.data)!r}"
-        classes = -1
-        if self.labels is not None and self.scores is not None:
-            shape = self.outputs[self.scores].shape
-            classes = shape[self.class_axis] if len(shape) > self.class_axis else -1
-        # The data, shaped as the model's inputs say (an .npz, an image folder, a CSV or text file).
-        target = self.labels  # what the label column feeds: the classes, or a regression loss's target
-        if target is None:
-            added = [name for name in (manifest or {}).get("added_inputs") or () if name in self.infos]
-            target = added[0] if len(added) == 1 else None
-        feed = ModelFeed(self.infos, target, classes if classes > 1 else None, files["eval"], inputs)
-        self.loaded = load_data(source.data, self.splits, feed, DataOptions(**config.data.get("options", {})),
-                                config.seed)
-        self.data = self.loaded.splits
-        if classes > 1 and self.labels is not None and self.scores is not None:
-            check_labels(self.data, self.labels, classes, self.scores, where,
-                         -1 if self.class_axis == len(shape) - 1 else self.class_axis)
-        self.drop_last = False
-        model_batch = fixed_batch(self.infos)
-        if model_batch is not None:
-            if model_batch != config.batch_size:
-                raise SetupError(f"the model's inputs fix the batch size at {model_batch}: pass --batch-size {model_batch}"
-                                 + DYNAMIC_BATCH_HINT)
-            self.drop_last = True  # a smaller last batch would not fit the model
-        self.n_train = len(self.data["train"][self.splits["train"][0]])
-        self.n_val = len(self.data["val"][self.splits["val"][0]])
-        if not self.drop_last:
-            check_batch_size(config.batch_size, self.n_train, where)
-        self.steps_per_epoch = (self.n_train // config.batch_size if self.drop_last
-                                else -(-self.n_train // config.batch_size))
-        self.schedule = ""
-
-    def start(self, resumed: Optional[Resumed]) -> Tuple[Plan, _History]:
-        """Where to start (zero, or the resumed checkpoint's epoch and step) and the learning-rate schedule,
-        which ends after the remaining epochs: the configured end, unless an override changed the step count."""
-        config, out = self.config, self.job.out
-        epoch, step = (resumed.epoch, resumed.step) if resumed is not None else (0, 0)
-        history = _History(out)
-        if resumed is not None:
-            if (out / "best_checkpoint").is_file():  # the best to beat is only meaningful beside its file
-                history.best = resumed.best
-            history.steps, history.epochs, history.before = load_history(out, epoch, step)
-        if config.warmup_steps is None:
-            config.warmup_steps = self.steps_per_epoch
-        total_steps = step + max(0, config.epochs - epoch) * self.steps_per_epoch
-        warmup = min(config.warmup_steps, total_steps)
-        schedule, peak = config.schedule, config.lr
-
-        def rate(taken: int) -> float:  # set before each step, from the global step: a resume continues it
-            return learning_rate(schedule, peak, warmup, max(total_steps, 1), taken)
-
-        self.session.setLearningRate(rate(step))
-        self.schedule = describe_schedule(schedule, warmup)
-        return Plan(config, epoch + 1, step, self.steps_per_epoch, self.drop_last, _progress(self.job.settings),
-                    rate), history
-
-    def describe(self, resumed: Optional[Resumed], checkpoint: Path, restored: bool) -> List[str]:
-        config, infos = self.config, self.infos
-        described = ", ".join(f"{n} {infos[n].dtype} {shape_text(infos[n].shape)}" for n in self.splits["train"] if n in infos)
-        lines = [f"dataset:   {self.source.data} ({self.n_train} train, {self.n_val} validation; {described})"]
-        lines += [f"           {line}" for line in [self.loaded.description] + self.loaded.notes if line]
-        lines += [f"training:  {config.epochs} epochs x {self.steps_per_epoch} steps, batch {config.batch_size}, "
-                 f"lr {config.lr:g} ({self.schedule}), seed {config.seed}"
-                 + (f", early stop after {config.patience} epochs without a lower val loss" if config.patience else "")]
-        if self.names.batchnorm:
-            layers = len(self.names.batchnorm)
-            lines.append(f"batchnorm: {layers} layer{'s' if layers > 1 else ''}; running statistics "
-                         + ("re-estimated over the training set before each validation" if config.bn_reestimate
-                            else "as training moves them (--no-bn-reestimate)"))
-        if resumed is not None:
-            stored = " with the run's stored configuration" if restored else ""
-            lines.append(f"resuming:  {checkpoint} at epoch {resumed.epoch}, step {resumed.step}{stored}")
-        return lines
-
-    def validate(self) -> dict:
-        """The validation before training (a fresh run's), printed and returned for metrics.json."""
-        val_loss, val_acc = evaluate(self.session, self.data["val"], self.names.eval_loss, self.scores, self.labels,
-                                     self.config.batch_size, self.drop_last, self.class_axis)
-        accuracy = f"  val acc {val_acc:.4f}" if val_acc is not None else ""
-        print(f"before training: val loss {val_loss:.4f}{accuracy}", flush=True)
-        return {"val_loss": val_loss, "val_accuracy": val_acc}
 
 
 def run_name(settings: TrainSettings, config: RunConfig, folder: Path) -> str:
