@@ -17,7 +17,7 @@ import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -211,22 +211,37 @@ _CHILD = textwrap.dedent("""
 
 def test_lowered_runs_on_1_31_as_the_kernels_on_1_19(tmp_path: Path,
                                                      kernel_outputs: Dict[str, List[np.ndarray]]) -> None:
-    """Every case's lowered model on ONNX Runtime 1.31.1 (no training kernels there), in one child process."""
+    """Every case's lowered model on ONNX Runtime 1.31.1 (no training kernels there), in one child process:
+    the kernels' cases and the directional ones."""
     assert (INFERENCE_1_31 / "onnxruntime" / "__init__.py").is_file(), \
         f"ONNX Runtime 1.31.1 is not unpacked at {INFERENCE_1_31} (scripts/test.sh installs it)"
-    for case in CASES:
+    runs = [(case, dict(zip(case.outputs, kernel_outputs[case.name]))) for case in CASES]
+    runs += [directional_case(op, direction, lens, seed=3, lbr=lbr, peephole=op == "LSTM")
+             for op, direction, lens, lbr in DIRECTIONAL]
+    for case, _ in runs:
         onnx.save(lower(case.model), tmp_path / f"{case.name}.onnx")
         np.savez(tmp_path / f"{case.name}.feeds.npz", **case.feeds)
-    (tmp_path / "cases.json").write_text(json.dumps([c.name for c in CASES]))
+    (tmp_path / "cases.json").write_text(json.dumps([case.name for case, _ in runs]))
     env = dict(os.environ, PYTHONPATH=str(INFERENCE_1_31))
     done = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path)], env=env, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
-    for case in CASES:
+    for case, expected in runs:
         with np.load(tmp_path / f"{case.name}.out.npz") as found:
-            got = [found[f"arr_{i}"] for i in range(len(case.outputs))]
-        for name, value, want in zip(case.outputs, got, kernel_outputs[case.name]):
-            assert_close(value, want, f"{case.name} on 1.31.1: {name}")
+            got = {name: found[f"arr_{i}"] for i, name in enumerate(case.outputs)}
+        check_outputs(case, got, expected, "on 1.31.1")
+
+
+def check_outputs(case: Case, got: Dict[str, np.ndarray], expected: Dict[str, np.ndarray], where: str = "") -> None:
+    """Each expected output within 1e-5 of its largest value; the gate values only within each sequence
+    (past its end nothing reads them)."""
+    lengths = case.feeds.get("lens")
+    for name, want in expected.items():
+        value = got[name]
+        if name in ("IOFC", "ZRH") and lengths is not None:
+            within = np.arange(value.shape[0])[:, None] < lengths[None, :]  # [T, batch]
+            value, want = value.transpose(0, 2, 1, 3)[within], want.transpose(0, 2, 1, 3)[within]
+        assert_close(value, want, f"{case.name} {where}: {name}")
 
 
 # --- the form: only the recurrence is serial ---------------------------------------------------------------------
@@ -252,16 +267,16 @@ def test_backward_loop_holds_only_the_recurrence(op: str) -> None:
     assert any(n.op_type == "Gemm" for n in lowered.graph.node), "the weight gradients are batched products"
 
 
-# --- what the kernels refuse -------------------------------------------------------------------------------------
+# --- what the kernels refuse, and what of it the lowering computes -----------------------------------------------
 @pytest.mark.parametrize("op,attrs,fragment", [
-    ("LSTMTraining", {"direction": "reverse"}, "direction 'reverse'"),
-    ("LSTMGrad", {"direction": "bidirectional"}, "direction 'bidirectional'"),
+    ("LSTMTraining", {"direction": "sideways"}, "unknown direction 'sideways'"),
     ("GRUTraining", {"activations": ["Relu", "Tanh"]}, "activations relu, tanh"),
+    ("GRUGrad", {"direction": "bidirectional", "activations": ["Sigmoid", "Tanh"]}, "activations sigmoid, tanh"),
     ("LSTMTraining", {"clip": 3.0}, "clip"),
     ("LSTMGrad", {"input_forget": 1}, "input_forget=1"),
     ("GRUGrad", {"layout": 1}, "layout=1"),
 ])
-def test_what_the_kernels_refuse_is_refused_by_name(op: str, attrs: Dict[str, object], fragment: str) -> None:
+def test_what_the_lowering_cannot_compute_is_refused_by_name(op: str, attrs: Dict[str, object], fragment: str) -> None:
     node = helper.make_node(op, ["X", "W", "R", "", "", "", "Y", "S", "G"], ["out"], domain=MICROSOFT,
                             hidden_size=HIDDEN, name="node", **attrs)
     with pytest.raises(LoweringError, match=fragment.replace("(", r"\(")) as raised:
@@ -269,24 +284,139 @@ def test_what_the_kernels_refuse_is_refused_by_name(op: str, attrs: Dict[str, ob
     assert "'node'" in str(raised.value)
 
 
-def test_sequence_lengths_are_refused() -> None:
-    node = helper.make_node("GRUTraining", ["X", "W", "R", "", "lens"], ["Y", "", "ZRH"], domain=MICROSOFT,
-                            hidden_size=HIDDEN)
-    with pytest.raises(LoweringError, match="sequence lengths"):
-        RULES["GRUTraining"](node, Emitter(OPSET, set(), {}, label="gru"))
-
-
-def test_the_kernels_refuse_the_same_and_the_engine_says_so_by_name() -> None:
-    """The refusals mirror the kernels': ONNX Runtime 1.19.2 will not make a session of a reverse one, and the
-    engine's lowering refuses the model before anything runs, naming the operators and why."""
+def test_the_engine_refuses_a_model_by_name_before_anything_runs() -> None:
     case = lstm_case(3, 2, True, False, False, ("dY",), 7)
     for node in case.model.graph.node:
-        node.attribute.append(helper.make_attribute("direction", "reverse"))
-    with pytest.raises(Exception, match="forward direction"):
-        run_119(case.model, case.feeds)
+        node.attribute.append(helper.make_attribute("clip", 2.0))
     with pytest.raises(UnsupportedTrainingOpError, match="LSTMGrad, LSTMTraining") as refused:
         lower_training_ops(case.model)
-    assert "direction 'reverse'" in str(refused.value)
+    assert "has clip" in str(refused.value)
+
+
+def directional_case(op: str, direction: str, lens: Optional[List[int]], seed: int, lbr: int = 0,
+                     peephole: bool = False) -> Tuple[Case, Dict[str, np.ndarray]]:
+    """A training op and its gradient in ``direction``, with sequence lengths ``lens`` (None: the full
+    length), and the outputs ONNX Runtime's forward-direction kernels give for it: each direction of each
+    sequence alone (its own steps, reversed for a reverse direction), batch 1, put back together."""
+    steps, batch = 5, (len(lens) if lens else 3)
+    directions = 2 if direction == "bidirectional" else 1
+    gates = 4 if op == "LSTM" else 3
+    rng = np.random.default_rng(seed)
+    u = lambda *shape: rng.uniform(-0.6, 0.6, shape).astype(np.float32)  # noqa: E731
+    feeds = {"X": rng.standard_normal((steps, batch, INPUT)).astype(np.float32),
+             "W": u(directions, gates * HIDDEN, INPUT), "R": u(directions, gates * HIDDEN, HIDDEN),
+             "B": u(directions, 2 * gates * HIDDEN), "H0": u(directions, batch, HIDDEN)}
+    if op == "LSTM":
+        feeds["C0"] = u(directions, batch, HIDDEN)
+        if peephole:
+            feeds["P"] = u(directions, 3 * HIDDEN)
+    lengths = np.array(lens if lens else [steps] * batch, np.int32)
+    dy = rng.standard_normal((steps, directions, batch, HIDDEN)).astype(np.float32)
+    within = np.arange(steps)[:, None] < lengths[None, :]  # [T, batch]
+    dy *= within[:, None, :, None]  # Y is 0 past each sequence's end: a gradient there is never read
+    feeds["dY"], feeds["dYh"] = dy, rng.standard_normal((directions, batch, HIDDEN)).astype(np.float32)
+    if op == "LSTM":
+        feeds["dYc"] = rng.standard_normal((directions, batch, HIDDEN)).astype(np.float32)
+    if lens:
+        feeds["lens"] = lengths
+    length = "lens" if lens else ""
+    attrs: Dict[str, Any] = dict(hidden_size=HIDDEN, direction=direction)
+    if op == "LSTM":
+        saved = ["CA", "IOFC"]
+        forward_inputs = ["X", "W", "R", "B", length, "H0", "C0"] + (["P"] if peephole else [])
+        grad_inputs = ["X", "W", "R", length, "H0", "C0", "Y", "CA", "IOFC", "dY", "dYh", "dYc"]
+        grad_outputs = ["dX", "dW", "dR", "dB", "dH0", "dC0"] + (["dP"] if peephole else [])
+        forward_outputs = ["Y", "Yh", "Yc"] + saved
+    else:
+        attrs["linear_before_reset"] = lbr
+        saved = ["ZRH"]
+        forward_inputs = ["X", "W", "R", "B", length, "H0"]
+        grad_inputs = ["X", "W", "R", "B", length, "H0", "Y", "ZRH", "dY", "dYh"]
+        grad_outputs = ["dX", "dW", "dR", "dB", "dH0"]
+        forward_outputs = ["Y", "Yh"] + saved
+    nodes = [helper.make_node(f"{op}Training", forward_inputs, forward_outputs, domain=MICROSOFT, **attrs),
+             helper.make_node(f"{op}Grad", grad_inputs, grad_outputs, domain=MICROSOFT, **attrs)]
+    outputs = forward_outputs + grad_outputs
+    data = {k: v for k, v in feeds.items() if k != "lens"}
+    model = _model(nodes, data, outputs)
+    if lens:
+        model.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [batch]))
+
+    # the reference: ONNX Runtime's kernels, one direction of one sequence at a time
+    expected = {name: np.zeros(feeds[name[1:]].shape if name.startswith("d") else (0,), np.float32)
+                for name in grad_outputs}
+    expected.update({"Y": np.zeros((steps, directions, batch, HIDDEN), np.float32),
+                     "Yh": np.zeros((directions, batch, HIDDEN), np.float32)})
+    if op == "LSTM":
+        expected.update({"Yc": np.zeros((directions, batch, HIDDEN), np.float32),
+                         "CA": np.zeros((steps, directions, batch, HIDDEN), np.float32),
+                         "IOFC": np.zeros((steps, directions, batch, 4 * HIDDEN), np.float32)})
+    else:
+        expected["ZRH"] = np.zeros((steps, directions, batch, 3 * HIDDEN), np.float32)
+    single = lstm_case(1, 1, True, True, peephole, ("dY", "dYh", "dYc"), 0) if op == "LSTM" else \
+        gru_case(1, 1, True, True, lbr, ("dY", "dYh"), 0)
+    for value in single.model.graph.input:  # any length, one sequence
+        for position, dim in enumerate(value.type.tensor_type.shape.dim):
+            dim.dim_param = f"{value.name}_{position}"
+    session = ort.InferenceSession(single.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for d in range(directions):
+        reverse = direction == "reverse" or d == 1
+        for b, length_b in enumerate(lengths):
+            order = np.arange(length_b)[::-1] if reverse else np.arange(length_b)
+            one = {"X": feeds["X"][order, b:b + 1], "W": feeds["W"][d:d + 1], "R": feeds["R"][d:d + 1],
+                   "B": feeds["B"][d:d + 1], "H0": feeds["H0"][d:d + 1, b:b + 1],
+                   "dY": feeds["dY"][order, d:d + 1, b:b + 1], "dYh": feeds["dYh"][d:d + 1, b:b + 1]}
+            if op == "LSTM":
+                one.update({"C0": feeds["C0"][d:d + 1, b:b + 1], "dYc": feeds["dYc"][d:d + 1, b:b + 1]})
+                if peephole:
+                    one["P"] = feeds["P"][d:d + 1]
+            got = dict(zip(single.outputs, session.run(None, {k: v for k, v in one.items() if k in single.feeds})))
+            for name in ("Y", "CA", "IOFC", "ZRH"):
+                if name in expected:
+                    expected[name][order, d, b] = got[name][:, 0, 0]
+            for name in ("Yh", "Yc"):
+                if name in expected:
+                    expected[name][d, b] = got[name][0, 0]
+            expected["dX"][order, b] += got["dX"][:, 0]
+            for name in ("dW", "dR", "dB", "dP"):
+                if name in expected:
+                    expected[name][d] += got[name][0]
+            for name in ("dH0", "dC0"):
+                if name in expected:
+                    expected[name][d, b] = got[name][0, 0]
+    name = f"{op.lower()}{lbr if op == 'GRU' else ''}_{direction}_{'lens' if lens else 'full'}"
+    return Case(name, model, feeds, outputs), expected
+
+
+DIRECTIONAL = [(op, direction, lens, lbr) for op, lbr in (("LSTM", 0), ("GRU", 0), ("GRU", 1))
+               for direction in ("forward", "reverse", "bidirectional") for lens in (None, [5, 2, 4, 1])
+               if (direction, lens) != ("forward", None)]
+
+
+@pytest.mark.parametrize("op,direction,lens,lbr", DIRECTIONAL,
+                         ids=[f"{o}{lbr if o == 'GRU' else ''}-{d}-{'lens' if n else 'full'}"
+                              for o, d, n, lbr in DIRECTIONAL])
+def test_directions_and_sequence_lengths_as_the_kernels_on_each_sequence(op: str, direction: str,
+                                                                         lens: Optional[List[int]], lbr: int) -> None:
+    """What ONNX Runtime's kernels refuse (a reverse or bidirectional op, sequence lengths) the lowering
+    computes as they compute each direction of each sequence alone: the outputs within each sequence, and
+    every gradient. Y is also the standard operator's."""
+    case, expected = directional_case(op, direction, lens, seed=len(direction) + (len(lens) if lens else 0) + lbr,
+                                      lbr=lbr, peephole=(op == "LSTM" and lens is not None))
+    with pytest.raises(Exception):  # the kernels themselves refuse it
+        run_119(case.model, case.feeds)
+    got = dict(zip(case.outputs, run_119(lower(case.model), case.feeds)))
+    check_outputs(case, got, expected)
+    lengths = case.feeds.get("lens")
+    standard = helper.make_node(op, [i for i in case.model.graph.node[0].input[:6 if op == "GRU" else 8]],
+                                ["Y", "Yh"], hidden_size=HIDDEN, direction=direction,
+                                **({"linear_before_reset": lbr} if op == "GRU" else {}))
+    inputs = {k: v for k, v in case.feeds.items() if k in standard.input}
+    plain = _model([standard], {k: v for k, v in inputs.items() if k != "lens"}, ["Y", "Yh"])
+    if lengths is not None:
+        plain.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [len(lengths)]))
+    for name, want in zip(["Y", "Yh"], run_119(plain, inputs)):
+        assert_close(got[name], want, f"{case.name}: {name} against the {op} operator")
 
 
 # --- the nodes the generators write ------------------------------------------------------------------------------

@@ -31,13 +31,18 @@ both: at T 50, batch 32, input 64, hidden 128, one thread, a training op and its
 the kernels' time for the LSTM and 0.30-0.47 for the GRU, on 1.19.2 and on 1.31.1 alike (a shared, noisy
 machine).
 
-The kernels take the forward direction only, the default activations, no clip, no ``input_forget`` and no
-sequence lengths, and refuse the rest when the session is made; these rules refuse the same, by name, with a
-``LoweringError``. ``layout`` (which the kernels do not read) must be 0.
+Beyond the kernels. They take the forward direction only and no sequence lengths (ONNX Runtime's generator
+writes such nodes for a reverse or bidirectional LSTM or GRU all the same: its artifacts then fail to load on
+1.19.2). These rules compute them as the kernels would compute each direction of each sequence alone: a
+reverse direction is a Scan running backwards in time, a bidirectional node one Scan per direction, and with
+sequence lengths a step past a sequence's end leaves the state as it was and gives 0, as the LSTM and GRU
+operators do (the saved values are in time order, the direction axis where the operators put it). Other
+activations than the defaults, ``clip`` and ``input_forget`` (which the kernels refuse too) are refused by
+name with a ``LoweringError``; ``layout`` (which the kernels do not read) must be 0.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -54,37 +59,12 @@ GRU_GRAD_INPUTS = ("X", "W", "R", "B", "sequence_lens", "initial_h", "all_hidden
                    "grad_all_hidden_states", "grad_final_hidden_state")
 
 
-# --- what the kernels accept ---------------------------------------------------------------------------------
+# --- what the rules accept -----------------------------------------------------------------------------------
 def _describe(node: onnx.NodeProto) -> str:
     return f"com.microsoft::{node.op_type} node {node.name!r}" if node.name else f"a com.microsoft::{node.op_type} node"
 
 
-def _check_attributes(node: onnx.NodeProto, activations: Sequence[str], lens: int = SEQUENCE_LENS) -> int:
-    """Refuse what ONNX Runtime's training kernels refuse (lstm_io_utils.cc, gru_io_utils.cc); ``lens``: the
-    position of the node's sequence lengths. Returns hidden_size."""
-    where = _describe(node)
-    hidden = attribute(node, "hidden_size")
-    if hidden is None or int(hidden) <= 0:
-        raise LoweringError(f"{where} has no positive hidden_size")
-    direction = attribute(node, "direction", "forward")
-    if direction != "forward":
-        raise LoweringError(f"{where} has direction {direction!r}: ONNX Runtime's training kernels compute the "
-                            "forward direction only, and so does this lowering")
-    given = [a.lower() for a in attribute(node, "activations", []) or []]
-    if given and given != [a.lower() for a in activations]:
-        raise LoweringError(f"{where} has the activations {', '.join(given)}: ONNX Runtime's training kernels "
-                            f"compute {', '.join(activations)} only")
-    if attribute(node, "clip") is not None:
-        raise LoweringError(f"{where} has clip, which ONNX Runtime's training kernels do not compute")
-    if int(attribute(node, "input_forget", 0)):
-        raise LoweringError(f"{where} combines the input and forget gates (input_forget=1), which ONNX Runtime's "
-                            "training kernels do not compute")
-    if int(attribute(node, "layout", 0)):
-        raise LoweringError(f"{where} has layout=1 (batch first); the training kernels read time first only")
-    if _input(node, lens) is not None:
-        raise LoweringError(f"{where} has sequence lengths, which ONNX Runtime's training kernels refuse "
-                            "(\"Varying sequence lengths is not supported yet\")")
-    return int(hidden)
+DIRECTIONS = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}
 
 
 def _input(node: onnx.NodeProto, index: int) -> Optional[str]:
@@ -97,6 +77,9 @@ def _output(node: onnx.NodeProto, index: int) -> str:
 
 
 # --- small forms ---------------------------------------------------------------------------------------------
+END = 2 ** 62  # a Slice's end past any axis
+
+
 def _ints(emit: Emitter, *values: int) -> str:
     return emit.const(np.array(values, np.int64))
 
@@ -110,29 +93,11 @@ def _gate(emit: Emitter, x: str, hidden: int, first: int, count: int = 1) -> str
     return _slice(emit, x, first * hidden, (first + count) * hidden, -1)
 
 
-def _one_direction(emit: Emitter, x: str) -> str:
-    """[1, ...] (one direction) as [...]; a weight [1, gates * hidden, n] becomes [gates * hidden, n]."""
-    return emit.squeeze(x, [0])
-
-
-def _zeros_state(emit: Emitter, x: str, hidden: int) -> str:
-    """Zeros [1, batch, hidden] in X's element type: a missing initial state or final-state gradient."""
-    batch = _slice(emit, emit.one("Shape", [x]), 1, 2, 0)
-    shape = emit.one("Concat", [_ints(emit, 1), batch, _ints(emit, hidden)], axis=0)
-    elem = emit.elem_type(x) or TensorProto.FLOAT
-    return emit.one("ConstantOfShape", [shape], value=helper.make_tensor("zero", elem, [1], [0]))
-
-
-def _state(emit: Emitter, node: onnx.NodeProto, index: int, x: str, hidden: int) -> str:
-    """Input ``index`` (an initial state [1, batch, hidden]) or zeros."""
-    given = _input(node, index)
-    return given if given is not None else _zeros_state(emit, x, hidden)
-
-
-def _previous(emit: Emitter, initial: str, every: str) -> str:
-    """The state before each step, [T, batch, hidden]: ``initial`` [1, batch, hidden], then ``every`` [T,
-    batch, hidden] less its last step."""
-    return emit.one("Concat", [initial, _slice(emit, every, 0, -1, 0)], axis=0)
+def _split(emit: Emitter, x: str, sizes: Sequence[int]) -> List[str]:
+    """``x`` cut along its last axis into parts of ``sizes`` (Split's form at the model's opset)."""
+    if emit.opset >= 13:
+        return emit.node("Split", [x, emit.const(np.array(sizes, np.int64))], len(sizes), axis=-1)
+    return emit.node("Split", [x], len(sizes), axis=-1, split=list(sizes))
 
 
 def _sigmoid_slope(emit: Emitter, s: str) -> str:
@@ -161,6 +126,10 @@ def _sum_steps(emit: Emitter, x: str) -> str:
     return emit.reduce("ReduceSum", x, [0, 1], keepdims=False)
 
 
+def _masked(emit: Emitter, x: str, mask: Optional[str]) -> str:
+    return x if mask is None else emit.one("Mul", [x, mask])
+
+
 class _Scan:
     """A ``Scan`` body written with its own emitter (names unique in the whole model): states first, then the
     per-step slices; the body reads the outer graph's values by name."""
@@ -169,7 +138,6 @@ class _Scan:
         self.outer = emit
         self.elem_type = elem_type
         self.body = Emitter(emit.opset, emit.taken, dict(emit.types), f"{emit.label}/{label}")
-        self.label = label
         self.inputs: List[onnx.ValueInfoProto] = []
 
     def value(self, hint: str) -> str:
@@ -192,273 +160,392 @@ class _Scan:
                                scan_output_directions=[int(reverse)] * (len(outputs) - states))
 
 
-def _elem_type(emit: Emitter, x: str) -> int:
-    return emit.elem_type(x) or TensorProto.FLOAT
+class _View:
+    """A node of one of the four operators, seen one direction at a time: the node's values sliced to a
+    direction, the masks its sequence lengths make, and the results of the directions put back together."""
+
+    def __init__(self, node: onnx.NodeProto, emit: Emitter, activations: Sequence[str], lens: int):
+        where = _describe(node)
+        self.node, self.emit, self.x = node, emit, node.input[0]
+        hidden = attribute(node, "hidden_size")
+        if hidden is None or int(hidden) <= 0:
+            raise LoweringError(f"{where} has no positive hidden_size")
+        self.hidden = int(hidden)
+        direction = attribute(node, "direction", "forward")
+        if direction not in DIRECTIONS:
+            raise LoweringError(f"{where} has the unknown direction {direction!r}")
+        self.reversed = DIRECTIONS[direction]
+        given = [a.lower() for a in attribute(node, "activations", []) or []]
+        if given and given != [a.lower() for a in activations] * len(self.reversed):
+            raise LoweringError(f"{where} has the activations {', '.join(given)}: this lowering, as ONNX Runtime's "
+                                f"training kernels, computes {', '.join(activations)} only")
+        if attribute(node, "clip") is not None:
+            raise LoweringError(f"{where} has clip, which ONNX Runtime's training kernels do not compute, nor does "
+                                "this lowering")
+        if int(attribute(node, "input_forget", 0)):
+            raise LoweringError(f"{where} combines the input and forget gates (input_forget=1), which ONNX "
+                                "Runtime's training kernels do not compute, nor does this lowering")
+        if int(attribute(node, "layout", 0)):
+            raise LoweringError(f"{where} has layout=1 (batch first); the training kernels read time first only")
+        self.elem_type = emit.elem_type(self.x) or TensorProto.FLOAT
+        self.lens = _input(node, lens)
+        self._mask: Optional[str] = None
+        self._zeros: Optional[str] = None
+
+    def require(self, *positions: Tuple[int, str]) -> None:
+        for index, name in positions:
+            if _input(self.node, index) is None:
+                raise LoweringError(f"{_describe(self.node)} lacks its input {name} (position {index})")
+
+    def part(self, name: Optional[str], d: int, axis: int = 0) -> Optional[str]:
+        """Direction ``d``'s part of ``name``, the directions' axis ``axis`` removed."""
+        if name is None:
+            return None
+        if len(self.reversed) == 1:
+            return self.emit.squeeze(name, [axis])
+        return self.emit.one("Gather", [name, self.emit.const(np.array(d, np.int64))], axis=axis)
+
+    def input(self, index: int, d: int, axis: int = 0) -> Optional[str]:
+        return self.part(_input(self.node, index), d, axis)
+
+    def zeros(self) -> str:
+        """Zeros [batch, hidden] in X's element type: a missing initial state or final state's gradient."""
+        if self._zeros is None:
+            emit = self.emit
+            batch = _slice(emit, emit.one("Shape", [self.x]), 1, 2, 0)
+            shape = emit.one("Concat", [batch, _ints(emit, self.hidden)], axis=0)
+            self._zeros = emit.one("ConstantOfShape", [shape],
+                                   value=helper.make_tensor("zero", self.elem_type, [1], [0]))
+        return self._zeros
+
+    def state(self, index: int, d: int) -> str:
+        """Input ``index`` (an initial state or a final state's gradient) of direction ``d``, [batch, hidden],
+        or zeros."""
+        return self.input(index, d) or self.zeros()
+
+    def mask(self) -> Optional[str]:
+        """[T, batch, 1]: 1 for the steps within each sequence, 0 past its length; None without lengths."""
+        if self.lens is not None and self._mask is None:
+            emit = self.emit
+            steps = emit.squeeze(_slice(emit, emit.one("Shape", [self.x]), 0, 1, 0), [0])
+            times = emit.one("Range", [emit.const(np.array(0, np.int64)), steps, emit.const(np.array(1, np.int64))])
+            lens = emit.unsqueeze(emit.one("Cast", [self.lens], to=TensorProto.INT64), [0])
+            within = emit.one("Less", [emit.unsqueeze(times, [1]), lens])
+            self._mask = emit.unsqueeze(emit.one("Cast", [within], to=self.elem_type), [2])
+        return self._mask
+
+    def keep(self) -> Optional[str]:
+        """1 - mask: the steps past each sequence's end, where the state passes unchanged."""
+        mask = self.mask()
+        return None if mask is None else self.emit.one("Sub", [self.emit.const_like(1.0, mask), mask])
+
+    def previous(self, initial: str, every: str, d: int) -> str:
+        """The state before each step of direction ``d`` [T, batch, hidden], from its ``initial`` state
+        [batch, hidden] and the states after each step ``every`` [T, batch, hidden] (0 past each sequence's
+        end): the step before in a forward direction; in a reverse one the step after, or the initial state
+        where that step is past the sequence's end (the state waits there)."""
+        emit = self.emit
+        first = emit.unsqueeze(initial, [0])
+        if not self.reversed[d]:
+            return emit.one("Concat", [first, _slice(emit, every, 0, -1, 0)], axis=0)
+        after = emit.one("Concat", [_slice(emit, every, 1, END, 0), first], axis=0)
+        keep = self.keep()
+        if keep is None:
+            return after
+        nothing = emit.one("Mul", [_slice(emit, keep, 0, 1, 0), emit.const_like(0.0, keep)])
+        waiting = emit.one("Concat", [_slice(emit, keep, 1, END, 0), nothing], axis=0)
+        return emit.one("Add", [after, emit.one("Mul", [waiting, first])])
+
+    def grad_y(self, index: int, d: int) -> Optional[str]:
+        """Direction ``d``'s part of the gradient of Y (input ``index``), [T, batch, hidden], 0 past each
+        sequence's end (Y is 0 there whatever the recurrence computes)."""
+        part = self.input(index, d, axis=1)
+        return None if part is None else _masked(self.emit, part, self.mask())
+
+    def put_together(self, parts: Sequence[str], axis: int, output: str) -> None:
+        """The directions' ``parts`` stacked along a new ``axis`` into ``output`` (if it is wanted)."""
+        if not output:
+            return
+        if len(parts) == 1:
+            self.emit.unsqueeze(parts[0], [axis], output)
+        else:
+            self.emit.one("Concat", [self.emit.unsqueeze(p, [axis]) for p in parts], output, axis=axis)
+
+    def summed(self, parts: Sequence[str], output: str) -> None:
+        """The directions' ``parts`` added into ``output`` (if it is wanted)."""
+        if output:
+            self.emit.one("Sum" if len(parts) > 1 else "Identity", list(parts), output)
 
 
 # --- LSTM ------------------------------------------------------------------------------------------------------
-def _split(emit: Emitter, x: str, sizes: Sequence[int]) -> List[str]:
-    """``x`` cut along its last axis into parts of ``sizes`` (Split's form at the model's opset)."""
-    if emit.opset >= 13:
-        return emit.node("Split", [x, emit.const(np.array(sizes, np.int64))], len(sizes), axis=-1)
-    return emit.node("Split", [x], len(sizes), axis=-1, split=list(sizes))
+LSTM_ACTIVATIONS = ("sigmoid", "tanh", "tanh")
+GRU_ACTIVATIONS = ("sigmoid", "tanh")
 
 
 @lowers("LSTMTraining")
 def lstm_training(node: onnx.NodeProto, emit: Emitter) -> None:
-    """LSTMTraining as one forward Scan (the whole cell per step), X·Wᵀ for all steps before it; the Scan's
-    per-step values are the cell states and the gate values its gradient reads."""
-    hidden = _check_attributes(node, ("sigmoid", "tanh", "tanh"))
-    x, w, r = node.input[X], node.input[W], node.input[R]
-    bias, peephole = _input(node, B), _input(node, P)
-    from_x = _times_weight(emit, x, _one_direction(emit, w))
-    if bias is not None:
-        flat = _one_direction(emit, bias)
-        both_biases = emit.one("Add", [_gate(emit, flat, hidden, 0, 4), _gate(emit, flat, hidden, 4, 4)])
-        from_x = emit.one("Add", [from_x, both_biases])
-    r_t = emit.one("Transpose", [_one_direction(emit, r)], perm=[1, 0])
-    h0 = emit.squeeze(_state(emit, node, H0, x, hidden), [0])
-    c0 = emit.squeeze(_state(emit, node, C0, x, hidden), [0])
-    scan = _Scan(emit, _elem_type(emit, x), "lstm_forward")
+    """LSTMTraining as one Scan per direction (the whole cell per step), X·Wᵀ for all steps before it; the
+    Scan's per-step values are Y, the cell states and the gate values the gradient reads."""
+    view = _View(node, emit, LSTM_ACTIVATIONS, SEQUENCE_LENS)
+    hidden, mask = view.hidden, view.mask()
+    found: Dict[str, List[str]] = {k: [] for k in ("y", "final_h", "final_c", "all_c", "iofc")}
+    for d, reverse in enumerate(view.reversed):
+        w, r, bias, peephole = (view.input(i, d) for i in (W, R, B, P))
+        assert w is not None and r is not None
+        from_x = _times_weight(emit, view.x, w)
+        if bias is not None:
+            w_bias, r_bias = _split(emit, bias, [4 * hidden, 4 * hidden])
+            from_x = emit.one("Add", [from_x, emit.one("Add", [w_bias, r_bias])])
+        r_t = emit.one("Transpose", [r], perm=[1, 0])
+        scan = _Scan(emit, view.elem_type, f"lstm_forward{d}")
+        step = scan.body
+        h, c, x_t = scan.value("h"), scan.value("c"), scan.value("from_x")
+        pre = step.one("Add", [x_t, step.one("MatMul", [h, r_t])])
+        if peephole is None:
+            pre_iof, pre_c = _split(step, pre, [3 * hidden, hidden])
+            sig = step.one("Sigmoid", [pre_iof])
+            c_gate = step.one("Tanh", [pre_c])
+            i_t, o_t, f_t = _split(step, sig, [hidden] * 3)
+            c_new = step.one("Add", [step.one("Mul", [f_t, c]), step.one("Mul", [i_t, c_gate])])
+            h_new = step.one("Mul", [o_t, step.one("Tanh", [c_new])])
+            per_step = [sig, c_gate]
+        else:
+            p_i, p_o, p_f = _split(emit, peephole, [hidden] * 3)
+            pre_i, pre_o, pre_f, pre_c = _split(step, pre, [hidden] * 4)
+            i_t = step.one("Sigmoid", [step.one("Add", [pre_i, step.one("Mul", [p_i, c])])])
+            f_t = step.one("Sigmoid", [step.one("Add", [pre_f, step.one("Mul", [p_f, c])])])
+            c_gate = step.one("Tanh", [pre_c])
+            c_new = step.one("Add", [step.one("Mul", [f_t, c]), step.one("Mul", [i_t, c_gate])])
+            o_t = step.one("Sigmoid", [step.one("Add", [pre_o, step.one("Mul", [p_o, c_new])])])
+            h_new = step.one("Mul", [o_t, step.one("Tanh", [c_new])])
+            per_step = [step.one("Concat", [i_t, o_t, f_t], axis=-1), c_gate]
+        states, shown = _within(scan, [(h, h_new), (c, c_new)], mask is not None)
+        final_h, final_c, y, all_c, sig_all, c_all = scan.run(
+            [view.state(H0, d), view.state(C0, d)], [from_x] + ([mask] if mask else []), states + shown + per_step,
+            2, reverse)
+        found["y"].append(y)
+        found["final_h"].append(final_h)
+        found["final_c"].append(final_c)
+        found["all_c"].append(all_c)
+        found["iofc"].append(emit.one("Concat", [sig_all, c_all], axis=-1))
+    for key, index, axis in (("y", 0, 1), ("final_h", 1, 0), ("final_c", 2, 0), ("all_c", 3, 1), ("iofc", 4, 1)):
+        view.put_together(found[key], axis, _output(node, index))
+
+
+def _within(scan: _Scan, pairs: Sequence[Tuple[str, str]], masked: bool) -> Tuple[List[str], List[str]]:
+    """The next states and the per-step outputs of a forward Scan from (state, new value) ``pairs``. With
+    sequence lengths (the Scan's last input is the step's mask), a state changes only within its sequence
+    and the outputs are 0 past its end, as the LSTM and GRU operators leave them."""
     step = scan.body
-    h, c, x_t = scan.value("h"), scan.value("c"), scan.value("from_x")
-    pre = step.one("Add", [x_t, step.one("MatMul", [h, r_t])])
-    if peephole is None:
-        pre_iof, pre_c = _split(step, pre, [3 * hidden, hidden])
-        sig = step.one("Sigmoid", [pre_iof])
-        c_gate = step.one("Tanh", [pre_c])
-        i_t, o_t, f_t = _split(step, sig, [hidden] * 3)
-        c_next = step.one("Add", [step.one("Mul", [f_t, c]), step.one("Mul", [i_t, c_gate])])
-        h_next = step.one("Mul", [o_t, step.one("Tanh", [c_next])])
-        per_step = [sig, c_gate]
-    else:
-        p_i, p_o, p_f = _split(emit, _one_direction(emit, peephole), [hidden] * 3)
-        pre_i, pre_o, pre_f, pre_c = _split(step, pre, [hidden] * 4)
-        i_t = step.one("Sigmoid", [step.one("Add", [pre_i, step.one("Mul", [p_i, c])])])
-        f_t = step.one("Sigmoid", [step.one("Add", [pre_f, step.one("Mul", [p_f, c])])])
-        c_gate = step.one("Tanh", [pre_c])
-        c_next = step.one("Add", [step.one("Mul", [f_t, c]), step.one("Mul", [i_t, c_gate])])
-        o_t = step.one("Sigmoid", [step.one("Add", [pre_o, step.one("Mul", [p_o, c_next])])])
-        h_next = step.one("Mul", [o_t, step.one("Tanh", [c_next])])
-        per_step = [step.one("Concat", [i_t, o_t, f_t], axis=-1), c_gate]
-    outputs = [h_next, c_next, step.one("Identity", [h_next]), step.one("Identity", [c_next])] + per_step
-    final_h, final_c, all_h, all_c, sig_all, c_all = scan.run([h0, c0], [from_x], outputs, 2, reverse=False)
-    emit.unsqueeze(all_h, [1], _output(node, 0) or None)
-    if _output(node, 1):
-        emit.unsqueeze(final_h, [0], _output(node, 1))
-    if _output(node, 2):
-        emit.unsqueeze(final_c, [0], _output(node, 2))
-    if _output(node, 3):
-        emit.unsqueeze(all_c, [1], _output(node, 3))
-    if _output(node, 4):
-        emit.unsqueeze(emit.one("Concat", [sig_all, c_all], axis=-1), [1], _output(node, 4))
+    if not masked:
+        return [new for _, new in pairs], [step.one("Identity", [new]) for _, new in pairs]
+    mask = scan.value("mask")
+    states = [step.one("Add", [old, step.one("Mul", [mask, step.one("Sub", [new, old])])]) for old, new in pairs]
+    return states, [step.one("Mul", [new, mask]) for _, new in pairs]
 
 
 @lowers("LSTMGrad")
 def lstm_grad(node: onnx.NodeProto, emit: Emitter) -> None:
     """The gradients of an LSTMTraining node's inputs, as its kernel computes them."""
-    hidden = _check_attributes(node, ("sigmoid", "tanh", "tanh"), lens=3)
-    where = _describe(node)
-    for index in (0, 1, 2, 6, 7, 8):
-        if _input(node, index) is None:
-            raise LoweringError(f"{where} lacks its input {LSTM_GRAD_INPUTS[index]} (position {index})")
+    view = _View(node, emit, LSTM_ACTIVATIONS, 3)
+    view.require(*((i, LSTM_GRAD_INPUTS[i]) for i in (0, 1, 2, 6, 7, 8)))
     wanted = [_output(node, i) for i in range(7)]
     if not any(wanted):
         return
-    x, w, r = node.input[0], node.input[1], node.input[2]
-    all_h, all_c, iofc = (emit.squeeze(node.input[i], [1]) for i in (6, 7, 8))
-    h0 = _state(emit, node, 4, x, hidden)
-    c0 = _state(emit, node, 5, x, hidden)
-    # factors of all steps, from the saved values
-    i_gate, o_gate, f_gate, c_gate = _split(emit, iofc, [hidden] * 4)
-    tanh_c = emit.one("Tanh", [all_c])
-    c_prev = _previous(emit, c0, all_c)
-    # dC_t += dH_t·o_t·(1 - tanh²C_t); the gates' gradients: di = dC·c·i', do = dH·tanh(C)·o',
-    # df = dC·C_{t-1}·f', dc = dC·i·(1 - c²). The activations' slopes from their values in one pass over iofc:
-    # (1 - g)·(g + shift), with shift 0 for the sigmoids (g·(1 - g)) and 1 for the tanh ((1 - c)·(1 + c))
-    shift = np.concatenate([np.zeros(3 * hidden), np.ones(hidden)]).astype(emit.dtype(x) or np.float32)
-    one = emit.const_like(1.0, c_gate)
-    slopes = emit.one("Mul", [emit.one("Sub", [one, iofc]), emit.one("Add", [iofc, emit.const(shift)])])
-    from_h = emit.one("Mul", [o_gate, _tanh_slope(emit, tanh_c)])
-    factors = emit.one("Mul", [emit.one("Concat", [c_gate, tanh_c, c_prev, i_gate], axis=-1), slopes])
-    recurrent = _one_direction(emit, r)  # [4H, H]: dH_{t-1} = da_t · R
-    elem = _elem_type(emit, x)
+    hidden, x = view.hidden, view.x
+    mask, keep = view.mask(), view.keep()
+    found: Dict[int, List[str]] = {i: [] for i in range(7)}
+    for d, reverse in enumerate(view.reversed):
+        all_h, all_c, iofc = (view.input(i, d, axis=1) for i in (6, 7, 8))
+        w, r = view.input(1, d), view.input(2, d)
+        assert all_h is not None and all_c is not None and iofc is not None and w is not None and r is not None
+        c0 = view.state(5, d)
+        # factors of all steps, from the saved values
+        i_gate, o_gate, f_gate, c_gate = _split(emit, iofc, [hidden] * 4)
+        tanh_c = emit.one("Tanh", [all_c])
+        c_prev = view.previous(c0, all_c, d)
+        # dC_t += dH_t·o_t·(1 - tanh²C_t); the gates' gradients: di = dC·c·i', do = dH·tanh(C)·o',
+        # df = dC·C_{t-1}·f', dc = dC·i·(1 - c²). The activations' slopes from their values in one pass over
+        # iofc: (1 - g)·(g + shift), shift 0 for the sigmoids (g·(1 - g)), 1 for the tanh ((1 - c)·(1 + c))
+        shift = np.concatenate([np.zeros(3 * hidden), np.ones(hidden)]).astype(emit.dtype(x) or np.float32)
+        slopes = emit.one("Mul", [emit.one("Sub", [emit.const_like(1.0, iofc), iofc]),
+                                  emit.one("Add", [iofc, emit.const(shift)])])
+        from_h = _masked(emit, emit.one("Mul", [o_gate, _tanh_slope(emit, tanh_c)]), mask)
+        factors = _masked(emit, emit.one("Mul", [emit.one("Concat", [c_gate, tanh_c, c_prev, i_gate], axis=-1),
+                                                 slopes]), mask)
+        # past a sequence's end the states pass unchanged: dC_{t-1} = dC·f there, with f 1 past the end
+        forget = f_gate if keep is None else emit.one("Add", [_masked(emit, f_gate, mask), keep])
 
-    scan = _Scan(emit, elem, "lstm_backward")
-    step = scan.body
-    carry_h, carry_c = scan.value("dh"), scan.value("dc")
-    scanned, grad_y = [], _input(node, 9)
-    if grad_y is not None:
-        scanned.append(emit.squeeze(grad_y, [1]))
-        d_h = step.one("Add", [carry_h, scan.value("dy")])
-    else:
-        d_h = carry_h
-    scanned += [from_h, factors, f_gate]
-    from_h_t, factors_t, f_t = scan.value("from_h"), scan.value("factors"), scan.value("f")
-    d_c = step.one("Add", [carry_c, step.one("Mul", [d_h, from_h_t])])
-    d_a = step.one("Mul", [step.one("Concat", [d_c, d_h, d_c, d_c], axis=-1), factors_t])
-    next_h = step.one("MatMul", [d_a, recurrent])
-    next_c = step.one("Mul", [d_c, f_t])
-    initial_h = emit.squeeze(_input(node, 10) or _zeros_state(emit, x, hidden), [0])
-    initial_c = emit.squeeze(_input(node, 11) or _zeros_state(emit, x, hidden), [0])
-    first_h, first_c, grad_a = scan.run([initial_h, initial_c], scanned, [next_h, next_c, d_a], 2, reverse=True)
-
-    if wanted[0]:
-        emit.one("MatMul", [grad_a, _one_direction(emit, w)], wanted[0])
-    if wanted[1]:
-        emit.unsqueeze(_weight_grad(emit, grad_a, x), [0], wanted[1])
-    if wanted[2]:
-        emit.unsqueeze(_weight_grad(emit, grad_a, _previous(emit, h0, all_h)), [0], wanted[2])
-    if wanted[3]:
-        total = _sum_steps(emit, grad_a)
-        emit.unsqueeze(emit.one("Concat", [total, total], axis=0), [0], wanted[3])
-    if wanted[4]:
-        emit.unsqueeze(first_h, [0], wanted[4])
-    if wanted[5]:
-        emit.unsqueeze(first_c, [0], wanted[5])
-    if wanted[6]:
-        # dP_i = Σ di·C_{t-1}, dP_o = Σ do·C_t, dP_f = Σ df·C_{t-1}
-        states = emit.one("Concat", [c_prev, all_c, c_prev], axis=-1)
-        emit.unsqueeze(_sum_steps(emit, emit.one("Mul", [_gate(emit, grad_a, hidden, 0, 3), states])), [0], wanted[6])
+        scan = _Scan(emit, view.elem_type, f"lstm_backward{d}")
+        step = scan.body
+        carry_h, carry_c = scan.value("dh"), scan.value("dc")
+        grad_y = view.grad_y(9, d)
+        scanned = [] if grad_y is None else [grad_y]
+        d_h = carry_h if grad_y is None else step.one("Add", [carry_h, scan.value("dy")])
+        scanned += [from_h, factors, forget]
+        from_h_t, factors_t, f_t = scan.value("from_h"), scan.value("factors"), scan.value("f")
+        d_c = step.one("Add", [carry_c, step.one("Mul", [d_h, from_h_t])])
+        d_a = step.one("Mul", [step.one("Concat", [d_c, d_h, d_c, d_c], axis=-1), factors_t])
+        next_h = step.one("MatMul", [d_a, r])  # dH_{t-1} = da_t · R, R [4H, H]
+        if keep is not None:
+            scanned.append(keep)
+            next_h = step.one("Add", [next_h, step.one("Mul", [d_h, scan.value("keep")])])
+        next_c = step.one("Mul", [d_c, f_t])
+        first_h, first_c, grad_a = scan.run([view.state(10, d), view.state(11, d)], scanned,
+                                            [next_h, next_c, d_a], 2, reverse=not reverse)
+        if wanted[0]:
+            found[0].append(emit.one("MatMul", [grad_a, w]))
+        if wanted[1]:
+            found[1].append(_weight_grad(emit, grad_a, x))
+        if wanted[2]:
+            found[2].append(_weight_grad(emit, grad_a, view.previous(view.state(4, d), all_h, d)))
+        if wanted[3]:
+            total = _sum_steps(emit, grad_a)
+            found[3].append(emit.one("Concat", [total, total], axis=0))
+        found[4].append(first_h)
+        found[5].append(first_c)
+        if wanted[6]:
+            # dP_i = Σ di·C_{t-1}, dP_o = Σ do·C_t, dP_f = Σ df·C_{t-1}
+            states = emit.one("Concat", [c_prev, all_c, c_prev], axis=-1)
+            found[6].append(_sum_steps(emit, emit.one("Mul", [_gate(emit, grad_a, hidden, 0, 3), states])))
+    view.summed(found[0], wanted[0])
+    for i in range(1, 7):
+        view.put_together(found[i], 0, wanted[i])
 
 
 # --- GRU -------------------------------------------------------------------------------------------------------
 @lowers("GRUTraining")
 def gru_training(node: onnx.NodeProto, emit: Emitter) -> None:
-    """GRUTraining as one forward Scan, X·Wᵀ for all steps before it; the Scan's per-step values are the
-    gate values its gradient reads."""
-    hidden = _check_attributes(node, ("sigmoid", "tanh"))
+    """GRUTraining as one Scan per direction, X·Wᵀ for all steps before it; the Scan's per-step values are Y
+    and the gate values the gradient reads."""
+    view = _View(node, emit, GRU_ACTIVATIONS, SEQUENCE_LENS)
+    hidden, mask = view.hidden, view.mask()
     lbr = int(attribute(node, "linear_before_reset", 0))
-    x, w, r = node.input[X], node.input[W], node.input[R]
-    bias = _input(node, B)
-    from_x = _times_weight(emit, x, _one_direction(emit, w))
-    r2 = _one_direction(emit, r)
-    r_zr = emit.one("Transpose", [_slice(emit, r2, 0, 2 * hidden, 0)], perm=[1, 0])
-    r_h = emit.one("Transpose", [_slice(emit, r2, 2 * hidden, 3 * hidden, 0)], perm=[1, 0])
-    x_zr, x_h = _split(emit, from_x, [2 * hidden, hidden])
-    r_bias_h = None
-    if bias is not None:
-        w_bz, w_bh, r_bz, r_bh = _split(emit, _one_direction(emit, bias), [2 * hidden, hidden, 2 * hidden, hidden])
-        x_zr = emit.one("Add", [x_zr, emit.one("Add", [w_bz, r_bz])])
-        if lbr:  # Rbh is inside the reset gate's product: it stays in the step
-            x_h, r_bias_h = emit.one("Add", [x_h, w_bh]), r_bh
+    found: Dict[str, List[str]] = {k: [] for k in ("y", "final_h", "zrh")}
+    for d, reverse in enumerate(view.reversed):
+        w, r, bias = (view.input(i, d) for i in (W, R, B))
+        assert w is not None and r is not None
+        from_x = _times_weight(emit, view.x, w)
+        r_zr = emit.one("Transpose", [_slice(emit, r, 0, 2 * hidden, 0)], perm=[1, 0])
+        r_h = emit.one("Transpose", [_slice(emit, r, 2 * hidden, 3 * hidden, 0)], perm=[1, 0])
+        x_zr, x_h = _split(emit, from_x, [2 * hidden, hidden])
+        r_bias_h = None
+        if bias is not None:
+            w_bz, w_bh, r_bz, r_bh = _split(emit, bias, [2 * hidden, hidden, 2 * hidden, hidden])
+            x_zr = emit.one("Add", [x_zr, emit.one("Add", [w_bz, r_bz])])
+            if lbr:  # Rbh is inside the reset gate's product: it stays in the step
+                x_h, r_bias_h = emit.one("Add", [x_h, w_bh]), r_bh
+            else:
+                x_h = emit.one("Add", [x_h, emit.one("Add", [w_bh, r_bh])])
+        scan = _Scan(emit, view.elem_type, f"gru_forward{d}")
+        step = scan.body
+        h, x_zr_t, x_h_t = scan.value("h"), scan.value("from_x_zr"), scan.value("from_x_h")
+        zr = step.one("Sigmoid", [step.one("Add", [x_zr_t, step.one("MatMul", [h, r_zr])])])
+        z_t, r_t = _split(step, zr, [hidden, hidden])
+        if lbr:
+            recurrent = step.one("MatMul", [h, r_h])
+            if r_bias_h is not None:
+                recurrent = step.one("Add", [recurrent, r_bias_h])
+            h_pre = step.one("Add", [x_h_t, step.one("Mul", [r_t, recurrent])])
         else:
-            x_h = emit.one("Add", [x_h, emit.one("Add", [w_bh, r_bh])])
-    h0 = emit.squeeze(_state(emit, node, H0, x, hidden), [0])
-    scan = _Scan(emit, _elem_type(emit, x), "gru_forward")
-    step = scan.body
-    h, x_zr_t, x_h_t = scan.value("h"), scan.value("from_x_zr"), scan.value("from_x_h")
-    zr = step.one("Sigmoid", [step.one("Add", [x_zr_t, step.one("MatMul", [h, r_zr])])])
-    z_t, r_t = _split(step, zr, [hidden, hidden])
-    if lbr:
-        recurrent = step.one("MatMul", [h, r_h])
-        if r_bias_h is not None:
-            recurrent = step.one("Add", [recurrent, r_bias_h])
-        h_pre = step.one("Add", [x_h_t, step.one("Mul", [r_t, recurrent])])
-    else:
-        h_pre = step.one("Add", [x_h_t, step.one("MatMul", [step.one("Mul", [r_t, h]), r_h])])
-    h_gate = step.one("Tanh", [h_pre])
-    h_next = step.one("Add", [h_gate, step.one("Mul", [z_t, step.one("Sub", [h, h_gate])])])
-    outputs = [h_next, step.one("Identity", [h_next]), zr, h_gate]
-    final_h, all_h, zr_all, h_all = scan.run([h0], [x_zr, x_h], outputs, 1, reverse=False)
-    emit.unsqueeze(all_h, [1], _output(node, 0) or None)
-    if _output(node, 1):
-        emit.unsqueeze(final_h, [0], _output(node, 1))
-    if _output(node, 2):
-        emit.unsqueeze(emit.one("Concat", [zr_all, h_all], axis=-1), [1], _output(node, 2))
+            h_pre = step.one("Add", [x_h_t, step.one("MatMul", [step.one("Mul", [r_t, h]), r_h])])
+        h_gate = step.one("Tanh", [h_pre])
+        h_new = step.one("Add", [h_gate, step.one("Mul", [z_t, step.one("Sub", [h, h_gate])])])
+        states, shown = _within(scan, [(h, h_new)], mask is not None)
+        final_h, y, zr_all, h_all = scan.run([view.state(H0, d)], [x_zr, x_h] + ([mask] if mask else []),
+                                             states + shown + [zr, h_gate], 1, reverse)
+        found["y"].append(y)
+        found["final_h"].append(final_h)
+        found["zrh"].append(emit.one("Concat", [zr_all, h_all], axis=-1))
+    for key, index, axis in (("y", 0, 1), ("final_h", 1, 0), ("zrh", 2, 1)):
+        view.put_together(found[key], axis, _output(node, index))
 
 
 @lowers("GRUGrad")
 def gru_grad(node: onnx.NodeProto, emit: Emitter) -> None:
     """The gradients of a GRUTraining node's inputs, as its kernel computes them."""
-    hidden = _check_attributes(node, ("sigmoid", "tanh"))
-    where = _describe(node)
-    for index in (0, 1, 2, 6, 7):
-        if _input(node, index) is None:
-            raise LoweringError(f"{where} lacks its input {GRU_GRAD_INPUTS[index]} (position {index})")
+    view = _View(node, emit, GRU_ACTIVATIONS, SEQUENCE_LENS)
+    view.require(*((i, GRU_GRAD_INPUTS[i]) for i in (0, 1, 2, 6, 7)))
     wanted = [_output(node, i) for i in range(5)]
     if not any(wanted):
         return
+    hidden, x = view.hidden, view.x
+    mask, keep = view.mask(), view.keep()
     lbr = int(attribute(node, "linear_before_reset", 0))
-    x, w, r = node.input[0], node.input[1], node.input[2]
-    bias = _input(node, 3)
-    all_h, zrh = emit.squeeze(node.input[6], [1]), emit.squeeze(node.input[7], [1])
-    h_prev = _previous(emit, _state(emit, node, 5, x, hidden), all_h)
-    z, reset, h_gate = (_gate(emit, zrh, hidden, k) for k in range(3))
-    r2 = _one_direction(emit, r)
-    # H_t = (1 - z)·h + z·H_{t-1}: dz = dH·(H_{t-1} - h)·z', dh = dH·(1 - z)·(1 - h²)
-    from_z = emit.one("Mul", [emit.one("Sub", [h_prev, h_gate]), _sigmoid_slope(emit, z)])
-    from_h = emit.one("Mul", [emit.one("Sub", [emit.const_like(1.0, z), z]), _tanh_slope(emit, h_gate)])
-    reset_slope = _sigmoid_slope(emit, reset)
-    elem = _elem_type(emit, x)
-    scan = _Scan(emit, elem, "gru_backward")
-    step = scan.body
-    carry = scan.value("dh")
-    scanned, grad_y = [], _input(node, 8)
-    if grad_y is not None:
-        scanned.append(emit.squeeze(grad_y, [1]))
-        d_h = step.one("Add", [carry, scan.value("dy")])
-    else:
-        d_h = carry
-    if lbr:
-        # dr = dh_a·(H_{t-1}·Rhᵀ + Rbh), known for all steps: every gate gradient is dH times a factor, and
-        # dH_{t-1} = dH·z + [dz, dr, dh·r]·R
-        recurrent = _times_weight(emit, h_prev, _slice(emit, r2, 2 * hidden, 3 * hidden, 0))
-        if bias is not None:
-            recurrent = emit.one("Add", [recurrent, _gate(emit, _one_direction(emit, bias), hidden, 5)])
-        from_r = emit.one("Mul", [from_h, emit.one("Mul", [recurrent, reset_slope])])
-        back = emit.one("Concat", [from_z, from_r, emit.one("Mul", [from_h, reset])], axis=-1)
-        scanned += [back, z]
-        back_t, z_t = scan.value("back"), scan.value("z")
-        through = step.one("MatMul", [step.one("Mul", [step.one("Concat", [d_h, d_h, d_h], axis=-1), back_t]), r2])
-        next_h = step.one("Add", [step.one("Mul", [d_h, z_t]), through])
-        d_out = step.one("Identity", [d_h])
-        first, grad_hidden = scan.run([_zeros_or_final(emit, node, x, hidden)], scanned, [next_h, d_out], 1,
-                                      reverse=True)
-        grads = emit.one("Concat", [grad_hidden, grad_hidden, grad_hidden], axis=-1)
-        grad_a = emit.one("Mul", [grads, emit.one("Concat", [from_z, from_r, from_h], axis=-1)])
-        grad_recurrent = emit.one("Mul", [grads, back])  # [dz, dr, dh·r]: what R and Rb see
-    else:
-        # dr = (dh_a·Rh)·H_{t-1}·r': a product with Rh inside the step, before the one into H_{t-1}
-        r_h = _slice(emit, r2, 2 * hidden, 3 * hidden, 0)
-        r_zr = _slice(emit, r2, 0, 2 * hidden, 0)
-        from_r = emit.one("Mul", [h_prev, reset_slope])
-        scanned += [from_h, emit.one("Concat", [from_z, from_r], axis=-1), emit.one("Concat", [z, reset], axis=-1)]
-        from_h_t, zr_factor_t, zr_t = scan.value("from_h"), scan.value("zr_factor"), scan.value("zr")
-        through_h = step.one("MatMul", [step.one("Mul", [d_h, from_h_t]), r_h])  # (dh_a·Rh)
-        both = step.one("Concat", [d_h, through_h], axis=-1)
-        through_zr = step.one("MatMul", [step.one("Mul", [both, zr_factor_t]), r_zr])
-        gated = step.one("Mul", [both, zr_t])  # [dH·z, (dh_a·Rh)·r]
-        direct = step.one("Add", [_gate(step, gated, hidden, 0), _gate(step, gated, hidden, 1)])
-        next_h = step.one("Add", [through_zr, direct])
-        d_out, h_out = step.one("Identity", [d_h]), step.one("Identity", [through_h])
-        first, grad_hidden, grad_through = scan.run([_zeros_or_final(emit, node, x, hidden)], scanned,
-                                                    [next_h, d_out, h_out], 1, reverse=True)
-        grad_z = emit.one("Mul", [grad_hidden, from_z])
-        grad_r = emit.one("Mul", [grad_through, from_r])
-        grad_h = emit.one("Mul", [grad_hidden, from_h])
-        grad_a = emit.one("Concat", [grad_z, grad_r, grad_h], axis=-1)
-        grad_recurrent = grad_a
-
-    if wanted[0]:
-        emit.one("MatMul", [grad_a, _one_direction(emit, w)], wanted[0])
-    if wanted[1]:
-        emit.unsqueeze(_weight_grad(emit, grad_a, x), [0], wanted[1])
-    if wanted[2]:
+    found: Dict[int, List[str]] = {i: [] for i in range(5)}
+    for d, reverse in enumerate(view.reversed):
+        all_h, zrh = view.input(6, d, axis=1), view.input(7, d, axis=1)
+        w, r, bias = view.input(1, d), view.input(2, d), view.input(3, d)
+        assert all_h is not None and zrh is not None and w is not None and r is not None
+        h_prev = view.previous(view.state(5, d), all_h, d)
+        z, reset, h_gate = _split(emit, zrh, [hidden] * 3)
+        # H_t = (1 - z)·h + z·H_{t-1}: dz = dH·(H_{t-1} - h)·z', dh = dH·(1 - z)·(1 - h²), both 0 past the
+        # end; there dH_{t-1} = dH, as if z were 1
+        from_z = _masked(emit, emit.one("Mul", [emit.one("Sub", [h_prev, h_gate]), _sigmoid_slope(emit, z)]), mask)
+        from_h = _masked(emit, emit.one("Mul", [emit.one("Sub", [emit.const_like(1.0, z), z]),
+                                                _tanh_slope(emit, h_gate)]), mask)
+        passed = z if keep is None else emit.one("Add", [_masked(emit, z, mask), keep])
+        reset_slope = _sigmoid_slope(emit, reset)
+        scan = _Scan(emit, view.elem_type, f"gru_backward{d}")
+        step = scan.body
+        carry = scan.value("dh")
+        grad_y = view.grad_y(8, d)
+        scanned = [] if grad_y is None else [grad_y]
+        d_h = carry if grad_y is None else step.one("Add", [carry, scan.value("dy")])
         if lbr:
-            emit.unsqueeze(_weight_grad(emit, grad_recurrent, h_prev), [0], wanted[2])
+            # dr = dh_a·(H_{t-1}·Rhᵀ + Rbh), known for all steps: every gate gradient is dH times a factor,
+            # and dH_{t-1} = dH·z + [dz, dr, dh·r]·R
+            recurrent = _times_weight(emit, h_prev, _slice(emit, r, 2 * hidden, 3 * hidden, 0))
+            if bias is not None:
+                recurrent = emit.one("Add", [recurrent, _gate(emit, bias, hidden, 5)])
+            from_r = emit.one("Mul", [from_h, emit.one("Mul", [recurrent, reset_slope])])
+            back = emit.one("Concat", [from_z, from_r, emit.one("Mul", [from_h, reset])], axis=-1)
+            scanned += [back, passed]
+            back_t, z_t = scan.value("back"), scan.value("z")
+            spread = step.one("Concat", [d_h, d_h, d_h], axis=-1)
+            through = step.one("MatMul", [step.one("Mul", [spread, back_t]), r])
+            next_h = step.one("Add", [step.one("Mul", [d_h, z_t]), through])
+            first, grad_hidden = scan.run([view.state(9, d)], scanned, [next_h, step.one("Identity", [d_h])], 1,
+                                          reverse=not reverse)
+            grads = emit.one("Concat", [grad_hidden, grad_hidden, grad_hidden], axis=-1)
+            grad_a = emit.one("Mul", [grads, emit.one("Concat", [from_z, from_r, from_h], axis=-1)])
+            grad_recurrent = emit.one("Mul", [grads, back])  # [dz, dr, dh·r]: what R and Rb see
         else:
-            zr_part = _weight_grad(emit, _gate(emit, grad_a, hidden, 0, 2), h_prev)
-            h_part = _weight_grad(emit, _gate(emit, grad_a, hidden, 2), emit.one("Mul", [reset, h_prev]))
-            emit.unsqueeze(emit.one("Concat", [zr_part, h_part], axis=0), [0], wanted[2])
-    if wanted[3]:
-        total = _sum_steps(emit, grad_a)
-        recurrent_total = _sum_steps(emit, grad_recurrent) if lbr else total
-        emit.unsqueeze(emit.one("Concat", [total, recurrent_total], axis=0), [0], wanted[3])
-    if wanted[4]:
-        emit.unsqueeze(first, [0], wanted[4])
-
-
-def _zeros_or_final(emit: Emitter, node: onnx.NodeProto, x: str, hidden: int) -> str:
-    """The gradient of the final hidden state (GRUGrad's input 9) [batch, hidden], or zeros."""
-    return emit.squeeze(_input(node, 9) or _zeros_state(emit, x, hidden), [0])
+            # dr = (dh_a·Rh)·H_{t-1}·r': a product with Rh inside the step, before the one into H_{t-1}
+            r_h, r_zr = _slice(emit, r, 2 * hidden, 3 * hidden, 0), _slice(emit, r, 0, 2 * hidden, 0)
+            from_r = emit.one("Mul", [h_prev, reset_slope])
+            scanned += [from_h, emit.one("Concat", [from_z, from_r], axis=-1),
+                        emit.one("Concat", [passed, reset], axis=-1)]
+            from_h_t, zr_factor_t, zr_t = scan.value("from_h"), scan.value("zr_factor"), scan.value("zr")
+            through_h = step.one("MatMul", [step.one("Mul", [d_h, from_h_t]), r_h])  # (dh_a·Rh)
+            both = step.one("Concat", [d_h, through_h], axis=-1)
+            through_zr = step.one("MatMul", [step.one("Mul", [both, zr_factor_t]), r_zr])
+            gated = step.one("Mul", [both, zr_t])  # [dH·z, (dh_a·Rh)·r]
+            direct = step.one("Add", [_gate(step, gated, hidden, 0), _gate(step, gated, hidden, 1)])
+            next_h = step.one("Add", [through_zr, direct])
+            first, grad_hidden, grad_through = scan.run(
+                [view.state(9, d)], scanned,
+                [next_h, step.one("Identity", [d_h]), step.one("Identity", [through_h])], 1, reverse=not reverse)
+            grad_a = emit.one("Concat", [emit.one("Mul", [grad_hidden, from_z]),
+                                         emit.one("Mul", [grad_through, from_r]),
+                                         emit.one("Mul", [grad_hidden, from_h])], axis=-1)
+            grad_recurrent = grad_a
+        if wanted[0]:
+            found[0].append(emit.one("MatMul", [grad_a, w]))
+        if wanted[1]:
+            found[1].append(_weight_grad(emit, grad_a, x))
+        if wanted[2]:
+            if lbr:
+                found[2].append(_weight_grad(emit, grad_recurrent, h_prev))
+            else:
+                zr_part = _weight_grad(emit, _gate(emit, grad_a, hidden, 0, 2), h_prev)
+                h_part = _weight_grad(emit, _gate(emit, grad_a, hidden, 2), emit.one("Mul", [reset, h_prev]))
+                found[2].append(emit.one("Concat", [zr_part, h_part], axis=0))
+        if wanted[3]:
+            total = _sum_steps(emit, grad_a)
+            recurrent_total = _sum_steps(emit, grad_recurrent) if lbr else total
+            found[3].append(emit.one("Concat", [total, recurrent_total], axis=0))
+        found[4].append(first)
+    view.summed(found[0], wanted[0])
+    for i in range(1, 5):
+        view.put_together(found[i], 0, wanted[i])
