@@ -177,6 +177,13 @@ def run_epochs(session: OrtTrainingSession, data: Dict[str, Arrays], plan: Plan,
     config, step = plan.config, plan.step
     n_train = len(next(iter(data["train"].values())))
     width = len(str(config.epochs))
+    waited = epochs_without_improvement(epochs, before_val_loss)
+    if config.patience and epochs and waited >= config.patience and plan.first_epoch <= config.epochs:
+        # a resumed run that --patience had stopped: it stays stopped unless the patience was raised (--override)
+        print(f"early stop: the run stopped after epoch {epochs[-1]['epoch']}, {waited} epochs without a lower validation "
+              f"loss (--patience {config.patience}); to train further, resume with a higher --patience --override",
+              flush=True)
+        return int(epochs[-1]["epoch"])
     for epoch in range(plan.first_epoch, config.epochs + 1):
         epoch_started = time.monotonic()
         # The order depends on (seed, epoch) only, so a resumed run sees the batches it would have.

@@ -4,6 +4,7 @@ that is no dataset (never "does not exist" for one that does), a model input a s
 ``ort-cffi-predict`` on a model without metadata."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import List
 
@@ -184,11 +185,15 @@ def test_patience_stops_and_exports_the_best_epoch(tmp_path: Path, capsys: pytes
                      "--batch-size", "16", "--out", str(out), "--no-plot"])
     stdout = capsys.readouterr().out
     assert code == 0
-    import json
-
     metrics = json.loads((out / "metrics.json").read_text())
     stopped = metrics["stopped_early"]
     assert stopped is not None and stopped < 40 and len(metrics["epochs"]) == stopped
     assert "early stop: the validation loss has not improved for 2 epochs (--patience 2)" in stdout
     losses = [metrics["before"]["val_loss"]] + [e["val_loss"] for e in metrics["epochs"]]
     assert losses.index(min(losses)) == len(losses) - 3  # the lowest, then two epochs without a lower one
+    # resumed, it stays stopped; a higher patience (--override) trains on
+    code = cli.main(["--out", str(out), "--resume", "--no-plot"])
+    assert code == 0 and f"early stop: the run stopped after epoch {stopped}, 2 epochs without" in capsys.readouterr().out
+    assert len(json.loads((out / "metrics.json").read_text())["epochs"]) == stopped
+    code = cli.main(["--out", str(out), "--resume", "--patience", "3", "--override", "--no-plot"])
+    assert code == 0 and f"epoch {stopped + 1:2d}/40" in capsys.readouterr().out
