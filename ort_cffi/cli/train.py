@@ -139,7 +139,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help="output folder (default: runs/<model or artifacts folder name>)")
     parser.add_argument("--epochs", type=positive_int, metavar="N", help="epochs to train in all (default: 30)")
     parser.add_argument("--batch-size", type=positive_int, metavar="N", help="default: 32")
-    parser.add_argument("--lr", type=positive_float, help="(peak) learning rate (default: 0.01)")
+    parser.add_argument("--lr", type=positive_float,
+                        help="(peak) learning rate (default: by the model: 0.001 when it has attention, layer "
+                        "normalization or a token embedding, as transformers do; else 0.01)")
     parser.add_argument("--schedule", choices=SCHEDULES,
                         help="linear: warm up to --lr, then decay linearly towards 0 at the last step; cosine: warm "
                         "up, then decay along a half cosine; constant: --lr throughout (default: linear)")
