@@ -133,3 +133,15 @@ def test_contrib_trilu(upper, current_runtime):
     feeds = {"x": values((3, 4, 4)), "k": np.array(1, np.int64)}
     check_lowering(one_node_model("Trilu", feeds, [("y", np.float32, (3, 4, 4))], upper=upper), feeds,
                    current_runtime, exact=True)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_reduce_all_l2(count, current_runtime):
+    feeds = {f"x{i}": values((i + 2, 3)) for i in range(count)}
+    check_lowering(one_node_model("ReduceAllL2", feeds, [("norm", np.float32, ())]), feeds, current_runtime)
+
+
+def test_fake_quant_grad(current_runtime):
+    feeds = {"dY": values((3, 4)), "mask": rng.random((3, 4)) > 0.5}
+    check_lowering(one_node_model("FakeQuantGrad", feeds, [("dX", np.float32, (3, 4))]), feeds, current_runtime,
+                   exact=True)

@@ -136,3 +136,41 @@ def test_softmax_cross_entropy_loss_internal(reduction, shapes, current_runtime)
                             ("log_prob", np.float32, logit_shape)],
                            constants={"ignore_index": np.array(0, np.int64)}, reduction=reduction)
     check_lowering(model, feeds, current_runtime)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("shape", [(6, 5), (2, 3, 4)])
+def test_older_softmax_cross_entropy_and_its_gradient(reduction, shape, current_runtime):
+    labels = np.exp(values(shape))
+    labels = (labels / labels.sum(axis=-1, keepdims=True)).astype(np.float32)
+    feeds = {"logits": values(shape, scale=2.0), "labels": labels}
+    check_lowering(one_node_model("SoftmaxCrossEntropy", feeds, [("loss", np.float32, ()),
+                                                                 ("log_prob", np.float32, shape)],
+                                  reduction=reduction), feeds, current_runtime)
+    if reduction != "none":  # the kernel leaves dY unscaled and unset there
+        shifted = feeds["logits"] - feeds["logits"].max(axis=-1, keepdims=True)
+        log_prob = (shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))).astype(np.float32)
+        grads = {"dY": values(()), "log_prob": log_prob, "labels": labels}
+        check_lowering(one_node_model("SoftmaxCrossEntropyGrad", grads, [("d_logits", np.float32, shape)],
+                                      reduction=reduction), grads, current_runtime)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("shape", [(6, 5), (2, 3, 4)])
+def test_sparse_softmax_cross_entropy_and_its_gradient(reduction, weighted, shape, current_runtime):
+    """The oldest pair, in the default domain as ONNX Runtime registers them (version 9)."""
+    labels = rng.integers(0, shape[-1], shape[:-1]).astype(np.int64)
+    feeds = {"logits": values(shape, scale=2.0), "labels": labels}
+    if weighted:
+        feeds["weights"] = np.abs(values(shape[:-1])) + 0.1
+    check_lowering(one_node_model("SparseSoftmaxCrossEntropy", feeds, [("loss", np.float32, ()),
+                                                                       ("log_prob", np.float32, shape)],
+                                  domain="", reduction=reduction), feeds, current_runtime)
+    shifted = feeds["logits"] - feeds["logits"].max(axis=-1, keepdims=True)
+    grads = {"dY": values(()), "log_prob": (shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+                                            ).astype(np.float32), "labels": labels}
+    if weighted:
+        grads["weights"] = feeds["weights"]
+    check_lowering(one_node_model("SparseSoftmaxCrossEntropyGrad", grads, [("d_logits", np.float32, shape)],
+                                  domain="", reduction=reduction), grads, current_runtime)

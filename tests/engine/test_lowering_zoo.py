@@ -37,7 +37,9 @@ OTHER_TRAINING_OPS = frozenset({
     "DropoutGrad", "GatherElementsGrad", "GatherNDGrad", "LeakyReluGrad", "QuickGeluGrad", "SigmoidGrad", "Trilu",
     "AveragePoolGrad", "SoftmaxCrossEntropyLossInternal", "SoftmaxCrossEntropyLossInternalGrad",
     "LogSoftmaxGrad_13", "SplitTraining", "SimplifiedLayerNormalizationGrad", "BiasGeluGrad_dX",
-    "BiasFastGeluGrad_dX", "ReduceSumTraining",
+    "BiasFastGeluGrad_dX", "ReduceSumTraining", "InvertibleLayerNormalizationGrad", "SoftmaxGrad", "LogSoftmaxGrad",
+    "SoftmaxCrossEntropy", "SoftmaxCrossEntropyGrad", "SparseSoftmaxCrossEntropy", "SparseSoftmaxCrossEntropyGrad",
+    "ReduceAllL2", "FakeQuantGrad",
 })
 
 

@@ -71,3 +71,19 @@ def broadcast_gradient_args(node: onnx.NodeProto, emit: Emitter) -> None:
         emit.one("Slice", [ascending, emit.const(np.array([-1], np.int64)), emit.const(np.array([last], np.int64)),
                            emit.const(np.array([0], np.int64)), emit.const(np.array([-1], np.int64))],
                  node.output[output])
+
+
+@lowers("ReduceAllL2")
+def reduce_all_l2(node: onnx.NodeProto, emit: Emitter) -> None:
+    """The L2 norm of all its inputs together: sqrt of the sum of every element's square, a float scalar."""
+    parts = [emit.reduce("ReduceSumSquare", emit.one("Cast", [i], to=onnx.TensorProto.FLOAT), None, keepdims=False)
+             for i in node.input if i]
+    total = parts[0] if len(parts) == 1 else emit.one("Sum", parts)
+    emit.one("Sqrt", [total], node.output[0])
+
+
+@lowers("FakeQuantGrad")
+def fake_quant_grad(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Inputs dY and FakeQuant's gradient mask: dY where the mask is set, else 0."""
+    dy, mask = node.input[0], node.input[1]
+    emit.one("Where", [mask, dy, emit.const_like(0.0, dy)], node.output[0])

@@ -91,3 +91,83 @@ def softmax_cross_entropy_loss_grad(node: onnx.NodeProto, emit: Emitter) -> None
         emit.copy(grad, node.output[0])
     else:
         emit.one("Where", [emit.unsqueeze(kept, [1]), grad, zero], node.output[0])
+
+
+def _rows(emit: Emitter, log_prob: str) -> str:
+    """The count of rows (every axis but the last, the classes') as a float scalar."""
+    count = emit.one("Div", [emit.one("Size", [log_prob]), emit.squeeze(emit.shape_of(log_prob, -1), [0])])
+    return emit.cast_like(count, log_prob)
+
+
+@lowers("SoftmaxCrossEntropy")
+def softmax_cross_entropy(node: onnx.NodeProto, emit: Emitter) -> None:
+    """The older loss over probability labels (inputs logits, labels of the logits' shape; classes on the last
+    axis): log_prob = LogSoftmax, loss = -sum(labels * log_prob) / rows (mean), its negation's sum (sum); with
+    reduction none the kernel returns sum(labels * log_prob) as it is."""
+    logits, labels = node.input[0], node.input[1]
+    reduction = attribute(node, "reduction", "mean")
+    log_prob = emit.one("LogSoftmax", [logits], _out(node, 1), axis=-1)
+    total = emit.reduce("ReduceSum", emit.one("Mul", [labels, log_prob]), None, keepdims=False)
+    if reduction == "mean":
+        emit.one("Div", [total, emit.one("Neg", [_rows(emit, log_prob)])], node.output[0])
+    elif reduction == "sum":
+        emit.one("Neg", [total], node.output[0])
+    else:
+        emit.copy(total, node.output[0])
+
+
+@lowers("SoftmaxCrossEntropyGrad")
+def softmax_cross_entropy_grad(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Inputs dY (a scalar), log_prob, labels: (exp(log_prob) - labels) * dY, over the rows for mean."""
+    dy, log_prob, labels = node.input[0], node.input[1], node.input[2]
+    scaled = dy
+    if attribute(node, "reduction", "mean") == "mean":
+        scaled = emit.one("Div", [dy, _rows(emit, log_prob)])
+    emit.one("Mul", [emit.one("Sub", [emit.one("Exp", [log_prob]), labels]), scaled], node.output[0])
+
+
+@lowers("SparseSoftmaxCrossEntropy")
+def sparse_softmax_cross_entropy(node: onnx.NodeProto, emit: Emitter) -> None:
+    """The older loss over class labels (inputs logits [..., C], labels [...], weights [...] per sample):
+    loss = sum(w * -log_prob[label]), over the weights' sum (mean; the count of samples without weights);
+    reduction none gives the sum, as the kernel does."""
+    logits, labels = node.input[0], node.input[1]
+    weights = _given(node, 2)
+    log_prob = emit.one("LogSoftmax", [logits], _out(node, 1), axis=-1)
+    rank = emit.require_rank(labels, "SparseSoftmaxCrossEntropy's labels")
+    index = emit.unsqueeze(emit.one("Cast", [labels], to=TensorProto.INT64), [rank])
+    picked = emit.squeeze(emit.one("GatherElements", [log_prob, index], axis=rank), [rank])
+    losses = emit.one("Neg", [picked])
+    if weights is not None:
+        losses = emit.one("Mul", [losses, weights])
+    total = emit.reduce("ReduceSum", losses, None, keepdims=False)
+    if attribute(node, "reduction", "mean") != "mean":
+        emit.copy(total, node.output[0])
+    elif weights is not None:
+        emit.one("Div", [total, emit.reduce("ReduceSum", weights, None, keepdims=False)], node.output[0])
+    else:
+        emit.one("Div", [total, emit.cast_like(emit.one("Size", [labels]), total)], node.output[0])
+
+
+@lowers("SparseSoftmaxCrossEntropyGrad")
+def sparse_softmax_cross_entropy_grad(node: onnx.NodeProto, emit: Emitter) -> None:
+    """Inputs dY, log_prob [..., C], labels [...], weights [...]: (exp(log_prob) - onehot(label)) * w * dY,
+    dY over the weights' sum (or the count of samples) for mean."""
+    dy, log_prob, labels = node.input[0], node.input[1], node.input[2]
+    weights = _given(node, 3)
+    classes = emit.shape_of(log_prob, -1)
+    onehot = emit.cast_like(emit.one("OneHot", [emit.one("Cast", [labels], to=TensorProto.INT64), classes,
+                                                emit.const(np.array([0.0, 1.0], np.float32))], axis=-1), log_prob)
+    scaled = dy
+    if attribute(node, "reduction", "mean") == "mean":
+        total = emit.reduce("ReduceSum", weights, None, keepdims=False) if weights is not None else \
+            emit.cast_like(emit.one("Size", [labels]), dy)
+        scaled = emit.one("Div", [dy, total])
+    factor = emit.one("Mul", [weights, scaled]) if weights is not None else scaled
+    if weights is not None:
+        factor = emit.unsqueeze(factor, [-1])
+    emit.one("Mul", [emit.one("Sub", [emit.one("Exp", [log_prob]), onehot]), factor], node.output[0])
+
+
+def _out(node: onnx.NodeProto, index: int) -> Optional[str]:
+    return node.output[index] if len(node.output) > index and node.output[index] else None
