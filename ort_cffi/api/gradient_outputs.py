@@ -55,16 +55,17 @@ def _strings(data: bytes, number: int) -> List[bytes]:
     return [data[p:e] for n, w, _, p, e in _fields(data) if n == number and w == LENGTH_DELIMITED]
 
 
-def _name(data: bytes, number: int) -> str:
-    """The name (field ``number``, a string) of a message: the last one given counts, as in protobuf."""
+def _name(data: bytes, number: int) -> bytes:
+    """The name (field ``number``, a string) of a message, as stored: the last one given counts, as in protobuf."""
     names = _strings(data, number)
-    return names[-1].decode("utf-8") if names else ""
+    return names[-1] if names else b""
 
 
-def _value_names(graph: bytes) -> Set[str]:
-    """Every value name of a graph: its inputs, outputs and value infos (ValueInfoProto.name = 1), its
-    initializers (TensorProto.name = 8), and its nodes' inputs and outputs (NodeProto.input = 1, output = 2)."""
-    names: Set[str] = set()
+def _value_names(graph: bytes) -> Set[bytes]:
+    """Every value name of a graph, as stored (compared as bytes: a name that is not UTF-8 takes no other):
+    its inputs, outputs and value infos (ValueInfoProto.name = 1), its initializers (TensorProto.name = 8),
+    and its nodes' inputs and outputs (NodeProto.input = 1, output = 2)."""
+    names: Set[bytes] = set()
     for number, wire, _, payload, end in _fields(graph):
         if wire != LENGTH_DELIMITED:
             continue
@@ -74,8 +75,8 @@ def _value_names(graph: bytes) -> Set[str]:
             names.add(_name(graph[payload:end], 8))
         elif number == 1:
             node = graph[payload:end]
-            names.update(name.decode("utf-8") for name in _strings(node, 1) + _strings(node, 2))
-    names.discard("")
+            names.update(_strings(node, 1) + _strings(node, 2))
+    names.discard(b"")
     return names
 
 
@@ -95,9 +96,9 @@ def _elem_type_only(elem_type: int) -> bytes:
     return length_delimited(1, encode_varint(1 << 3) + encode_varint(elem_type))  # TypeProto.tensor_type.elem_type
 
 
-def _input_types(graph: bytes) -> Dict[str, bytes]:
-    """Name → TypeProto (ValueInfoProto.type = 2, as stored) of each graph input (GraphProto.input = 11)."""
-    found: Dict[str, bytes] = {}
+def _input_types(graph: bytes) -> Dict[bytes, bytes]:
+    """Name → TypeProto (ValueInfoProto.type = 2), both as stored, of each graph input (GraphProto.input = 11)."""
+    found: Dict[bytes, bytes] = {}
     for number, wire, _, payload, end in _fields(graph):
         if number == 11 and wire == LENGTH_DELIMITED:
             value = graph[payload:end]
@@ -120,7 +121,7 @@ def with_gradient_outputs(model: bytes, elem_types: Dict[str, int]) -> Tuple[byt
     except Malformed as exc:
         raise GradientsUnreadable(f"the training model is not a protobuf message this reader can follow ({exc})") from None
     except UnicodeDecodeError:
-        raise GradientsUnreadable("a name in the training model is not UTF-8") from None
+        raise GradientsUnreadable("the name of a parameter it accumulates is not UTF-8") from None
 
 
 def _edit(model: bytes, elem_types: Dict[str, int]) -> Tuple[bytes, Dict[str, str]]:
@@ -139,7 +140,8 @@ def _edit(model: bytes, elem_types: Dict[str, int]) -> Tuple[bytes, Dict[str, st
         field = graph[start:end]
         if number == 5 and wire == LENGTH_DELIMITED and _has_external_data(graph[payload:end]):
             # its data lies beside the original file, not beside the edited copy
-            raise GradientsUnreadable(f"its initializer {_name(graph[payload:end], 8)!r} keeps its data in another file")
+            stored = _name(graph[payload:end], 8).decode("utf-8", errors="replace")
+            raise GradientsUnreadable(f"its initializer {stored!r} keeps its data in another file")
         if number == 1 and wire == LENGTH_DELIMITED:
             node = graph[payload:end]
             if _strings(node, 4) != [_ACCUMULATOR]:
@@ -150,7 +152,7 @@ def _edit(model: bytes, elem_types: Dict[str, int]) -> Tuple[bytes, Dict[str, st
             if len(node_outputs) == 1 and inputs and inputs[0].endswith(_BUFFER_SUFFIX.encode()):
                 parameter = inputs[0][: -len(_BUFFER_SUFFIX)].decode("utf-8")
                 name = parameter + GRADIENT_OUTPUT_SUFFIX
-                if name in taken:
+                if name.encode() in taken:
                     raise GradientsUnreadable(f"the name {name!r} ort_cffi would give its gradient output is taken")
                 if parameter in outputs:
                     raise GradientsUnreadable(f"two accumulator nodes write the gradient buffer of {parameter!r}")
@@ -163,7 +165,7 @@ def _edit(model: bytes, elem_types: Dict[str, int]) -> Tuple[bytes, Dict[str, st
             f"none of its {accumulators} InPlaceAccumulatorV2 nodes is ONNX Runtime's form (one output, a first input "
             f"named '<parameter>{_BUFFER_SUFFIX}')")
     # each output is typed as its buffer is (the parameter's element type and shape), where the graph says
-    pieces.extend(length_delimited(12, _tensor_output(name, input_types.get(parameter + _BUFFER_SUFFIX)
+    pieces.extend(length_delimited(12, _tensor_output(name, input_types.get((parameter + _BUFFER_SUFFIX).encode())
                                                       or _elem_type_only(elem_types.get(parameter, 1))))
                   for parameter, name in outputs.items())
     new_graph = b"".join(pieces)

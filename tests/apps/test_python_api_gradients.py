@@ -159,6 +159,15 @@ def test_names_beyond_ascii_are_read_as_names() -> None:
     assert onnx.load_from_string(edited).graph.output[-1].name == "poids_é_重み" + GRADIENT_OUTPUT_SUFFIX
 
 
+def test_a_name_that_is_not_utf8_elsewhere_leaves_the_gradients_readable() -> None:
+    """proto2 strings are bytes on the wire: a value name that is no UTF-8 (spliced in here, of the same length)
+    is compared as stored, and stops nothing."""
+    model = accumulating_model([130], outputs=2)
+    assert model.count(b"out1") == 2  # the node's output and the graph's
+    edited, names = with_gradient_outputs(model.replace(b"out1", b"\xff\xfeo1"), {})
+    assert names == {"w": "w" + GRADIENT_OUTPUT_SUFFIX} and edited.count(b"\xff\xfeo1") == 2
+
+
 def test_a_model_whose_gradients_cannot_be_offered_says_why() -> None:
     with pytest.raises(GradientsUnreadable, match="graph fields"):
         with_gradient_outputs(b"", {})
