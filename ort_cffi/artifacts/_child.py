@@ -596,7 +596,10 @@ def generate(request, backend=None):
             raise Refusal("gradient", "{!r} cannot be trained: {}".format(name, reason))
         del wanted[name]
         left_out[name] = reason
-    if not wanted:
+    # requires_grad=[] asks for nothing trained (ONNX Runtime's requires_grad=None): artifacts without an
+    # optimizer model may then have no trainable parameter.
+    nothing_asked = patterns is not None and not patterns and request.get("optimizer") is None
+    if not wanted and not nothing_asked:
         constants = sorted(name for name, node in _float_constants(model).items()  # weights, not scalars
                            if any(a.name == "value" and _elements(a.t.dims) > 1 for a in node.attribute))
         hint = "" if not constants else (

@@ -74,8 +74,8 @@ def generate_artifacts(
     - ``optimizer``: None (no optimizer model), an ``OptimType``, or ``onnxblock.optim.AdamW(...)`` /
       ``onnxblock.optim.SGD(...)``, whose settings (betas, weight decay, ``clip_grad``) write the model.
     - ``additional_output_names``: outputs kept after the loss; None keeps the loss alone.
-    - ``requires_grad``: the initializers to train; None: every floating-point initializer a gradient reaches
-      (ONNX Runtime's None trains nothing).
+    - ``requires_grad``: the initializers (or graph inputs) to train; None trains nothing, as in ONNX Runtime
+      (eval-only artifacts; with an optimizer it is refused, where ONNX Runtime fails with an IndexError).
     - ``frozen_params``: initializers kept in the checkpoint, not trained. Names that are no initializer (a
       buffer the exporter computes) and initializers that are not floating-point are left as they are (the
       graphs keep them as constants), as ONNX Runtime leaves them untrained; ``notes`` says which.
@@ -99,12 +99,16 @@ def generate_artifacts(
                            "Expected additional output names to be a list of strings.")
     source, path = _model(model)
     notes: List[str] = []
+    if requires_grad is None:  # ONNX Runtime's default: nothing is trained
+        if optimizer is not None:
+            raise ArtifactsInputError("requires_grad=None trains nothing (ONNX Runtime's default), and an optimizer "
+                                      "model needs trainable parameters: name them in requires_grad")
+        notes.append("requires_grad=None: nothing is trained, as in ONNX Runtime")
+        requires_grad = []
     frozen = None if frozen_params is None else _frozen(source, list(frozen_params), notes)
     optimizer_name, optimizer_block = _optimizer(optimizer)
     if isinstance(loss, blocks.Block):
         _log.info("Custom loss block provided: %s", type(loss).__name__)
-        if requires_grad is None:  # every float initializer of the model as given, not the block's constants
-            requires_grad = [_exactly(i.name) for i in source.graph.initializer if i.data_type in _FLOAT_TYPES]
         full = onnx.load(path) if path is not None else source  # the block's model is handed over whole
         stacked = stack_loss(full, loss, loss_input_names, additional_output_names, path)
         made = _generate(stacked, requires_grad, frozen, None, optimizer_name, _folder(artifact_directory), prefix,

@@ -275,6 +275,29 @@ def test_the_generator_takes_onnx_runtimes_enums_and_notes_what_it_does_not_free
     assert again.eval_outputs[1:] == ("y",)
 
 
+def test_requires_grad_none_trains_nothing_as_in_onnx_runtime(tmp_path: Path) -> None:
+    """ONNX Runtime's own onnxblock tests generate eval-only artifacts this way (a Dropout model, no
+    parameters): the eval model's Dropout leaves training mode, and keeps the loss alone unless told."""
+    graph = helper.make_graph(
+        [helper.make_node("Dropout", ["input-0", "ratio", "training_mode"], ["output-0"])], "dropout",
+        [helper.make_tensor_value_info("input-0", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("output-0", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [numpy_helper.from_array(np.array(0.5, np.float32), "ratio"),
+         numpy_helper.from_array(np.array(True), "training_mode")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=7)
+    made = artifacts.generate_artifacts(model, loss=artifacts.LossType.CrossEntropyLoss, artifact_directory=tmp_path)
+    assert made.trainable == () and any("nothing is trained" in note for note in made.notes)
+    evaluation = onnx.load(str(made.eval_model))
+    assert len(evaluation.graph.output) == 1
+    assert [n.input[2] for n in evaluation.graph.node if n.op_type == "Dropout"] == [""]
+    made = artifacts.generate_artifacts(model, loss=artifacts.LossType.CrossEntropyLoss, artifact_directory=tmp_path,
+                                        additional_output_names=["output-0"])
+    assert len(onnx.load(str(made.eval_model)).graph.output) == 2
+    with pytest.raises(ort_cffi_artifacts.ArtifactsInputError, match="requires_grad=None trains nothing"):
+        artifacts.generate_artifacts(regression_model(), loss=artifacts.LossType.MSELoss,
+                                     optimizer=artifacts.OptimType.AdamW, artifact_directory=tmp_path / "other")
+
+
 def test_the_generator_refuses_what_ort_cffi_cannot_do_by_name(tmp_path: Path) -> None:
     model = regression_model()
     with pytest.raises(NotImplementedError, match="ort_format"):
