@@ -184,3 +184,58 @@ def test_lowered_models_are_standard_onnx():
     lowered = lower_training_ops(pool_model("MaxPool", x_shape, attributes, True))
     assert {n.domain for n in lowered.graph.node} == {""}
     assert all(onnx.defs.has(n.op_type) for n in lowered.graph.node)
+
+
+def forward_value(op, inputs, attributes, dy):
+    """sum(op(inputs) * dY) by the runtime's own forward operator: its gradient in each input is what the
+    gradient operators compute for that dY."""
+    names = [f"in{i}" for i in range(len(inputs))]
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node(op, names, ["y"], **attributes)], "forward",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, v.shape) for n, v in zip(names, inputs)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]), opset_imports=[helper.make_opsetid("", 17)],
+        ir_version=8)
+    y = onnxruntime.InferenceSession(model.SerializeToString()).run(None, dict(zip(names, inputs)))[0]
+    return float(np.sum(y.astype(np.float64) * dy))
+
+
+def directional_derivatives(op, inputs, attributes, dy, which, directions=3):
+    """Central differences of sum(op(inputs) * dY) along random directions of input ``which``. The forward
+    operators here are linear in that input, so the differences are exact but for rounding."""
+    found = []
+    for seed in range(directions):
+        direction = np.random.default_rng(seed).standard_normal(inputs[which].shape).astype(np.float32)
+        plus = [v + direction if i == which else v for i, v in enumerate(inputs)]
+        minus = [v - direction if i == which else v for i, v in enumerate(inputs)]
+        found.append((direction, (forward_value(op, plus, attributes, dy) - forward_value(op, minus, attributes, dy)) / 2))
+    return found
+
+
+@pytest.mark.parametrize("case", ["2d_same_upper", "2d_same_lower", "2d_groups", "3d"])
+def test_conv_grad_forms_match_finite_differences(case, current_runtime):
+    """The lowered dX and dW, projected on random directions, against central differences of Conv itself
+    (independent of the training kernels, which give no gradient with SAME pads)."""
+    x_shape, w_shape, attributes = CASES[case]
+    x, w = values(x_shape), values(w_shape)
+    dy = values(conv_output_shape(x, w, **attributes))
+    feeds = {"dY": dy, "X": x, "W": w}
+    model = one_node_model("ConvGrad", feeds, [("dX", np.float32, x_shape), ("dW", np.float32, w_shape)],
+                           kernel_shape=list(w_shape[2:]), **attributes)
+    dx, dw = current_runtime.run(lower_training_ops(model), feeds)
+    for which, gradient in ((0, dx), (1, dw)):
+        for direction, difference in directional_derivatives("Conv", [x, w], attributes, dy, which):
+            projected = float(np.sum(gradient.astype(np.float64) * direction))
+            assert abs(projected - difference) <= 1e-4 * (abs(difference) + 1.0), (case, which, projected, difference)
+
+
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+def test_average_pool_grad_3d_matches_finite_differences(count_include_pad, current_runtime):
+    x_shape, attributes = POOLS["3d"]
+    attributes = dict(attributes, count_include_pad=count_include_pad, pads=[1, 0, 1, 0, 1, 1])
+    x = values(x_shape)
+    dy = values(pool_output("AveragePool", x, attributes))
+    (dx,) = current_runtime.run(lower_training_ops(pool_model("AveragePool", x_shape, attributes, True)),
+                                {"X": x, "dY": dy})
+    for direction, difference in directional_derivatives("AveragePool", [x], attributes, dy, 0):
+        projected = float(np.sum(dx.astype(np.float64) * direction))
+        assert abs(projected - difference) <= 1e-4 * (abs(difference) + 1.0), (projected, difference)
