@@ -420,31 +420,38 @@ def test_directions_and_sequence_lengths_as_the_kernels_on_each_sequence(op: str
 
 
 # --- the nodes the generators write ------------------------------------------------------------------------------
-def gru_classifier() -> onnx.ModelProto:
-    """x [N, 6, 4] -> MatMul (so that X takes a gradient) -> time first -> GRU (forward, linear_before_reset=1
-    as torch exports it, initial state) -> mean over time of Y beside Y_h -> Gemm -> logits [N, 3]."""
+def recurrent_classifier(op: str = "GRU", direction: str = "forward") -> onnx.ModelProto:
+    """x [N, 6, 4] -> MatMul (so that X takes a gradient) -> time first -> ``op`` in ``direction`` (a GRU with
+    linear_before_reset=1 as torch exports it; initial states) -> mean over time of Y beside Y_h -> Gemm ->
+    logits [N, 3]."""
     rng = np.random.default_rng(3)
     u = lambda *shape: numpy_helper.from_array(rng.uniform(-0.4, 0.4, shape).astype(np.float32))  # noqa: E731
-    inits = {"proj": u(4, 4), "W": u(1, 3 * 8, 4), "R": u(1, 3 * 8, 8), "B": u(1, 6 * 8), "fc.weight": u(3, 16),
-             "fc.bias": u(3)}
+    gates, directions = (4 if op == "LSTM" else 3), (2 if direction == "bidirectional" else 1)
+    inits = {"proj": u(4, 4), "W": u(directions, gates * 8, 4), "R": u(directions, gates * 8, 8),
+             "B": u(directions, 2 * gates * 8), "fc.weight": u(3, 2 * directions * 8), "fc.bias": u(3)}
     for name, tensor in inits.items():
         tensor.name = name
+    initial = ["h0", "h0"] if op == "LSTM" else ["h0"]
+    attrs = {"linear_before_reset": 1} if op == "GRU" else {}
     nodes = [helper.make_node("MatMul", ["x", "proj"], ["projected"]),
              helper.make_node("Transpose", ["projected"], ["time_first"], perm=[1, 0, 2]),
              helper.make_node("Shape", ["x"], ["x_shape"]),
              helper.make_node("Slice", ["x_shape", "zero", "one"], ["batch"]),
-             helper.make_node("Concat", ["one", "batch", "eight"], ["h0_shape"], axis=0),
+             helper.make_node("Concat", ["directions", "batch", "eight"], ["h0_shape"], axis=0),
              helper.make_node("ConstantOfShape", ["h0_shape"], ["h0"],
                               value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.1])),
-             helper.make_node("GRU", ["time_first", "W", "R", "B", "", "h0"], ["Y", "Y_h"], hidden_size=8,
-                              linear_before_reset=1),
-             helper.make_node("ReduceMean", ["Y"], ["mean"], axes=[0, 1], keepdims=0),
-             helper.make_node("Squeeze", ["Y_h", "zero"], ["last"]),
-             helper.make_node("Concat", ["mean", "last"], ["both"], axis=1),
+             helper.make_node(op, ["time_first", "W", "R", "B", ""] + initial, ["Y", "Y_h"], hidden_size=8,
+                              direction=direction, **attrs),
+             helper.make_node("ReduceMean", ["Y"], ["mean"], axes=[0], keepdims=0),
+             helper.make_node("Transpose", ["mean"], ["mean_batch_first"], perm=[1, 0, 2]),
+             helper.make_node("Reshape", ["mean_batch_first", "flat"], ["mean_flat"]),
+             helper.make_node("Transpose", ["Y_h"], ["last_batch_first"], perm=[1, 0, 2]),
+             helper.make_node("Reshape", ["last_batch_first", "flat"], ["last_flat"]),
+             helper.make_node("Concat", ["mean_flat", "last_flat"], ["both"], axis=1),
              helper.make_node("Gemm", ["both", "fc.weight", "fc.bias"], ["logits"], transB=1)]
     constants = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
-                 (("zero", [0]), ("one", [1]), ("eight", [8]))]
-    graph = helper.make_graph(nodes, "gru_classifier",
+                 (("zero", [0]), ("one", [1]), ("eight", [8]), ("directions", [directions]), ("flat", [0, -1]))]
+    graph = helper.make_graph(nodes, f"{op.lower()}_classifier",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6, 4])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])],
                               list(inits.values()) + constants)
@@ -472,7 +479,7 @@ def test_the_generators_nodes_lowered_give_the_same_training_step(tmp_path: Path
     rng = np.random.default_rng(11)
     if model_name == "gru_classifier":
         source = tmp_path / "gru_classifier.onnx"
-        onnx.save(gru_classifier(), source)
+        onnx.save(recurrent_classifier(), source)
         data = {"x": rng.standard_normal((8, 6, 4)).astype(np.float32)}
     else:
         source = ROOT / "tests" / "zoo" / f"{model_name}.onnx"
@@ -490,9 +497,17 @@ def test_the_generators_nodes_lowered_give_the_same_training_step(tmp_path: Path
     known = {o.name for o in training.graph.output}
     training.graph.output.extend(helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
                                  for o in watched if o not in known)
+    feeds = training_feeds(training, source, data)
+    names = [o.name for o in training.graph.output]
+    for name, got, want in zip(names, run_119(lower_recurrent(training), feeds), run_119(training, feeds)):
+        if want.dtype.kind == "f":
+            assert_close(got, want, f"{model_name} ({generator}): {name}")
+
+
+def lower_recurrent(training: onnx.ModelProto) -> onnx.ModelProto:
+    """``training`` with its recurrent training nodes lowered and every other node kept."""
     lowered = onnx.ModelProto()
     lowered.CopyFrom(training)
-    kept = [n for n in training.graph.node if not (n.domain == MICROSOFT and n.op_type in RECURRENT)]
     inferred = onnx.shape_inference.infer_shapes(training)
     types = {v.name: v.type for v in list(inferred.graph.input) + list(inferred.graph.value_info)}
     taken = {name for n in training.graph.node for name in list(n.input) + list(n.output) + [n.name]}
@@ -504,10 +519,14 @@ def test_the_generators_nodes_lowered_give_the_same_training_step(tmp_path: Path
             replaced += emit.nodes
         else:
             replaced.append(node)
-    assert len(replaced) > len(kept)
+    assert len(replaced) > len(training.graph.node)
     del lowered.graph.node[:]
     lowered.graph.node.extend(replaced)
+    return lowered
 
+
+def training_feeds(training: onnx.ModelProto, source: Path, data: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """The inputs of a training model: ``data``, the source model's parameters, empty gradient buffers."""
     parameters = {t.name: numpy_helper.to_array(t) for t in onnx.load(source).graph.initializer}
     feeds: Dict[str, np.ndarray] = {}
     for value in training.graph.input:
@@ -519,7 +538,49 @@ def test_the_generators_nodes_lowered_give_the_same_training_step(tmp_path: Path
             feeds[value.name] = np.zeros_like(parameters[value.name[: -len("_grad.accumulation.buffer")]])
         else:
             feeds[value.name] = parameters[value.name]
-    names = [o.name for o in training.graph.output]
-    for name, got, want in zip(names, run_119(lowered, feeds), run_119(training, feeds)):
-        if want.dtype.kind == "f":
-            assert_close(got, want, f"{model_name} ({generator}): {name}")
+    return feeds
+
+
+@pytest.mark.needs_onnxruntime_generator
+@pytest.mark.parametrize("model_name", ["bigru_classifier", "LSTM-bidirectional", "GRU-reverse", "LSTM-reverse"])
+def test_onnx_runtimes_other_directions_train_as_ort_cffis_builder_trains_them(tmp_path: Path,
+                                                                              model_name: str) -> None:
+    """ONNX Runtime's generator writes one reverse or bidirectional GRUTraining/LSTMTraining for such a
+    recurrence, which its kernels refuse to load. Lowered, its training step gives the loss and every
+    parameter's gradient that ort_cffi's builder's artifacts give on 1.19.2's kernels (one forward-direction
+    kernel per direction, a reverse one over the reversed sequence)."""
+    from ort_cffi.artifacts import generate_artifacts
+
+    rng = np.random.default_rng(5)
+    if model_name == "bigru_classifier":
+        source = ROOT / "tests" / "zoo" / f"{model_name}.onnx"
+        data = {"tokens": rng.integers(0, 32, (8, 12)).astype(np.int64)}
+        direction = "bidirectional"
+    else:
+        op, direction = model_name.split("-")
+        source = tmp_path / "model.onnx"
+        onnx.save(recurrent_classifier(op, direction), source)
+        data = {"x": rng.standard_normal((8, 6, 4)).astype(np.float32)}
+    data["labels"] = rng.integers(0, 3, 8).astype(np.int64)
+    theirs = generate_artifacts(source, artifact_directory=tmp_path / "theirs", loss="CrossEntropyLoss",
+                                generator="onnxruntime", prepare=False, check=False)
+    ours = generate_artifacts(source, artifact_directory=tmp_path / "ours", loss="CrossEntropyLoss")
+    results = []
+    for made, lowering in ((theirs, True), (ours, False)):
+        training = onnx.load(made.training_model)
+        if lowering:
+            directions = {helper.get_attribute_value(a) for n in training.graph.node if n.op_type in RECURRENT
+                          for a in n.attribute if a.name == "direction"}
+            assert directions == {direction.encode()}
+        parameters = [v.name[: -len("_grad.accumulation.buffer")] for v in training.graph.input
+                      if v.name.endswith("_grad.accumulation.buffer")]
+        loss = training.graph.output[0].name
+        del training.graph.output[:]
+        training.graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+                                     for name in [loss] + [f"{p}_grad" for p in parameters])
+        model = lower_recurrent(training) if lowering else training
+        results.append(dict(zip(["loss"] + parameters, run_119(model, training_feeds(training, source, data)))))
+    lowered, reference = results
+    assert sorted(lowered) == sorted(reference)
+    for name, want in reference.items():
+        assert_close(lowered[name], want, f"{model_name}: {name}")
