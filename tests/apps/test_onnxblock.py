@@ -238,7 +238,10 @@ def test_onnxruntime_trainings_names_are_ort_cffis_own_classes() -> None:
 
 def _train(folder: Path, inputs: List[np.ndarray], steps: int = 10) -> List[float]:
     state = CheckpointState.load_checkpoint(str(folder / "checkpoint"))
-    module = Module(str(folder / "training_model.onnx"), state, str(folder / "eval_model.onnx"))
+    options = SessionOptions()  # ONNX Runtime's form, as a port passes it
+    options.intra_op_num_threads = 1
+    module = Module(str(folder / "training_model.onnx"), state, str(folder / "eval_model.onnx"),
+                    session_options=options)
     optimizer = Optimizer(str(folder / "optimizer_model.onnx"), module)
     losses = []
     for _ in range(steps):
@@ -392,3 +395,8 @@ def test_the_inference_session_runs_as_onnx_runtimes(tmp_path: Path) -> None:
         InferenceSession(str(path), sess_options="fast")
     with InferenceSession(path.read_bytes()) as from_bytes:
         np.testing.assert_array_equal(from_bytes.run(["y"], {"x": x})[0], y)
+    with onnxblock.empty_base() as accessor:  # an optimizer model: sequences in, which the facade does not take
+        onnxblock.optim.SGD()(([numpy_helper.from_array(np.ones(3, np.float32), "w")], []))
+        onnx.save(accessor.model, str(tmp_path / "sgd.onnx"))
+    with pytest.raises(OrtException, match="'params' is not a tensor"):
+        InferenceSession(str(tmp_path / "sgd.onnx"))
