@@ -17,7 +17,7 @@ FACADE = [
     "OrtAllocator", "OrtCheckpointState", "OrtClosedException", "OrtEnvironment", "OrtErrorCode", "OrtException",
     "OrtFileNotFoundException", "OrtInvalidArgumentException", "OrtLoggingLevel", "OrtSession", "OrtTrainingSession",
     "Result", "RunOptions", "RuntimeLoadError", "RuntimeNotFoundError", "SessionOptions", "TensorInfo",
-    "TrainingApiUnavailableError", "UnsupportedRuntimeError",
+    "TrainingApiUnavailableError", "UnsupportedRuntimeError", "backend", "use_backend",
 ]
 FACES = {
     "ort_cffi": FACADE,

@@ -111,6 +111,48 @@ def training_graph(model: onnx.ModelProto, parameters: Set[str], trainable: Set[
     return TrainingGraph(lowered, user_inputs, user_outputs, parameter_inputs, gradients)
 
 
+# Operators that draw random numbers, and the type of their ``seed`` attribute.
+RANDOM_OPS = {"Dropout": int, "BitmaskDropout": int, "BiasDropout": int, "RandomNormal": float,
+              "RandomUniform": float, "RandomNormalLike": float, "RandomUniformLike": float, "Multinomial": float}
+
+
+def seed_random_ops(model: onnx.ModelProto, seed: int) -> None:
+    """Give every random operator that has no seed of its own one derived from ``seed``, in place.
+
+    The training API's ``SetSeed`` reseeds the runtime's process-wide generator, which the inference API cannot
+    reach; a seed attribute makes each operator's generator start from a known state in every new session, so
+    that sessions made after ``SetSeed`` draw the same numbers (docs/internals/runtime.md, the engine).
+    """
+    counter = [0]
+
+    def visit(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            kind = RANDOM_OPS.get(node.op_type)
+            if kind is not None and not any(a.name == "seed" for a in node.attribute):
+                value = (seed * 1000003 + counter[0]) % (2**31 - 1)
+                counter[0] += 1
+                node.attribute.append(helper.make_attribute("seed", kind(value)))
+            for attribute in node.attribute:
+                for sub in list(attribute.graphs) + ([attribute.g] if attribute.HasField("g") else []):
+                    visit(sub)
+
+    visit(model.graph)
+
+
+def declared_shapes(model: onnx.ModelProto, names: Sequence[str]) -> Dict[str, Tuple[int, ...]]:
+    """The static shapes the model's graph inputs ``names`` declare (a nominal checkpoint's parameters take
+    them); a symbolic or missing size is refused by name."""
+    found: Dict[str, Tuple[int, ...]] = {}
+    declared = {v.name: v for v in model.graph.input}
+    for name in names:
+        dims = declared[name].type.tensor_type.shape.dim
+        if not all(d.HasField("dim_value") for d in dims):
+            raise ValueError(f"the training model declares no fixed shape for the parameter {name!r}, which a "
+                             "nominal checkpoint needs to know its size")
+        found[name] = tuple(int(d.dim_value) for d in dims)
+    return found
+
+
 def _subgraph_reads(nodes: Sequence[onnx.NodeProto]) -> Set[str]:
     """Names read inside the nodes' subgraphs (an outer value a Loop or If body uses)."""
     found: Set[str] = set()

@@ -83,8 +83,10 @@ class EngineSession:
     """What ``OrtTrainingSession`` holds on the engine."""
 
     def __init__(self, env: Any, options: Any, state: EngineState, train: ModelSource,
-                 evaluation: Optional[ModelSource], optimizer_model: Optional[ModelSource]) -> None:
+                 evaluation: Optional[ModelSource], optimizer_model: Optional[ModelSource],
+                 seed: Optional[int] = None) -> None:
         self.state = state
+        self.seed = seed
         self._borrowed: List[Any] = []
         self._sessions: List[NativeSession] = []
         try:
@@ -102,6 +104,8 @@ class EngineSession:
         names = set(state.parameters)
         trainable = {p.name for p in state.trainable()}
         self.train = models.training_graph(models.load_model(*train), names, trainable)
+        if state.nominal:
+            state.adopt_shapes(models.declared_shapes(self.train.model, self.train.parameter_inputs))
         self.spec: Optional[OptimizerSpec] = None
         if optimizer_model is not None:
             self.spec = models.optimizer_spec(models.load_model(*optimizer_model))
@@ -127,7 +131,7 @@ class EngineSession:
         self.scratch_values: List[Any] = []
         self.accumulate = False  # the first step overwrites, as after LazyResetGrad
 
-        train_session = self._session(env, options, lower(self.train.model), "training")
+        train_session = self._session(env, options, self._runnable(self.train.model), "training")
         self.train_plan = Plan(
             train_session, self.train.user_inputs + self.train.parameter_inputs,
             self.train.user_outputs + [self.train.gradients[p] for p in self.gradient_params],
@@ -136,12 +140,18 @@ class EngineSession:
             self.train_plan.inputs[len(self.train.user_inputs) + i] = self.parameter_values[name]
         self.eval_plan: Optional[Plan] = None
         if self.eval is not None:
-            eval_session = self._session(env, options, lower(self.eval.model), "eval")
+            eval_session = self._session(env, options, self._runnable(self.eval.model), "eval")
             self.eval_plan = Plan(eval_session, self.eval.user_inputs + self.eval.parameter_inputs,
                                   self.eval.user_outputs, len(self.eval.user_inputs), len(self.eval.user_outputs))
             for i, name in enumerate(self.eval.parameter_inputs):
                 self.eval_plan.inputs[len(self.eval.user_inputs) + i] = self.parameter_values[name]
         self.schedule: Optional[Tuple[int, int, float]] = None
+
+    def _runnable(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        lowered = lower(model)
+        if self.seed is not None:
+            models.seed_random_ops(lowered, self.seed)
+        return lowered
 
     def _borrow(self, array: np.ndarray) -> Any:
         value = values.borrow(array)
@@ -155,6 +165,7 @@ class EngineSession:
 
     # --- steps -------------------------------------------------------------------------------------------
     def train_step(self, run_options: Any, inputs: Any, n_in: int, outputs: Any, n_out: int) -> None:
+        self.state.require_values("run a training step")
         plan = self.train_plan
         reset = not self.accumulate
         if reset:
@@ -178,6 +189,7 @@ class EngineSession:
     def eval_step(self, run_options: Any, inputs: Any, n_in: int, outputs: Any, n_out: int) -> None:
         if self.eval_plan is None:
             raise ValueError("Evaluation session not initialized.")
+        self.state.require_values("run an eval step")
         self.eval_plan.run(run_options, inputs, n_in, outputs, n_out, "eval")
 
     def lazy_reset_grad(self) -> None:
@@ -188,6 +200,7 @@ class EngineSession:
         if spec is None:
             raise ValueError("No optimizer session initialized.")
         state = self.state
+        state.require_values("run an optimizer step")
         moments = state.ensure_moments()
         if spec.max_norm is not None:
             optimizer.clip_by_total_norm(self.gradients, spec.max_norm)
@@ -240,6 +253,7 @@ class EngineSession:
                    if not trainable_only or p.requires_grad)
 
     def copy_parameters_to(self, buffer: np.ndarray, trainable_only: bool) -> None:
+        self.state.require_values("copy the parameters out")
         self._check_buffer(buffer, trainable_only)
         offset = 0
         for name in self.parameter_names(trainable_only):
@@ -254,6 +268,8 @@ class EngineSession:
             data = self.state.parameters[name].data
             data.reshape(-1)[...] = buffer[offset:offset + data.size]
             offset += data.size
+        if not trainable_only or all(p.requires_grad for p in self.state.parameters.values()):
+            self.state.nominal = False  # every value is set now
 
     def _check_buffer(self, buffer: np.ndarray, trainable_only: bool) -> None:
         expected = self.parameters_size(trainable_only)
@@ -269,6 +285,7 @@ class EngineSession:
     def export(self, path: str, outputs: Sequence[str]) -> None:
         if self.eval is None:
             raise ValueError("Eval model was not provided. Cannot export a model for inferencing.")
+        self.state.require_values("export a model for inference")
         # The eval model as the artifacts hold it (not lowered: an inference model keeps standard operators).
         model = models.inference_model(self.eval.model, outputs,
                                        {p.name: p.data for p in self.state.parameters.values()})

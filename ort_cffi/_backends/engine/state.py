@@ -64,17 +64,7 @@ class EngineState:
 
     def __init__(self, checkpoint: Checkpoint) -> None:
         self.nominal = bool(checkpoint.nominal)
-        self.layout = FlatLayout(checkpoint.trainable)
-        self.flat = self.layout.allocate()
-        views = self.layout.views(self.flat)
-        self.parameters: Dict[str, Parameter] = {}
-        for name, array in checkpoint.trainable.items():
-            if not self.nominal:
-                views[name][...] = array
-            self.parameters[name] = Parameter(name, views[name], True, self.layout.offsets[name])
-        for name, array in checkpoint.frozen.items():
-            own = np.zeros(array.shape, array.dtype) if self.nominal else np.array(array, copy=True, order="C")
-            self.parameters[name] = Parameter(name, own, False)
+        self._lay_out(checkpoint.trainable, checkpoint.frozen, copy=not self.nominal)
         self.properties: Dict[str, PropertyValue] = dict(checkpoint.properties)
         # The optimizer's state: absent until a session with an optimizer model makes it, or a checkpoint brings it.
         # As in ONNX Runtime 1.19.2, the file keeps the initial rate (what a scheduler starts from, 0.001 unless
@@ -94,6 +84,38 @@ class EngineState:
                     if name in moment_views and moment in per_parameter:
                         moment_views[name][...] = per_parameter[moment]
         self.live_sessions = 0  # parameters can be read and updated only while a session lives (as on 1.19.2)
+
+    def _lay_out(self, trainable: Dict[str, np.ndarray], frozen: Dict[str, np.ndarray], copy: bool) -> None:
+        self.layout = FlatLayout(trainable)
+        self.flat = self.layout.allocate()
+        views = self.layout.views(self.flat)
+        self.parameters = {}
+        for name, array in trainable.items():
+            if copy:
+                views[name][...] = array
+            self.parameters[name] = Parameter(name, views[name], True, self.layout.offsets[name])
+        for name, array in frozen.items():
+            own = np.array(array, copy=True, order="C") if copy else np.zeros(array.shape, array.dtype)
+            self.parameters[name] = Parameter(name, own, False)
+
+    def adopt_shapes(self, shapes: Dict[str, tuple]) -> None:
+        """Give a nominal state's parameters the shapes the training model declares (a nominal checkpoint
+        keeps names and types only), zero-filled until the caller copies the values in."""
+        if not self.nominal:
+            return
+        trainable = {p.name: np.zeros(shapes.get(p.name, p.data.shape), p.data.dtype)
+                     for p in self.parameters.values() if p.requires_grad}
+        frozen = {p.name: np.zeros(shapes.get(p.name, p.data.shape), p.data.dtype)
+                  for p in self.parameters.values() if not p.requires_grad}
+        self._lay_out(trainable, frozen, copy=False)
+        if self.moments is not None:
+            self.moments = {moment: self.layout.allocate() for moment in MOMENTS}
+
+    def require_values(self, doing: str) -> None:
+        if self.nominal:
+            raise ValueError(f"cannot {doing}: the checkpoint state is nominal (it holds the parameters' names and "
+                             "types, not their values); copy the values in first (CopyBufferToParameters with "
+                             "trainable_only false)")
 
     def trainable(self) -> List[Parameter]:
         return [p for p in self.parameters.values() if p.requires_grad]
@@ -115,5 +137,5 @@ class EngineState:
             frozen={p.name: p.data for p in self.parameters.values() if not p.requires_grad},
             optimizer_groups=groups,
             properties=dict(self.properties),
-            nominal=False,
+            nominal=self.nominal,
         )

@@ -174,6 +174,7 @@ class EngineTrainingApi:
         key = _text(name)
         if key not in engine_state.parameters:
             raise ValueError(f"Parameter name {key} not found in the checkpoint state.")
+        engine_state.require_values("read or update a parameter")
         if engine_state.live_sessions == 0:
             raise ValueError("Data transfer manager must be provided to copy data to the parameter. "
                              "Please create the TrainingSession before trying to update the parameter.")
@@ -218,7 +219,7 @@ class EngineTrainingApi:
                 optimizer: Optional[Tuple[Optional[str], Optional[bytes]]], out: Any) -> Any:
         def work() -> None:
             engine_state: EngineState = self._states.get(state)
-            session = EngineSession(env, options, engine_state, train, evaluation, optimizer)
+            session = EngineSession(env, options, engine_state, train, evaluation, optimizer, self._seed)
             out[0] = self._sessions.add(session)
         return self._do(work)
 
