@@ -13,6 +13,9 @@ from ort_cffi._backends.engine.lowering import (KEPT_FOR_THE_ENGINE, Unsupported
                                                 lower_training_ops, unlowerable_ops)
 from ort_cffi._backends.engine.lowering.registry import CONTRIB_TARGETS, MICROSOFT
 
+# the reference is the training build's own kernels, through its Python layer
+pytestmark = pytest.mark.needs_onnxruntime_python
+
 rng = np.random.default_rng(1)
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-import onnxruntime
 from lowering_check import (assert_close, check_lowering, current_runtime,  # noqa: F401  (a fixture)
                             one_node_model, run_training_build)
 from onnx import TensorProto, helper
 
 from ort_cffi._backends.engine.lowering import UnsupportedTrainingOpError, lower_training_ops
+
+# the reference is the training build's own kernels, through its Python layer
+pytestmark = pytest.mark.needs_onnxruntime_python
 
 rng = np.random.default_rng(5)
 
@@ -22,6 +24,8 @@ def values(shape):
 
 def conv_output_shape(x, w, **attributes):
     """Conv's output shape, from the runtime's own Conv."""
+    import onnxruntime  # the training build (needs_onnxruntime_python)
+
     model = helper.make_model(helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["y"], **attributes)], "probe",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape),
@@ -126,6 +130,8 @@ def pool_model(op, x_shape, attributes, with_forward):
 
 
 def pool_output(op, x, attributes):
+    import onnxruntime  # the training build (needs_onnxruntime_python)
+
     model = helper.make_model(helper.make_graph(
         [helper.make_node(op, ["X"], ["Y"], **attributes)], "probe",
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, x.shape)],
@@ -189,6 +195,8 @@ def test_lowered_models_are_standard_onnx():
 def forward_value(op, inputs, attributes, dy):
     """sum(op(inputs) * dY) by the runtime's own forward operator: its gradient in each input is what the
     gradient operators compute for that dY."""
+    import onnxruntime  # the training build (needs_onnxruntime_python)
+
     names = [f"in{i}" for i in range(len(inputs))]
     model = helper.make_model(helper.make_graph(
         [helper.make_node(op, names, ["y"], **attributes)], "forward",

@@ -20,6 +20,9 @@ from ort_cffi._backends.engine.lowering.registry import CONTRIB_TARGETS, MICROSO
 from ort_cffi.api import CheckpointState
 from ort_cffi.artifacts import ArtifactsInputError, generate_artifacts
 
+# the reference is the training build's own kernels, through its Python layer
+pytestmark = pytest.mark.needs_onnxruntime_python
+
 ZOO_DIR = ROOT / "tests" / "zoo"
 ZOO = json.loads((ZOO_DIR / "zoo.json").read_text())["models"]
 

@@ -4,6 +4,7 @@ lowered form runs there too and on ONNX Runtime 1.31.1 (an inference build, in a
 ``onnxruntime`` package cannot share a process with 1.19.2's), and the results agree."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import pickle
 import struct
@@ -22,7 +23,9 @@ from ort_cffi._backends.engine.lowering import lower_training_ops
 from ort_cffi._backends.engine.lowering.registry import MICROSOFT
 
 CURRENT_VERSION = "1.31.1"
-CURRENT_DIR = ROOT / ".cache" / f"ort-inference-{CURRENT_VERSION}"
+# scripts/test.sh fetches the cp311 wheel there; another interpreter gets its own wheel beside it
+CURRENT_DIR = ROOT / ".cache" / (f"ort-inference-{CURRENT_VERSION}" if sys.version_info[:2] == (3, 11) else
+                                 f"ort-inference-{CURRENT_VERSION}-py{sys.version_info[0]}{sys.version_info[1]}")
 ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
         np.dtype(np.int64): TensorProto.INT64, np.dtype(np.int32): TensorProto.INT32,
         np.dtype(np.bool_): TensorProto.BOOL, np.dtype(np.float16): TensorProto.FLOAT16}
@@ -32,7 +35,8 @@ def ensure_current_runtime() -> Path:
     """The folder holding onnxruntime 1.31.1's wheel, fetched as scripts/test.sh fetches it where missing."""
     if not (CURRENT_DIR / ".complete").is_file():
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--only-binary=:all:",
-                        "--target", str(CURRENT_DIR), "--python-version", "3.11", "--platform",
+                        "--target", str(CURRENT_DIR), "--python-version",
+                        f"{sys.version_info[0]}.{sys.version_info[1]}", "--platform",
                         "manylinux_2_28_x86_64", f"onnxruntime=={CURRENT_VERSION}"], check=True)
         (CURRENT_DIR / ".complete").touch()
     return CURRENT_DIR
@@ -62,8 +66,12 @@ def one_node_model(op_type: str, feeds: Dict[str, np.ndarray], outputs: Sequence
 
 
 def run_training_build(model: onnx.ModelProto, feeds: Dict[str, np.ndarray]) -> List[np.ndarray]:
-    """The outputs of ``model`` on ONNX Runtime 1.19.2's training build (this process's ``onnxruntime``)."""
+    """The outputs of ``model`` on ONNX Runtime 1.19.2's training build (this process's ``onnxruntime``: the
+    tests that use it are marked needs_onnxruntime_python)."""
     import onnxruntime
+
+    assert importlib.util.find_spec("onnxruntime.training") is not None, (
+        f"the reference is the training build's kernels; this onnxruntime ({onnxruntime.__version__}) has none")
 
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
