@@ -1,12 +1,13 @@
 """The LSTM and GRU training ops: ONNX Runtime 1.19.2's kernels against the engine's lowering of them.
 
     .venv/bin/python scripts/bench_recurrent.py [--steps 50] [--batch 32] [--input 64] [--hidden 128]
-        [--rounds 5] [--repeats 10] [--inference .cache/ort-inference-1.31.1]
+        [--threads 1] [--rounds 5] [--repeats 10] [--inference .cache/ort-inference-1.31.1]
 
 One model per operator: its training op and its gradient op, wired as ONNX Runtime's builder wires them (the
 gradient of Y given), at the sizes of the LSTM text classifier of the performance guide (embedding 64, hidden
-128, 50 steps, batch 32). Each runs with one intra-op thread: the kernels and the lowered model on this
-process's ONNX Runtime (the training build), and the lowered model on an inference build in a child process
+128, 50 steps, batch 32). Each runs with ``--threads`` intra-op threads (one by default): the kernels and
+the lowered model on this process's ONNX Runtime (the training build), and the lowered model on an inference
+build in a child process
 (``--inference``: an unpacked ``onnxruntime`` wheel, as scripts/test.sh installs 1.31.1). The forms alternate
 round by round; each round's time is the median of ``--repeats`` runs, and the table gives the median over
 rounds (the minimum beside it: a shared machine is noisy) and the ratio to the kernels.
@@ -37,7 +38,7 @@ import numpy as np
 import onnxruntime as ort
 model, feeds, repeats = sys.argv[1], dict(np.load(sys.argv[2])), int(sys.argv[3])
 options = ort.SessionOptions()
-options.intra_op_num_threads = 1
+options.intra_op_num_threads = int(sys.argv[4])
 options.inter_op_num_threads = 1
 session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 session.run(None, feeds)
@@ -79,11 +80,12 @@ def pair(op: str, steps: int, batch: int, inputs: int, hidden: int,
     return helper.make_model(graph, opset_imports=opsets), feeds
 
 
-def in_process(model: onnx.ModelProto, feeds: Dict[str, np.ndarray], repeats: int) -> Callable[[], float]:
+def in_process(model: onnx.ModelProto, feeds: Dict[str, np.ndarray], repeats: int,
+               threads: int) -> Callable[[], float]:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
+    options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     session.run(None, feeds)
@@ -99,11 +101,12 @@ def in_process(model: onnx.ModelProto, feeds: Dict[str, np.ndarray], repeats: in
     return timed
 
 
-def in_child(model: Path, feeds: Path, inference: Path, repeats: int, versions: Dict[str, str]) -> Callable[[], float]:
+def in_child(model: Path, feeds: Path, inference: Path, repeats: int, threads: int,
+             versions: Dict[str, str]) -> Callable[[], float]:
     def timed() -> float:
         env = dict(os.environ, PYTHONPATH=str(inference))
-        done = subprocess.run([sys.executable, "-c", _CHILD, str(model), str(feeds), str(repeats)], env=env,
-                              capture_output=True, text=True, check=True)
+        command = [sys.executable, "-c", _CHILD, str(model), str(feeds), str(repeats), str(threads)]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
         found = json.loads(done.stdout.strip().splitlines()[-1])
         versions["child"] = found["version"]
         return float(found["ms"])
@@ -117,6 +120,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--input", type=int, default=64)
     parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--inference", type=Path, default=ROOT / ".cache" / "ort-inference-1.31.1")
@@ -125,7 +129,7 @@ def main() -> None:
 
     from ort_cffi._backends.engine.lowering import lower_training_ops
 
-    print(f"T {args.steps}, batch {args.batch}, input {args.input}, hidden {args.hidden}; one thread; "
+    print(f"T {args.steps}, batch {args.batch}, input {args.input}, hidden {args.hidden}; {args.threads} thread(s); "
           f"median (min) of {args.rounds} rounds of {args.repeats} runs")
     versions: Dict[str, str] = {}
     with tempfile.TemporaryDirectory() as folder:
@@ -134,13 +138,14 @@ def main() -> None:
             model, feeds = pair(op, args.steps, args.batch, args.input, args.hidden, lbr)
             lowered = lower_training_ops(model)
             forms: Dict[str, Callable[[], float]] = {
-                f"kernels, {ort.__version__}": in_process(model, feeds, args.repeats),
-                f"lowered, {ort.__version__}": in_process(lowered, feeds, args.repeats)}
+                f"kernels, {ort.__version__}": in_process(model, feeds, args.repeats, args.threads),
+                f"lowered, {ort.__version__}": in_process(lowered, feeds, args.repeats, args.threads)}
             if (args.inference / "onnxruntime").is_dir():
                 path, data = Path(folder) / f"{op}{lbr}.onnx", Path(folder) / f"{op}{lbr}.npz"
                 onnx.save(lowered, path)
                 np.savez(data, **feeds)
-                forms[f"lowered, {args.inference.name}"] = in_child(path, data, args.inference, args.repeats, versions)
+                forms[f"lowered, {args.inference.name}"] = in_child(path, data, args.inference, args.repeats,
+                                                                     args.threads, versions)
             found: Dict[str, List[float]] = {name: [] for name in forms}
             for _ in range(args.rounds):
                 for name, timed in forms.items():
