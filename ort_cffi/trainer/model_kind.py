@@ -1,16 +1,18 @@
 """What kind of model a run trains, read from its eval model's graph, for the defaults that depend on it.
 
-The trainer's default learning rate, 0.01 with AdamW, suits the MLPs and CNNs it was tuned on; transformers
-and models built on token embeddings drift off at that rate (their validation loss rises after a few epochs,
-with torch's AdamW too) and train at 1e-3, the rate their authors use (docs/guides/training.md has the losses
-measured). So a run with no ``--lr`` looks for what such models are made of:
+The trainer's default learning rate, 0.01 with AdamW, suits the MLPs, CNNs and recurrent models it was tuned
+on; transformers can stall or drift off at that rate (a BERT classifier stays at chance, ALBERT, BART and
+ConvBERT from random-init configurations diverge) and train at 1e-3, the rate their authors use
+(docs/guides/training.md has the losses measured). So a run with no ``--lr`` looks for what transformers are
+made of:
 
 - layer normalization (``LayerNormalization`` and ONNX Runtime's fused forms of it);
 - attention: a ``MatMul`` or ``Einsum`` of two computed values (queries and keys, scores and values), with a
-  ``Softmax`` in the graph, or ONNX Runtime's fused attention operators;
-- a token embedding: a ``Gather`` from a parameter.
+  ``Softmax`` in the graph, or ONNX Runtime's fused attention operators.
 
-Any one of them gives 1e-3; none gives 0.01. The graph is read with the protobuf wire reader of the facade
+Either gives 1e-3; neither gives 0.01. A token embedding (a ``Gather`` from a parameter) is named among what
+was found, but does not decide alone: an embedding feeding an LSTM trains faster at 0.01 and well.
+The graph is read with the protobuf wire reader of the facade
 (no ``onnx`` needed to train), including its local functions (torch's dynamo exports keep layers there) and
 subgraphs.
 """
@@ -24,8 +26,8 @@ from typing import Iterable, Iterator, List, Set, Tuple
 from ort_cffi._facade.protobuf_wire import Malformed, fields
 from ort_cffi.api.checkpoint_file import read_layout
 
-DEFAULT_LR = 0.01  # MLPs, CNNs, recurrent models without embeddings
-ATTENTION_LR = 1e-3  # transformers, token embeddings
+DEFAULT_LR = 0.01  # MLPs, CNNs, recurrent models
+ATTENTION_LR = 1e-3  # transformers: attention, layer normalization
 
 LAYER_NORMS = {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
                "SkipSimplifiedLayerNormalization", "RMSNormalization"}
@@ -57,8 +59,8 @@ class ModelKind:
     def describe(self) -> str:
         """For the run's notes: the rate and why."""
         if not self.evidence:
-            return f"learning rate {self.lr:g}, the default (no attention, layer normalization or embedding found)"
-        return (f"learning rate {self.lr:g}, the default for attention, layer normalization and embeddings "
+            return f"learning rate {self.lr:g}, the default (no attention or layer normalization found)"
+        return (f"learning rate {self.lr:g}, the default for models with attention or layer normalization "
                 f"({'; '.join(self.evidence)}); --lr sets another")
 
 
@@ -129,7 +131,8 @@ def classify(nodes: Iterable[Node], parameters: Set[str], constants: Set[str]) -
     if embeddings:
         evidence.append(f"embedding: Gather from {', '.join(repr(e) for e in embeddings[:2])}"
                         + (f" and {len(embeddings) - 2} more" if len(embeddings) > 2 else ""))
-    return ModelKind(ATTENTION_LR if evidence else DEFAULT_LR, tuple(evidence))
+    transformer = bool(norms or fused or (products and "Softmax" in ops))
+    return ModelKind(ATTENTION_LR if transformer else DEFAULT_LR, tuple(evidence) if transformer else ())
 
 
 def model_kind(eval_model: Path, parameters: Set[str]) -> ModelKind:
