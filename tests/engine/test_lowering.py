@@ -79,12 +79,14 @@ def test_operators_with_no_rule_are_all_named_before_anything_runs():
 
 
 def test_a_node_its_rule_cannot_write_is_refused_with_the_reason():
-    feeds = {"shape": np.array([2, 3, 4], np.int64), "indices": np.zeros((2, 1), np.int64), "dY": values((2, 4))}
-    model = one_node_model("GatherNDGrad", feeds, [("dX", np.float32, (2, 3, 4))], batch_dims=1)
+    """ConvGrad with SAME pads needs the sizes before run time."""
+    feeds = {"dY": values((1, 3, 4, 3)), "X": values((1, 2, 7, 6)), "W": values((3, 2, 3, 3))}
+    model = one_node_model("ConvGrad", feeds, [("dX", np.float32, None)], symbolic=True, auto_pad="SAME_LOWER",
+                           strides=[2, 2])
     assert unlowerable_ops(model) == []
-    with pytest.raises(UnsupportedTrainingOpError, match="GatherNDGrad with batch_dims other than 0") as refused:
+    with pytest.raises(UnsupportedTrainingOpError, match="ConvGrad with auto_pad SAME_LOWER needs") as refused:
         lower_training_ops(model)
-    assert refused.value.ops == ["GatherNDGrad"]
+    assert refused.value.ops == ["ConvGrad"]
 
 
 @pytest.mark.parametrize("opset", [13, 14, 15])

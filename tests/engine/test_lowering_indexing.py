@@ -72,11 +72,16 @@ def test_gather_elements_grad(axis, current_runtime):
 
 
 @pytest.mark.parametrize("index_depth", [1, 2])
-def test_gather_nd_grad(index_depth, current_runtime):
-    data_shape = (4, 3, 2)
-    indices = np.stack([rng.integers(0, data_shape[d], (5,)) for d in range(index_depth)], axis=-1).astype(np.int64)
-    feeds = {"shape": np.array(data_shape, np.int64), "indices": indices, "dY": values((5,) + data_shape[index_depth:])}
-    check_lowering(one_node_model("GatherNDGrad", feeds, [("dX", np.float32, data_shape)]), feeds, current_runtime)
+@pytest.mark.parametrize("batch_dims", [0, 1, 2])
+def test_gather_nd_grad(index_depth, batch_dims, current_runtime):
+    data_shape = (2, 3, 4, 3, 2)
+    batch = data_shape[:batch_dims]
+    indices = np.stack([rng.integers(0, data_shape[batch_dims + d], batch + (5,)) for d in range(index_depth)],
+                       axis=-1).astype(np.int64)  # repeats: they add
+    feeds = {"shape": np.array(data_shape, np.int64), "indices": indices,
+             "dY": values(batch + (5,) + data_shape[batch_dims + index_depth:])}
+    check_lowering(one_node_model("GatherNDGrad", feeds, [("dX", np.float32, data_shape)], batch_dims=batch_dims),
+                   feeds, current_runtime)
 
 
 @pytest.mark.parametrize("starts,ends,axes,steps", [([1], [3], None, None), ([0, 1], [4, 5], [0, 2], None),

@@ -68,12 +68,36 @@ def gather_elements_grad(node: onnx.NodeProto, emit: Emitter) -> None:
 
 @lowers("GatherNDGrad")
 def gather_nd_grad(node: onnx.NodeProto, emit: Emitter) -> None:
-    """Inputs: the data's shape, the indices, dY: ScatterND adding dY into zeros (batch_dims 0)."""
+    """Inputs: the data's shape, the indices, dY: ScatterND adding dY into zeros. With ``batch_dims`` b, the b
+    leading axes are one batch axis, and each index gains its batch position in front of it."""
     shape, indices, dy = node.input[0], node.input[1], node.input[2]
-    if int(attribute(node, "batch_dims", 0)) != 0:
-        raise LoweringError(f"{emit.label}: GatherNDGrad with batch_dims other than 0 has no lowering")
+    batch_dims = int(attribute(node, "batch_dims", 0))
     emit.require_opset(16, "a ScatterND that adds")
-    emit.one("ScatterND", [emit.zeros(shape, dy), indices, dy], node.output[0], reduction="add")
+    if batch_dims == 0:
+        emit.one("ScatterND", [emit.zeros(shape, dy), indices, dy], node.output[0], reduction="add")
+        return
+
+    def part(vector: str, start: object, end: object = None) -> str:
+        first = start if isinstance(start, str) else emit.const(np.array([start], np.int64))
+        last = emit.const(np.array([_LAST if end is None else end], np.int64))
+        return emit.one("Slice", [vector, first, last])
+
+    batch = _product(emit, part(shape, 0, batch_dims))
+    depth = part(emit.one("Shape", [indices]), -1)
+    minus_one = emit.const(np.array([-1], np.int64))
+    flat_indices = emit.one("Reshape", [indices, emit.one("Concat", [batch, minus_one, depth], axis=0)])
+    count = part(emit.one("Shape", [flat_indices]), 1, 2)
+    rest = part(shape, emit.one("Add", [depth, emit.const(np.array([batch_dims], np.int64))]))
+    updates = emit.one("Reshape", [dy, emit.one("Concat", [batch, count, rest], axis=0)])
+    positions = emit.one("Range", [emit.const(np.array(0, np.int64)), emit.squeeze(batch, [0]),
+                                   emit.const(np.array(1, np.int64))])
+    one = emit.const(np.array([1], np.int64))
+    in_front = emit.one("Expand", [emit.one("Reshape", [positions, emit.const(np.array([-1, 1, 1], np.int64))]),
+                                   emit.one("Concat", [batch, count, one], axis=0)])
+    full = emit.one("Concat", [in_front, emit.one("Cast", [flat_indices], to=onnx.TensorProto.INT64)], axis=-1)
+    zeros = emit.zeros(emit.one("Concat", [batch, part(shape, batch_dims)], axis=0), dy)
+    summed = emit.one("ScatterND", [zeros, full, updates], reduction="add")
+    emit.one("Reshape", [summed, shape], node.output[0])
 
 
 @lowers("SliceGrad")
