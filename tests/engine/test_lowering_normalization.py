@@ -129,15 +129,24 @@ def test_softmax_cross_entropy_loss_internal_grad(reduction, label_dtype, curren
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("shapes", LOSS_SHAPES)
-def test_softmax_cross_entropy_loss_internal(reduction, shapes, current_runtime):
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("ignore_index", ["constant", "fed"])
+def test_softmax_cross_entropy_loss_internal(reduction, shapes, weighted, ignore_index, current_runtime):
+    """ignore_index known before run time: the standard operator; fed at run time: its arithmetic written out."""
     logit_shape, label_shape = shapes
     labels = rng.integers(0, logit_shape[1], label_shape).astype(np.int64)
     labels.reshape(-1)[0] = 0
-    feeds = {"scores": values(logit_shape), "labels": labels, "weights": np.abs(values((logit_shape[1],))) + 0.1}
+    feeds = {"scores": values(logit_shape), "labels": labels}
+    names = ["scores", "labels", "weights" if weighted else "", "ignore_index"]
+    if weighted:
+        feeds["weights"] = np.abs(values((logit_shape[1],))) + 0.1
+    constants = {"ignore_index": np.array(0, np.int64)}
+    if ignore_index == "fed":
+        feeds["ignore_index"], constants = constants["ignore_index"], {}
     model = one_node_model("SoftmaxCrossEntropyLossInternal", feeds,
                            [("loss", np.float32, label_shape if reduction == "none" else ()),
                             ("log_prob", np.float32, logit_shape)],
-                           constants={"ignore_index": np.array(0, np.int64)}, reduction=reduction)
+                           inputs=names, constants=constants, reduction=reduction)
     check_lowering(model, feeds, current_runtime)
 
 

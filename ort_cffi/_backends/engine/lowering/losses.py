@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from ort_cffi._backends.engine.lowering.registry import Emitter, LoweringError, attribute, lowers
+from ort_cffi._backends.engine.lowering.registry import Emitter, attribute, lowers
 
 
 def _given(node: onnx.NodeProto, index: int) -> Optional[str]:
@@ -28,21 +28,48 @@ def _ignore_index(node: onnx.NodeProto, emit: Emitter, input_index: int) -> Opti
 
 @lowers("SoftmaxCrossEntropyLossInternal")
 def softmax_cross_entropy_loss_internal(node: onnx.NodeProto, emit: Emitter) -> None:
-    """Inputs scores, labels, weights, ignore_index; outputs loss, log_prob: the standard operator, whose
-    ignore_index is an attribute: the input must be known before run time."""
-    emit.require_opset(12, "the standard SoftmaxCrossEntropyLoss")
+    """Inputs scores [N, C, d...], labels, weights, ignore_index; outputs loss, log_prob. Where ignore_index is
+    known before run time (or absent) this is the standard operator, the very kernel; where it is a value of
+    the graph, the kernel's arithmetic written out: -log_prob at the label, times the label's weight, 0 where
+    ignored, then summed (over the weights' sum, or the count not ignored, for mean)."""
+    emit.require_opset(13, "SoftmaxCrossEntropyLoss with LogSoftmax along the class axis")
+    scores, labels = node.input[0], node.input[1]
+    weights = _given(node, 2)
     given = _given(node, 3)
-    ignore = attribute(node, "ignore_index")
-    if given is not None:
-        known = emit.value(given)
-        if known is None:
-            raise LoweringError(f"{emit.label}: SoftmaxCrossEntropyLossInternal's ignore_index is known only at run "
-                                f"time; the standard operator takes it as an attribute")
-        ignore = int(known.reshape(-1)[0])
-    inputs = [node.input[0], node.input[1]] + ([node.input[2]] if _given(node, 2) else [])
-    outputs = [node.output[0]] + ([node.output[1]] if len(node.output) > 1 and node.output[1] else [])
-    emit.node("SoftmaxCrossEntropyLoss", inputs, outputs, reduction=attribute(node, "reduction", "mean"),
-              ignore_index=ignore)
+    reduction = attribute(node, "reduction", "mean")
+    known = emit.value(given) if given is not None else None
+    if given is None or known is not None:
+        ignore = attribute(node, "ignore_index") if known is None else int(known.reshape(-1)[0])
+        inputs = [scores, labels] + ([weights] if weights is not None else [])
+        outputs = [node.output[0]] + ([node.output[1]] if len(node.output) > 1 and node.output[1] else [])
+        emit.node("SoftmaxCrossEntropyLoss", inputs, outputs, reduction=reduction, ignore_index=ignore)
+        return
+    log_prob = emit.one("LogSoftmax", [scores], _out(node, 1), axis=1)
+    labels64 = emit.one("Cast", [labels], to=TensorProto.INT64)
+    kept = emit.one("Not", [emit.one("Equal", [labels64, emit.one("Cast", [given], to=TensorProto.INT64)])])
+    safe = emit.one("Where", [kept, labels64, emit.const(np.array(0, np.int64))])
+    picked = emit.squeeze(emit.one("GatherElements", [log_prob, emit.unsqueeze(safe, [1])], axis=1), [1])
+    zero = emit.const_like(0.0, scores)
+    losses = emit.one("Neg", [picked])
+    weight = None
+    if weights is not None:
+        weight = emit.one("Where", [kept, emit.one("Gather", [weights, safe], axis=0), zero])
+        losses = emit.one("Mul", [losses, weight])
+    losses = emit.one("Where", [kept, losses, zero])
+    if reduction == "none":
+        emit.copy(losses, node.output[0])
+        return
+    total = emit.reduce("ReduceSum", losses, None, keepdims=False)
+    if reduction == "sum":
+        emit.copy(total, node.output[0])
+        return
+    if weight is not None:
+        divisor = emit.reduce("ReduceSum", weight, None, keepdims=False)
+    else:
+        divisor = emit.cast_like(emit.reduce("ReduceSum", emit.one("Cast", [kept], to=TensorProto.INT64), None,
+                                             keepdims=False), scores)
+    nonzero = emit.one("Not", [emit.one("Equal", [divisor, zero])])
+    emit.one("Where", [nonzero, emit.one("Div", [total, divisor]), total], node.output[0])
 
 
 @lowers("SoftmaxCrossEntropyLossGrad", "SoftmaxCrossEntropyLossInternalGrad")
