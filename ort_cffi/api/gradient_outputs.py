@@ -14,13 +14,14 @@ run time): ``ModelProto.graph`` (field 7) is split into its fields; ``NodeProto`
 appended as outputs (12), typed as the accumulator's buffer input is. Every other byte is copied unchanged.
 Only names are decoded, each from its own field: a ``ValueInfoProto`` also holds its value's type and shape
 (varints, not text: a dim of 128 or more is no UTF-8), so its name is read from its field 1, never from the
-whole message. A model this cannot follow, or whose initializers keep their data in other files (the edited
-model is written elsewhere), is left as it is: ``GradientsUnreadable`` says why, and ``Parameter.grad``
-raises with that reason rather than answering nothing.
+whole message. A model whose initializers keep their data in other files reads them relative to its own
+folder: its edited copy must be written beside it (``GradientOutputs.beside_original``). A model this cannot
+follow is left as it is: ``GradientsUnreadable`` says why, and ``Parameter.grad`` raises with that reason
+rather than answering nothing.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Set, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Set, Tuple
 
 from ort_cffi._facade.protobuf_wire import (
     LENGTH_DELIMITED,
@@ -39,6 +40,15 @@ _EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
 
 class GradientsUnreadable(Exception):
     """The training model cannot be given its gradients as outputs; the message says why."""
+
+
+class GradientOutputs(NamedTuple):
+    """The edited training model, parameter name → its gradient output's name, and whether the model's
+    initializers keep their data in other files (then the copy must lie in the original's folder)."""
+
+    model: bytes
+    outputs: Dict[str, str]
+    beside_original: bool
 
 
 def _fields(data: bytes) -> Iterator[Tuple[int, int, int, int, int]]:
@@ -108,7 +118,7 @@ def _input_types(graph: bytes) -> Dict[bytes, bytes]:
     return found
 
 
-def with_gradient_outputs(model: bytes, elem_types: Dict[str, int]) -> Tuple[bytes, Dict[str, str]]:
+def with_gradient_outputs(model: bytes, elem_types: Dict[str, int]) -> GradientOutputs:
     """The model with a gradient output per accumulated parameter, and parameter name → output name.
     ``elem_types`` gives each parameter's ONNX element type where the graph does not type its buffer (float
     when not listed either).
@@ -124,7 +134,7 @@ def with_gradient_outputs(model: bytes, elem_types: Dict[str, int]) -> Tuple[byt
         raise GradientsUnreadable("the name of a parameter it accumulates is not UTF-8") from None
 
 
-def _edit(model: bytes, elem_types: Dict[str, int]) -> Tuple[bytes, Dict[str, str]]:
+def _edit(model: bytes, elem_types: Dict[str, int]) -> GradientOutputs:
     model_fields = list(_fields(model))
     graphs = [f for f in model_fields if f[0] == 7 and f[1] == LENGTH_DELIMITED]
     if len(graphs) != 1:
@@ -135,13 +145,12 @@ def _edit(model: bytes, elem_types: Dict[str, int]) -> Tuple[bytes, Dict[str, st
     taken = _value_names(graph)
     input_types = _input_types(graph)
     accumulators = 0
+    external = False
     pieces: List[bytes] = []
     for number, wire, start, payload, end in _fields(graph):
         field = graph[start:end]
         if number == 5 and wire == LENGTH_DELIMITED and _has_external_data(graph[payload:end]):
-            # its data lies beside the original file, not beside the edited copy
-            stored = _name(graph[payload:end], 8).decode("utf-8", errors="replace")
-            raise GradientsUnreadable(f"its initializer {stored!r} keeps its data in another file")
+            external = True  # its data lies beside the original file: so must the edited copy
         if number == 1 and wire == LENGTH_DELIMITED:
             node = graph[payload:end]
             if _strings(node, 4) != [_ACCUMULATOR]:
@@ -170,4 +179,4 @@ def _edit(model: bytes, elem_types: Dict[str, int]) -> Tuple[bytes, Dict[str, st
                   for parameter, name in outputs.items())
     new_graph = b"".join(pieces)
     rebuilt = b"".join(model[start:end] if number != 7 else length_delimited(7, new_graph) for number, _w, start, _p, end in model_fields)
-    return rebuilt, outputs
+    return GradientOutputs(rebuilt, outputs, external)

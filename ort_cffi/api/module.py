@@ -9,6 +9,7 @@ accumulated since the last `lazy_reset_grad()` would not, so that is refused (do
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -130,11 +131,26 @@ class Module:
             self._gradient_outputs, self._gradients_unreadable = {}, str(exc)
             return env.createTrainingSession(self._state._state, self._train_path, self._eval_path,
                                              optimizer_path, self._session_options)
-        folder = tempfile.mkdtemp(prefix="ort_cffi-api-")
-        try:
+        folder: Optional[str] = None
+        if edited.beside_original:
+            # Its initializers keep their data in other files, which the runtime reads relative to the model's
+            # folder: the copy goes beside it, under a name of its own, removed once the runtime has read it.
+            try:
+                handle, path = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(self._train_path)),
+                                                prefix=".ort_cffi-gradients-", suffix=".onnx")
+                os.close(handle)
+            except OSError as exc:
+                self._gradient_outputs = {}
+                self._gradients_unreadable = ("its initializers keep their data in other files, and its copy with "
+                                              f"the gradients as outputs cannot be written beside it ({exc})")
+                return env.createTrainingSession(self._state._state, self._train_path, self._eval_path,
+                                                 optimizer_path, self._session_options)
+        else:
+            folder = tempfile.mkdtemp(prefix="ort_cffi-api-")
             path = os.path.join(folder, os.path.basename(self._train_path) or "training_model.onnx")
+        try:
             with open(path, "wb") as file:
-                file.write(edited[0])
+                file.write(edited.model)
             session = env.createTrainingSession(self._state._state, path, self._eval_path, optimizer_path,
                                                 self._session_options)
         except OrtException as exc:
@@ -143,9 +159,13 @@ class Module:
             self._gradients_unreadable = f"ONNX Runtime refused it with its gradients as outputs ({exc})"
             return env.createTrainingSession(self._state._state, self._train_path, self._eval_path,
                                              optimizer_path, self._session_options)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)  # the runtime read the model at creation
-        self._gradient_outputs, self._gradients_unreadable = edited[1], ""
+        finally:  # the runtime read the model at creation
+            if folder is None:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
+        self._gradient_outputs, self._gradients_unreadable = edited.outputs, ""
         return session
 
     def _has_session(self) -> bool:

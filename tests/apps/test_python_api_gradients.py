@@ -7,13 +7,15 @@ Where the gradients cannot be read, ``Parameter.grad`` raises, saying why: never
 """
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from conftest import DIGITS
+from onnx import TensorProto, helper, numpy_helper
 from test_shape_training import BATCH, CLASSES, branching, looping, scanning
 from test_zoo import TRAINABLE, ZOO, ZOO_DIR, generate
 
@@ -157,7 +159,7 @@ def accumulating_model(output_dims: Sequence[int], outputs: int = 1, parameter: 
 
 @pytest.mark.parametrize("dims", [[127], [128], [255, 3], [2**20, 200], [1, 2**40]], ids=str)
 def test_outputs_of_any_shape_leave_the_gradients_readable(dims: List[int]) -> None:
-    edited, names = with_gradient_outputs(accumulating_model(dims, outputs=300), {})
+    edited, names, _ = with_gradient_outputs(accumulating_model(dims, outputs=300), {})
     assert names == {"w": "w" + GRADIENT_OUTPUT_SUFFIX}
     model = onnx.load_from_string(edited)
     onnx.checker.check_model(model)
@@ -166,7 +168,7 @@ def test_outputs_of_any_shape_leave_the_gradients_readable(dims: List[int]) -> N
 
 
 def test_names_beyond_ascii_are_read_as_names() -> None:
-    edited, names = with_gradient_outputs(accumulating_model([200], parameter="poids_é_重み"), {})
+    edited, names, _ = with_gradient_outputs(accumulating_model([200], parameter="poids_é_重み"), {})
     assert names == {"poids_é_重み": "poids_é_重み" + GRADIENT_OUTPUT_SUFFIX}
     assert onnx.load_from_string(edited).graph.output[-1].name == "poids_é_重み" + GRADIENT_OUTPUT_SUFFIX
 
@@ -176,8 +178,36 @@ def test_a_name_that_is_not_utf8_elsewhere_leaves_the_gradients_readable() -> No
     is compared as stored, and stops nothing."""
     model = accumulating_model([130], outputs=2)
     assert model.count(b"out1") == 2  # the node's output and the graph's
-    edited, names = with_gradient_outputs(model.replace(b"out1", b"\xff\xfeo1"), {})
+    edited, names, _ = with_gradient_outputs(model.replace(b"out1", b"\xff\xfeo1"), {})
     assert names == {"w": "w" + GRADIENT_OUTPUT_SUFFIX} and edited.count(b"\xff\xfeo1") == 2
+
+
+def test_a_training_model_with_external_data_gives_its_gradients(tmp_path: Path) -> None:
+    """Initializers whose data is in another file (the builder writes a training model past 2 GB so) are read
+    relative to the model's folder: the copy with the gradient outputs is written beside it, then removed."""
+    shutil.copytree(DIGITS, tmp_path / "inline")
+    shutil.copytree(DIGITS, tmp_path / "external")
+    model = onnx.load(str(tmp_path / "external" / "training_model.onnx"))
+    for initializer in model.graph.initializer:  # the float ones as raw bytes, which onnx moves to the data file
+        if initializer.data_type == TensorProto.FLOAT:  # (the runtime reads the integer ones' values as it loads)
+            initializer.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(initializer), initializer.name))
+    onnx.save(model, str(tmp_path / "external" / "training_model.onnx"), save_as_external_data=True,
+              all_tensors_to_one_file=True, location="training_model.onnx.data", size_threshold=0)
+    saved = onnx.load(str(tmp_path / "external" / "training_model.onnx"), load_external_data=False)
+    assert any(i.data_location == TensorProto.EXTERNAL for i in saved.graph.initializer)
+    with np.load(DIGITS / "digits.npz") as digits:
+        x, labels = digits["train_input"][:16], digits["train_labels"][:16]
+    gradients = []
+    for folder in (tmp_path / "inline", tmp_path / "external"):
+        state = CheckpointState.load_checkpoint(folder / "checkpoint")
+        module = Module(folder / "training_model.onnx", state)
+        module(x, labels)
+        gradients.append({name: parameter.grad for name, parameter in state.parameters})
+        del module, state
+    assert gradients[0].keys() == gradients[1].keys() and all(
+        np.array_equal(gradients[0][name], gradients[1][name]) for name in gradients[0])
+    assert sorted(p.name for p in (tmp_path / "external").iterdir()) == sorted(
+        p.name for p in DIGITS.iterdir()) + ["training_model.onnx.data"]  # the copy is gone
 
 
 def test_a_model_whose_gradients_cannot_be_offered_says_why() -> None:
@@ -189,9 +219,8 @@ def test_a_model_whose_gradients_cannot_be_offered_says_why() -> None:
     with pytest.raises(GradientsUnreadable, match="is taken"):  # an initializer's name, not only an output's
         with_gradient_outputs(accumulating_model([130], extra=[taken]), {})
     external = helper.make_tensor("far", TensorProto.FLOAT, [1], [0.0])
-    external.data_location = TensorProto.EXTERNAL
-    with pytest.raises(GradientsUnreadable, match="'far' keeps its data in another file"):
-        with_gradient_outputs(accumulating_model([130], extra=[external]), {})
+    external.data_location = TensorProto.EXTERNAL  # not refused: the copy must lie beside the model
+    assert with_gradient_outputs(accumulating_model([130], extra=[external]), {}).beside_original
     plain = onnx.load_from_string(accumulating_model([130]))
     del plain.graph.node[1]
     with pytest.raises(GradientsUnreadable, match="no InPlaceAccumulatorV2 node"):
