@@ -74,8 +74,10 @@ def generate_artifacts(
     - ``optimizer``: None (no optimizer model), an ``OptimType``, or ``onnxblock.optim.AdamW(...)`` /
       ``onnxblock.optim.SGD(...)``, whose settings (betas, weight decay, ``clip_grad``) write the model.
     - ``additional_output_names``: outputs kept after the loss; None keeps the loss alone.
-    - ``requires_grad``: the initializers (or graph inputs) to train; None trains nothing, as in ONNX Runtime
-      (eval-only artifacts; with an optimizer it is refused, where ONNX Runtime fails with an IndexError).
+    - ``requires_grad``: the initializers to train; None trains nothing, as in ONNX Runtime (eval-only
+      artifacts; with an optimizer it is refused, where ONNX Runtime fails with an IndexError). Initializers
+      that are not floating-point, or that no gradient reaches (a dropout ratio), are left out, named in
+      ``notes`` and ``left_out``: code that lists every initializer of a model ports as it is.
     - ``frozen_params``: initializers kept in the checkpoint, not trained. Names that are no initializer (a
       buffer the exporter computes) and initializers that are not floating-point are left as they are (the
       graphs keep them as constants), as ONNX Runtime leaves them untrained; ``notes`` says which.
@@ -105,6 +107,7 @@ def generate_artifacts(
                                       "model needs trainable parameters: name them in requires_grad")
         notes.append("requires_grad=None: nothing is trained, as in ONNX Runtime")
         requires_grad = []
+    requires_grad = _trainable(source, list(requires_grad), notes)
     frozen = None if frozen_params is None else _frozen(source, list(frozen_params), notes)
     optimizer_name, optimizer_block = _optimizer(optimizer)
     if isinstance(loss, blocks.Block):
@@ -149,6 +152,24 @@ def _exactly(name: str) -> str:
     reaches, which is then left out rather than refused."""
     escaped = glob.escape(name)
     return escaped if escaped != name else f"[{name[0]}]{glob.escape(name[1:])}"
+
+
+def _trainable(model: onnx.ModelProto, names: Sequence[str], notes: List[str]) -> List[str]:
+    """``requires_grad`` as ort_cffi's generator takes it from a port: initializers that are not floating-point
+    are left out (code that lists every initializer lists the exporter's int64 shapes too), and the others are
+    asked for as patterns, so that one no gradient reaches (a dropout ratio) is left out (``left_out``) where a
+    plain name would be refused. Other names (torch's names of renamed parameters) go as they are."""
+    initializers = {i.name: i for i in model.graph.initializer}
+    kept, skipped = [], []
+    for name in names:
+        initializer = initializers.get(name)
+        if initializer is not None and initializer.data_type not in _FLOAT_TYPES:
+            skipped.append(f"{name} ({onnx.TensorProto.DataType.Name(initializer.data_type).lower()})")
+        else:
+            kept.append(_exactly(name) if initializer is not None else name)
+    if skipped:
+        notes.append(f"requires_grad: {', '.join(skipped)}: not floating-point; kept as constants of the graphs")
+    return kept
 
 
 def _frozen(model: onnx.ModelProto, names: Sequence[str], notes: List[str]) -> List[str]:

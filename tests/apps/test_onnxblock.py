@@ -278,6 +278,30 @@ def test_the_generator_takes_onnx_runtimes_enums_and_notes_what_it_does_not_free
     assert again.eval_outputs[1:] == ("y",)
 
 
+def test_every_initializer_in_requires_grad_trains_what_can_be_trained(tmp_path: Path) -> None:
+    """Published code lists every initializer in requires_grad: the exporter's int64 shape, a bool flag and a
+    dropout ratio (no gradient reaches it) are left out, named, and the weights train."""
+    rng = np.random.default_rng(4)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["h"], transB=1),
+         helper.make_node("Dropout", ["h", "ratio", "mode"], ["dropped"]),
+         helper.make_node("Reshape", ["dropped", "shape"], ["y"])], "with_constants",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        [numpy_helper.from_array(rng.standard_normal((3, 4)).astype(np.float32), "w"),
+         numpy_helper.from_array(np.zeros(3, np.float32), "b"), numpy_helper.from_array(np.array(0.1, np.float32), "ratio"),
+         numpy_helper.from_array(np.array(False), "mode"), numpy_helper.from_array(np.array([-1, 3], np.int64), "shape")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=7)
+    made = artifacts.generate_artifacts(model, requires_grad=[i.name for i in model.graph.initializer],
+                                        loss=artifacts.LossType.MSELoss, optimizer=artifacts.OptimType.AdamW,
+                                        artifact_directory=tmp_path)
+    assert [p.name for p in made.trainable] == ["w", "b"] and list(made.left_out) == ["ratio"]
+    assert any("mode (bool), shape (int64)" in note for note in made.notes)
+    losses = _train(tmp_path, [rng.standard_normal((8, 4)).astype(np.float32),
+                               rng.standard_normal((8, 3)).astype(np.float32)], steps=20)
+    assert losses[-1] < losses[0]
+
+
 def test_requires_grad_none_trains_nothing_as_in_onnx_runtime(tmp_path: Path) -> None:
     """ONNX Runtime's own onnxblock tests generate eval-only artifacts this way (a Dropout model, no
     parameters): the eval model's Dropout leaves training mode, and keeps the loss alone unless told."""
