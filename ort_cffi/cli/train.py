@@ -21,13 +21,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from ort_cffi import OrtException, __version__
 from ort_cffi.artifacts import ArtifactsError, LossType, OptimType
 from ort_cffi.artifacts.options import GENERATORS
 from ort_cffi.cli.args import fraction, in_flag_words, non_negative_int, number_list, positive_float, positive_int
 from ort_cffi.trainer import DEFAULT_ARTIFACTS, GENERATION_FLAGS, OutputError, SetupError, TrainingJob, settings_from
+from ort_cffi.trainer.lr_finder import AUTO
 from ort_cffi.trainer.schedule import SCHEDULES
 
 DESCRIPTION = """\
@@ -95,6 +96,16 @@ examples:
 """
 
 
+def learning_rate(text: str) -> Union[float, str]:
+    """``--lr``: a positive number, or ``auto`` (``ort_cffi.trainer.lr_finder``)."""
+    if text == AUTO:
+        return AUTO
+    try:
+        return positive_float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number or auto, got {text}") from None
+
+
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     """The command line of ``ort-cffi-train``: options left out are None, so that a resumed run can tell
     them from options typed (argparse exits 2 on a bad command line)."""
@@ -139,9 +150,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help="output folder (default: runs/<model or artifacts folder name>)")
     parser.add_argument("--epochs", type=positive_int, metavar="N", help="epochs to train in all (default: 30)")
     parser.add_argument("--batch-size", type=positive_int, metavar="N", help="default: 32")
-    parser.add_argument("--lr", type=positive_float,
-                        help="(peak) learning rate (default: by the model: 0.001 when it has attention, layer "
-                        "normalization or a token embedding, as transformers do; else 0.01)")
+    parser.add_argument("--lr", type=learning_rate, metavar="LR|auto",
+                        help="(peak) learning rate, or auto: a range test of 100 steps picks it (a tenth of the rate "
+                        "where the loss is lowest, as fastai's lr_find suggests). Default: by the model, 0.001 when "
+                        "it has attention or layer normalization, as transformers do, else 0.01")
     parser.add_argument("--schedule", choices=SCHEDULES,
                         help="linear: warm up to --lr, then decay linearly towards 0 at the last step; cosine: warm "
                         "up, then decay along a half cosine; constant: --lr throughout (default: linear)")

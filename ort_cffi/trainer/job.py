@@ -39,6 +39,7 @@ from ort_cffi.trainer.config import (
 )
 from ort_cffi.trainer.data import DEFAULT_ARTIFACTS, find_artifacts, find_dataset
 from ort_cffi.trainer.errors import OutputError, SetupError
+from ort_cffi.trainer.lr_finder import AUTO, range_test
 from ort_cffi.trainer.model_kind import artifacts_kind
 from ort_cffi.trainer.loop import inference_check, run_epochs
 from ort_cffi.trainer.output import MadeFolders, plot, write_json, writing
@@ -85,7 +86,7 @@ class TrainSettings:
     patience: Optional[int] = None  # stop when the validation loss has not improved for this many epochs
     epochs: Optional[int] = None
     batch_size: Optional[int] = None
-    lr: Optional[float] = None
+    lr: Union[None, float, str] = None  # a number, or "auto": a range test picks it (lr_finder.py)
     schedule: Optional[str] = None
     warmup_steps: Optional[int] = None
     seed: Optional[int] = None
@@ -195,6 +196,12 @@ class TrainingJob:
             try:
                 prepared = Prepared(self.env, session, source.files, source.folder, source.data, config, self.out,
                                     self.settings.export_outputs, _progress(self.settings))
+                if config.lr == AUTO:  # a range test from the run's starting checkpoint, in a session of its own
+                    found = range_test(self.env, source.files, source.checkpoint, prepared.data["train"],
+                                       prepared.names.loss, config.batch_size, config.seed, self.settings.threads)
+                    fallback = artifacts_kind(source.files["eval"], source.checkpoint).lr
+                    config.lr = found.lr if found.lr is not None else fallback
+                    notes.append(found.describe(fallback))
                 plan, history = prepared.start(resumed)
                 print(f"ort-cffi-train: ort_cffi {__version__}, ONNX Runtime {self.env.getVersion()}")
                 for line in source.lines + prepared.describe(resumed, source.checkpoint, bool(resumed and resumed.config)):

@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from conftest import DIGITS, ROOT
 from ort_cffi.artifacts import generate_artifacts
 from ort_cffi.cli import train as train_cli
+from ort_cffi.trainer.lr_finder import suggest
 from ort_cffi.trainer.model_kind import ATTENTION_LR, DEFAULT_LR, artifacts_kind, classify, read_nodes
 
 ZOO = ROOT / "tests" / "zoo"
@@ -160,3 +161,50 @@ def test_a_given_rate_wins(tmp_path: Path, capsys: pytest.CaptureFixture) -> Non
                            "--epochs", "1", "--lr", "0.02", "--out", str(out), "--no-progress", "--no-plot"])
     assert code == 0 and "learning rate 0.001" not in capsys.readouterr().out
     assert json.loads((out / "metrics.json").read_text())["config"]["lr"] == 0.02
+
+
+# --- --lr auto: the range test (ort_cffi/trainer/lr_finder.py) ------------------------------------------------
+
+def test_the_range_test_suggests_a_tenth_of_the_rate_at_the_lowest_smoothed_loss() -> None:
+    rates = [1e-7 * 10 ** (i / 10) for i in range(60)]
+    smoothed = [3.0 - 0.05 * i if i <= 40 else 1.0 + 0.3 * (i - 40) for i in range(60)]
+    lr, lowest_at = suggest([(r, s, s) for r, s in zip(rates, smoothed)])
+    assert lowest_at == rates[40] and lr == float(f"{rates[40] / 10:.2g}")
+
+
+def test_a_loss_that_never_falls_suggests_nothing() -> None:
+    rates = [1e-7 * 10 ** (i / 10) for i in range(30)]
+    assert suggest([(r, 1.0 + i, 1.0 + i) for i, r in enumerate(rates)]) == (None, None)
+    assert suggest([]) == (None, None)
+
+
+def test_lr_auto_picks_a_rate_the_run_trains_at(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The embedded digits MLP: the test's steps stay in its own session, so the run starts from the
+    checkpoint as it was (the same validation before training as without --lr auto)."""
+    out = tmp_path / "run"
+    code = train_cli.main(["--lr", "auto", "--epochs", "2", "--out", str(out), "--no-progress", "--no-plot"])
+    printed = capsys.readouterr().out
+    assert code == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    lr = metrics["config"]["lr"]
+    assert isinstance(lr, float) and 1e-4 < lr < 1, lr
+    assert f"learning rate {lr:g}, found by --lr auto: over " in printed
+    assert f"lr {lr:g} (" in printed and [s["lr"] for s in metrics["steps"]][44] == pytest.approx(lr)
+    plain = tmp_path / "plain"
+    assert train_cli.main(["--epochs", "1", "--out", str(plain), "--no-progress", "--no-plot"]) == 0
+    assert metrics["before"] == json.loads((plain / "metrics.json").read_text())["before"]
+    losses = [e["val_loss"] for e in metrics["epochs"]]
+    assert losses[-1] < metrics["before"]["val_loss"] / 2, (metrics["before"], losses)
+
+    capsys.readouterr()  # a resumed run keeps its rate unless told otherwise
+    assert train_cli.main(["--out", str(out), "--resume", "--lr", "auto", "--epochs", "3", "--no-progress",
+                           "--no-plot"]) == 2
+    assert "--lr auto" in capsys.readouterr().err
+
+
+def test_lr_takes_a_number_or_auto_only(capsys: pytest.CaptureFixture) -> None:
+    for bad in ("automatic", "-1", "0"):
+        with pytest.raises(SystemExit) as exit_info:
+            train_cli.main(["--lr", bad])
+        assert exit_info.value.code == 2
+        assert "argument --lr" in capsys.readouterr().err
