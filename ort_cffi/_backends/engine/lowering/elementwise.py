@@ -10,17 +10,15 @@ from ort_cffi._backends.engine.lowering.registry import Emitter, attribute, lowe
 
 @lowers("DivGrad")
 def div_grad(node: onnx.NodeProto, emit: Emitter) -> None:
-    """The gradients of A / B (inputs dY, A, B): dA = dY / B and dB = -dY * A / B^2, each summed back to its
-    operand's shape where that operand was broadcast."""
+    """The gradients of A / B (inputs dY, A, B), in the order of the operator's function body in ONNX Runtime:
+    dA = dY / B and dB = dY * (-A / (B * B)), each summed back to its operand's shape where that operand was
+    broadcast."""
     dy, a, b = node.input[0], node.input[1], node.input[2]
-    wants_a = len(node.output) > 0 and node.output[0]
-    wants_b = len(node.output) > 1 and node.output[1]
-    da = emit.one("Div", [dy, b])
-    if wants_a:
-        emit.sum_to(da, a, node.output[0])
-    if wants_b:
-        db = emit.one("Neg", [emit.one("Div", [emit.one("Mul", [da, a]), b])])
-        emit.sum_to(db, b, node.output[1])
+    if len(node.output) > 0 and node.output[0]:
+        emit.sum_to(emit.one("Div", [dy, b]), a, node.output[0])
+    if len(node.output) > 1 and node.output[1]:
+        ratio = emit.one("Div", [emit.one("Neg", [a]), emit.one("Mul", [b, b])])
+        emit.sum_to(emit.one("Mul", [dy, ratio]), b, node.output[1])
 
 
 @lowers("Scale")
