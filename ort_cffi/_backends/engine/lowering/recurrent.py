@@ -19,17 +19,23 @@ tests/engine/test_lowering_recurrent.py):
 The forms. The forward is one ``Scan`` over time holding the cell (one product with R, the gates, the
 states); X·Wᵀ and the biases are one product over the whole sequence before it, and the Scan's per-step
 outputs are Y and the values the gradient reads. (Keeping the standard LSTM / GRU operator, which gives Y bit
-for bit, and recomputing the gates from Y after it, measured 1.5 to 2 times slower: the recurrent product is
-then computed twice.)
+for bit, and recomputing the gates from Y after it measured 1.4 to 1.7 times slower: the recurrent product
+is then computed twice.)
 
 The backward is a reverse ``Scan`` in which only the recurrence is serial: per step, the hidden state's
 gradient (and the LSTM's cell state's), the gate gradients that they make (elementwise products with factors
 computed for all steps before the loop), and one product with R back into the previous hidden state. The
 gradients of X, W, R and the bias are then matrix products over the whole sequence, after the loop, where
-ONNX Runtime's kernels compute them one step and one batch row at a time. scripts/bench_recurrent.py times
-both: at T 50, batch 32, input 64, hidden 128, one thread, a training op and its gradient took 0.26-0.30 of
-the kernels' time for the LSTM and 0.30-0.47 for the GRU, on 1.19.2 and on 1.31.1 alike (a shared, noisy
-machine).
+ONNX Runtime's kernels compute them one step and one batch row at a time.
+
+What it costs, by scripts/bench_recurrent.py (a training op and its gradient, one thread, on a shared and
+noisy 2-core machine; the lowered model on 1.19.2 and on 1.31.1 alike): at T 50, batch 32, input 64, hidden
+128 (the performance guide's LSTM classifier) 0.3-0.4 of the kernels' time for the LSTM and the GRU; at the
+zoo's sizes (T 12-20, batch 16-32, hidden 24-48) 0.12-0.56. At batch 1 the per-step operators dominate and
+the lowering is 1.3-2 times slower than the kernels (about 0.1 ms more at T 20, hidden 48). Memory: the
+batched products hold [T, B, 4H] values for all steps (the gate gradients, their factors, X·Wᵀ), where the
+kernels work step by step: a session's resident memory grew by about 45 MB instead of 11 at the guide's
+sizes.
 
 Beyond the kernels. They take the forward direction only and no sequence lengths (ONNX Runtime's generator
 writes such nodes for a reverse or bidirectional LSTM or GRU all the same: its artifacts then fail to load on
@@ -308,7 +314,7 @@ def lstm_training(node: onnx.NodeProto, emit: Emitter) -> None:
             i_t, o_t, f_t = _split(step, sig, [hidden] * 3)
             c_new = step.one("Add", [step.one("Mul", [f_t, c]), step.one("Mul", [i_t, c_gate])])
             h_new = step.one("Mul", [o_t, step.one("Tanh", [c_new])])
-            per_step = [sig, c_gate]
+            per_step = step.one("Concat", [sig, c_gate], axis=-1)
         else:
             p_i, p_o, p_f = _split(emit, peephole, [hidden] * 3)
             pre_i, pre_o, pre_f, pre_c = _split(step, pre, [hidden] * 4)
@@ -318,16 +324,16 @@ def lstm_training(node: onnx.NodeProto, emit: Emitter) -> None:
             c_new = step.one("Add", [step.one("Mul", [f_t, c]), step.one("Mul", [i_t, c_gate])])
             o_t = step.one("Sigmoid", [step.one("Add", [pre_o, step.one("Mul", [p_o, c_new])])])
             h_new = step.one("Mul", [o_t, step.one("Tanh", [c_new])])
-            per_step = [step.one("Concat", [i_t, o_t, f_t], axis=-1), c_gate]
+            per_step = step.one("Concat", [i_t, o_t, f_t, c_gate], axis=-1)
         states, shown = _within(scan, [(h, h_new), (c, c_new)], mask is not None)
-        final_h, final_c, y, all_c, sig_all, c_all = scan.run(
-            [view.state(H0, d), view.state(C0, d)], [from_x] + ([mask] if mask else []), states + shown + per_step,
+        final_h, final_c, y, all_c, iofc = scan.run(
+            [view.state(H0, d), view.state(C0, d)], [from_x] + ([mask] if mask else []), states + shown + [per_step],
             2, reverse)
         found["y"].append(y)
         found["final_h"].append(final_h)
         found["final_c"].append(final_c)
         found["all_c"].append(all_c)
-        found["iofc"].append(emit.one("Concat", [sig_all, c_all], axis=-1))
+        found["iofc"].append(iofc)
     for key, index, axis in (("y", 0, 1), ("final_h", 1, 0), ("final_c", 2, 0), ("all_c", 3, 1), ("iofc", 4, 1)):
         view.put_together(found[key], axis, _output(node, index))
 
@@ -452,11 +458,12 @@ def gru_training(node: onnx.NodeProto, emit: Emitter) -> None:
         h_gate = step.one("Tanh", [h_pre])
         h_new = step.one("Add", [h_gate, step.one("Mul", [z_t, step.one("Sub", [h, h_gate])])])
         states, shown = _within(scan, [(h, h_new)], mask is not None)
-        final_h, y, zr_all, h_all = scan.run([view.state(H0, d)], [x_zr, x_h] + ([mask] if mask else []),
-                                             states + shown + [zr, h_gate], 1, reverse)
+        zrh = step.one("Concat", [zr, h_gate], axis=-1)
+        final_h, y, zrh_all = scan.run([view.state(H0, d)], [x_zr, x_h] + ([mask] if mask else []),
+                                       states + shown + [zrh], 1, reverse)
         found["y"].append(y)
         found["final_h"].append(final_h)
-        found["zrh"].append(emit.one("Concat", [zr_all, h_all], axis=-1))
+        found["zrh"].append(zrh_all)
     for key, index, axis in (("y", 0, 1), ("final_h", 1, 0), ("zrh", 2, 1)):
         view.put_together(found[key], axis, _output(node, index))
 
