@@ -207,3 +207,13 @@ def test_ctrl_c_after_an_epoch_keeps_a_run_that_resumes(tmp_path: Path) -> None:
                               "--no-plot"], capture_output=True, text=True, cwd=work, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert resumed.returncode == 0, resumed.stderr
     assert "epoch 2/3" in resumed.stdout and "epoch 1/3" not in resumed.stdout, resumed.stdout
+
+
+def test_ctrl_c_during_the_learning_rate_range_test(tmp_path: Path) -> None:
+    """--lr auto runs its range test before training: Ctrl-C there leaves nothing."""
+    work = work_folder(tmp_path)
+    out = work / "run"
+    code, stderr, left = run_interrupted("ort-cffi-train", ["--lr", "auto", "--epochs", 2, "--out", out, "--no-progress",
+                                                            "--no-plot"], work, hook=("ort_cffi.trainer.job", "range_test"))
+    assert assert_one_line(code, stderr, left) == f"interrupted before training began: {out} is as it was"
+    assert sorted(p.name for p in work.iterdir()) == []
