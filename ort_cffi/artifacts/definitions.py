@@ -44,19 +44,36 @@ class GeneratorUnavailableError(ArtifactsError, RuntimeError):
 
 
 class LossType(enum.Enum):
-    """The loss added on top of the model's output; the member names are ONNX Runtime's ``LossType``."""
+    """The loss added on top of the model's output; the member names are ONNX Runtime's ``LossType``, and
+    ``LossType(2)`` takes ONNX Runtime's values too (1 MSELoss, 2 CrossEntropyLoss, 3 BCEWithLogitsLoss, 4 L1Loss)."""
 
     CrossEntropyLoss = "cross-entropy"
     MSELoss = "mse"
     BCEWithLogitsLoss = "bce-with-logits"
     L1Loss = "l1"
 
+    @classmethod
+    def _missing_(cls, value: object) -> Optional[LossType]:
+        return _by_onnx_runtime_value(cls, value, ("MSELoss", "CrossEntropyLoss", "BCEWithLogitsLoss", "L1Loss"))
+
 
 class OptimType(enum.Enum):
-    """The optimizer of the optimizer model; the member names are ONNX Runtime's ``OptimType``."""
+    """The optimizer of the optimizer model; the member names are ONNX Runtime's ``OptimType``, and
+    ``OptimType(1)`` takes ONNX Runtime's values too (1 AdamW, 2 SGD)."""
 
     AdamW = "adamw"
     SGD = "sgd"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Optional[OptimType]:
+        return _by_onnx_runtime_value(cls, value, ("AdamW", "SGD"))
+
+
+def _by_onnx_runtime_value(kind: Any, value: object, names: Sequence[str]) -> Any:
+    """The member ONNX Runtime's enum numbers ``value`` (from 1, in ``names``' order), or None."""
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= len(names):
+        return kind[names[value - 1]]
+    return None
 
 
 @dataclass(frozen=True)

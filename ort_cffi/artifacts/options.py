@@ -23,6 +23,11 @@ def _enum_option(value: Any, kind: Any, what: str) -> Any:
         return None
     if isinstance(value, kind):
         return value
+    if isinstance(value, int) and not isinstance(value, bool):  # ONNX Runtime's numbers: LossType(2)'s value
+        try:
+            return kind(value)
+        except ValueError:
+            pass
     name = getattr(value, "name", value)  # onnxruntime.training.artifacts.LossType.MSELoss and the like
     if isinstance(name, str):
         for member in kind:

@@ -325,6 +325,16 @@ def test_requires_grad_none_trains_nothing_as_in_onnx_runtime(tmp_path: Path) ->
                                      optimizer=artifacts.OptimType.AdamW, artifact_directory=tmp_path / "other")
 
 
+def test_ort_cffis_own_enums_take_onnx_runtimes_numbers_too() -> None:
+    assert ort_cffi_artifacts.LossType(2) is ort_cffi_artifacts.LossType.CrossEntropyLoss
+    assert ort_cffi_artifacts.LossType(4) is ort_cffi_artifacts.LossType.L1Loss
+    assert ort_cffi_artifacts.OptimType(2) is ort_cffi_artifacts.OptimType.SGD
+    assert ort_cffi_artifacts.LossType("mse") is ort_cffi_artifacts.LossType.MSELoss
+    with pytest.raises(ValueError):
+        ort_cffi_artifacts.LossType(5)
+    assert ort_cffi_artifacts.request_options(loss=1, optimizer=1)["loss"] == "mse"
+
+
 def test_the_generator_refuses_what_ort_cffi_cannot_do_by_name(tmp_path: Path) -> None:
     model = regression_model()
     with pytest.raises(NotImplementedError, match="ort_format"):
