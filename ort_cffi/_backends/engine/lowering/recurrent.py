@@ -196,6 +196,7 @@ class _View:
         self.elem_type = emit.elem_type(self.x) or TensorProto.FLOAT
         self.lens = _input(node, lens)
         self._mask: Optional[str] = None
+        self._keep: Optional[str] = None
         self._zeros: Optional[str] = None
 
     def require(self, *positions: Tuple[int, str]) -> None:
@@ -243,7 +244,9 @@ class _View:
     def keep(self) -> Optional[str]:
         """1 - mask: the steps past each sequence's end, where the state passes unchanged."""
         mask = self.mask()
-        return None if mask is None else self.emit.one("Sub", [self.emit.const_like(1.0, mask), mask])
+        if mask is not None and self._keep is None:
+            self._keep = self.emit.one("Sub", [self.emit.const_like(1.0, mask), mask])
+        return self._keep
 
     def previous(self, initial: str, every: str, d: int) -> str:
         """The state before each step of direction ``d`` [T, batch, hidden], from its ``initial`` state
@@ -277,10 +280,16 @@ class _View:
         else:
             self.emit.one("Concat", [self.emit.unsqueeze(p, [axis]) for p in parts], output, axis=axis)
 
-    def summed(self, parts: Sequence[str], output: str) -> None:
-        """The directions' ``parts`` added into ``output`` (if it is wanted)."""
+    def input_grad(self, grad_a: str, weight: str, output: str, parts: List[str]) -> None:
+        """The gradient of X, grad_a·W: into ``output`` at once for one direction, else kept in ``parts`` for
+        ``summed``."""
         if output:
-            self.emit.one("Sum" if len(parts) > 1 else "Identity", list(parts), output)
+            parts.append(self.emit.one("MatMul", [grad_a, weight], output if len(self.reversed) == 1 else None))
+
+    def summed(self, parts: Sequence[str], output: str) -> None:
+        """The directions' gradients of X added into ``output`` (where there are two)."""
+        if output and len(parts) > 1:
+            self.emit.one("Sum", list(parts), output)
 
 
 # --- LSTM ------------------------------------------------------------------------------------------------------
@@ -399,8 +408,7 @@ def lstm_grad(node: onnx.NodeProto, emit: Emitter) -> None:
         next_c = step.one("Mul", [d_c, f_t])
         first_h, first_c, grad_a = scan.run([view.state(10, d), view.state(11, d)], scanned,
                                             [next_h, next_c, d_a], 2, reverse=not reverse)
-        if wanted[0]:
-            found[0].append(emit.one("MatMul", [grad_a, w]))
+        view.input_grad(grad_a, w, wanted[0], found[0])
         if wanted[1]:
             found[1].append(_weight_grad(emit, grad_a, x))
         if wanted[2]:
@@ -537,8 +545,7 @@ def gru_grad(node: onnx.NodeProto, emit: Emitter) -> None:
                                          emit.one("Mul", [grad_through, from_r]),
                                          emit.one("Mul", [grad_hidden, from_h])], axis=-1)
             grad_recurrent = grad_a
-        if wanted[0]:
-            found[0].append(emit.one("MatMul", [grad_a, w]))
+        view.input_grad(grad_a, w, wanted[0], found[0])
         if wanted[1]:
             found[1].append(_weight_grad(emit, grad_a, x))
         if wanted[2]:
