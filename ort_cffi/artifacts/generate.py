@@ -173,7 +173,8 @@ def generate_artifacts(
       initializers stay constants of the graphs.
     - ``loss``: ``LossType`` or its value: ``"cross-entropy"`` (default; adds an int64 ``labels`` input),
       ``"mse"``, ``"bce-with-logits"``, ``"l1"`` (these add a ``target`` input like the output); None when
-      the model's first output already is the loss.
+      the model's first output already is the loss; or an ``ort_cffi.onnxblock.Block``, a custom loss called
+      on the model's outputs (or ``loss_input_names``), whose first output is the loss.
     - ``optimizer``: ``"adamw"`` (default), ``"sgd"``, or None for no optimizer model.
     - ``additional_output_names``: outputs the training and eval models give next to the loss; default (None):
       the model's own outputs, so that an inference model can be exported from the eval model. ``[]``: none.
@@ -218,6 +219,9 @@ def generate_artifacts(
     fails or its output does not load (ArtifactsInputError also for a folder holding other artifacts, without
     ``overwrite``), TypeError for arguments of the wrong type.
     """
+    if callable(getattr(loss, "build", None)):  # an onnxblock.Block: ONNX Runtime's custom loss
+        model = _with_loss_block(model, loss, loss_input_names, additional_output_names)
+        loss = loss_input_names = additional_output_names = None  # the model's first output is the loss now
     options = request_options(requires_grad, frozen_params, loss, optimizer, prefix, additional_output_names,
                               nominal_checkpoint, loss_input_names, prepare, generator, python, class_axis,
                               frozen_rows)
@@ -235,6 +239,24 @@ def generate_artifacts(
             with contextlib.suppress(OSError):
                 folder.rmdir()
         raise
+
+
+def _with_loss_block(model: ModelLike, block: Any, loss_input_names: Any, additional_output_names: Any) -> Any:
+    """``model`` with the loss block stacked on its outputs (``ort_cffi.onnxblock.stacking``): its outputs
+    are the block's, then ``additional_output_names`` (None: the model's own outputs, ort_cffi's default)."""
+    import onnx
+
+    from ort_cffi.onnxblock.blocks import Block
+    from ort_cffi.onnxblock.stacking import stack_loss
+
+    if not isinstance(block, Block):
+        raise TypeError(f"loss {type(block).__name__} has a build method but is no onnxblock.Block")
+    path, data, _ = model_bytes_or_path(model)
+    loaded = onnx.load(str(path)) if path is not None else onnx.load_from_string(data or b"")
+    kept = [o.name for o in loaded.graph.output] if additional_output_names is None else (
+        [additional_output_names] if isinstance(additional_output_names, str) else list(additional_output_names))
+    reads = [loss_input_names] if isinstance(loss_input_names, str) else loss_input_names
+    return stack_loss(loaded, block, reads, kept, None if path is None else str(path))
 
 
 def _generate(folder: Path, path: Optional[Path], data: Optional[bytes], label: str, options: Dict[str, Any],

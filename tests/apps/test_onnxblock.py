@@ -353,9 +353,25 @@ def test_the_generator_refuses_what_ort_cffi_cannot_do_by_name(tmp_path: Path) -
                                      optimizer=onnxblock.optim.ClipGradNorm(1.0))
     with pytest.raises(RuntimeError, match="string or an ONNX ModelProto"):
         artifacts.generate_artifacts(42, ["w"], artifact_directory=tmp_path)  # type: ignore[arg-type]
-    with pytest.raises(ort_cffi_artifacts.ArtifactsInputError, match="ort_cffi.training.artifacts"):
-        ort_cffi_artifacts.generate_artifacts(model, ["w"], loss=onnxblock.loss.MSELoss(), artifact_directory=tmp_path)
     assert not list(tmp_path.iterdir())
+
+
+def test_ort_cffis_own_generator_takes_a_loss_block_too(tmp_path: Path) -> None:
+    made = ort_cffi_artifacts.generate_artifacts(regression_model(), ["w", "b"], loss=onnxblock.loss.L1Loss(),
+                                                 artifact_directory=tmp_path)
+    assert made.eval_outputs[1:] == ("y",)  # ort_cffi's default: the model's outputs kept next to the loss
+    rng = np.random.default_rng(6)
+    state = CheckpointState.load_checkpoint(str(made.checkpoint))
+    module = Module(str(made.training_model), state, str(made.eval_model))
+    optimizer = Optimizer(str(made.optimizer_model), module)
+    x, target = rng.standard_normal((8, 4)).astype(np.float32), rng.standard_normal((8, 3)).astype(np.float32)
+    losses = []
+    for _ in range(20):
+        loss, _ = module(x, target)
+        optimizer.step()
+        module.lazy_reset_grad()
+        losses.append(float(loss))
+    assert losses[-1] < losses[0]
 
 
 @pytest.mark.parametrize("settings", [{"weight_decay": 0.1}, {"betas": (0.8, 0.99), "clip_grad": 0.5}])
