@@ -65,6 +65,12 @@ class SessionOptions:
             raise KeyError(f"SessionOptions has no config entry {key!r}")
         return self._config[key]
 
+    def register_custom_ops_library(self, library_path: str) -> None:
+        """Refused: ort_cffi's sessions load no custom-op libraries (build the model from standard and
+        com.microsoft operators)."""
+        raise NotImplementedError(f"register_custom_ops_library({library_path!r}): ort_cffi's sessions load no "
+                                  "custom-op libraries; build the model from standard operators")
+
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
         """Fix the symbolic dimension ``dim_name`` to ``dim_value`` in the sessions made with these options."""
         self._free_dimensions[str(dim_name)] = int(dim_value)
