@@ -113,6 +113,36 @@ def test_the_blocks_write_onnx_runtimes_graphs_node_for_node(tmp_path: Path) -> 
 
 # --- blocks, training blocks and checkpoints on their own -----------------------------------------------
 
+@pytest.mark.parametrize("kind", ["ForwardBlock", "TrainingBlock"])
+@pytest.mark.parametrize("loss", ["MSELoss", "CrossEntropyLoss", "BCEWithLogitsLoss", "L1Loss"])
+def test_every_loss_composes_in_both_kinds_of_block_with_both_optimizers(kind: str, loss: str) -> None:
+    """ONNX Runtime's onnxblock tests' compositions: a loss on a model's output, in a forward and a training
+    block, and for the training block the optimizers with and without gradient clipping."""
+    class WithLoss(getattr(onnxblock, kind)):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.loss = getattr(onnxblock.loss, loss)()
+
+        def build(self, output_name: str) -> str:
+            return self.loss(output_name)  # type: ignore[no-any-return]
+
+    model, block = regression_model(), WithLoss()
+    if kind == "TrainingBlock":
+        for initializer in model.graph.initializer[:2]:
+            block.requires_grad(initializer.name)
+    with onnxblock.base(model):
+        loss_name = block("y")
+    built = block.to_model_proto()
+    first = built[0] if kind == "TrainingBlock" else built
+    assert first.graph.output[0].name == loss_name
+    if kind == "TrainingBlock":
+        for clip in (None, onnxblock.optim.ClipGradNorm(2.5)):
+            for optimizer in (onnxblock.optim.AdamW(clip_grad=clip), onnxblock.optim.SGD(clip_grad=clip)):
+                with onnxblock.empty_base() as accessor:
+                    optimizer(block.parameters())
+                    assert [i.name for i in accessor.model.graph.input][:2] == ["learning_rate", "step"]
+
+
 def test_a_block_outside_a_base_says_where_it_belongs() -> None:
     with pytest.raises(RuntimeError, match="onnxblock.base"):
         onnxblock.blocks.Add()("a", "b")
