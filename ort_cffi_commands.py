@@ -90,9 +90,15 @@ def _end(status: object) -> None:
         print(status, file=sys.stderr)
         status = 1
     code = 0 if status is None else status if isinstance(status, int) else 1
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    # What the interpreter's exit does first, in its order: threading's exit callbacks (which stop thread
+    # pools), the join of non-daemon threads, then the atexit callbacks.
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    else:  # an interpreter without it: the joins alone
+        for thread in threading.enumerate():
+            if thread is not threading.main_thread() and not thread.daemon:
+                thread.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
