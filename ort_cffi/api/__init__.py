@@ -12,7 +12,7 @@ Its modules: ``checkpoint_file`` (names read from a checkpoint file), ``checkpoi
 ``ortvalue``, ``inference_session``.
 """
 from ort_cffi.api.checkpoint_state import CheckpointState, Parameter, Parameters, Properties
-from ort_cffi.api.inference_session import InferenceSession, NodeArg, SessionOptions
+from ort_cffi.api.inference_session import InferenceSession, NodeArg, SessionOptions, get_available_providers
 from ort_cffi.api.module import Module
 from ort_cffi.api.optimizer import LinearLRScheduler, Optimizer
 from ort_cffi.api.ortvalue import OrtValue
@@ -29,4 +29,5 @@ __all__ = [
     "Parameters",
     "Properties",
     "SessionOptions",
+    "get_available_providers",
 ]

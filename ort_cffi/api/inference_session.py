@@ -12,9 +12,23 @@ import numpy as np
 from ort_cffi import OrtEnvironment, OrtLoggingLevel
 from ort_cffi import SessionOptions as _JavaSessionOptions
 from ort_cffi.api.ortvalue import OrtValue
+from ort_cffi.capi import check_status, ffi, get_runtime
 
 CPU_PROVIDER = "CPUExecutionProvider"
 CUDA_PROVIDER = "CUDAExecutionProvider"
+
+
+def get_available_providers() -> List[str]:
+    """The execution providers the loaded runtime was built with (``GetAvailableProviders``), as ONNX
+    Runtime's ``onnxruntime.get_available_providers()``: ``["CPUExecutionProvider"]`` for the CPU build."""
+    runtime = get_runtime()
+    names = ffi.new("char***")
+    count = ffi.new("int*")
+    check_status(runtime.api.GetAvailableProviders(names, count))
+    try:
+        return [ffi.string(names[0][i]).decode() for i in range(count[0])]
+    finally:
+        check_status(runtime.api.ReleaseAvailableProviders(names[0], count[0]))
 
 
 class GraphOptimizationLevel(enum.IntEnum):
@@ -243,4 +257,5 @@ class InferenceSession:
         self.close()
 
 
-__all__ = ["ExecutionMode", "GraphOptimizationLevel", "InferenceSession", "NodeArg", "SessionOptions"]
+__all__ = ["ExecutionMode", "GraphOptimizationLevel", "InferenceSession", "NodeArg", "SessionOptions",
+           "get_available_providers"]

@@ -37,7 +37,7 @@ FACES = {
     ],
     "ort_cffi.api": [
         "CheckpointState", "InferenceSession", "LinearLRScheduler", "Module", "NodeArg", "Optimizer", "OrtValue",
-        "Parameter", "Parameters", "Properties", "SessionOptions",
+        "Parameter", "Parameters", "Properties", "SessionOptions", "get_available_providers",
     ],
     "ort_cffi.onnxblock": [
         "Block", "ForwardBlock", "TrainingBlock", "base", "blocks", "custom_op_library", "empty_base",
