@@ -41,8 +41,9 @@ Beyond the kernels. They take the forward direction only and no sequence lengths
 writes such nodes for a reverse or bidirectional LSTM or GRU all the same: its artifacts then fail to load on
 1.19.2). These rules compute them as the kernels would compute each direction of each sequence alone: a
 reverse direction is a Scan running backwards in time, a bidirectional node one Scan per direction, and with
-sequence lengths a step past a sequence's end leaves the state as it was and gives 0, as the LSTM and GRU
-operators do (the saved values are in time order, the direction axis where the operators put it). Other
+sequence lengths a step past a sequence's end leaves the state as it was and gives 0, and a sequence of
+length 0 has final states 0, as the LSTM and GRU operators do (the saved values are in time order, the
+direction axis where the operators put it). Other
 activations than the defaults, ``clip`` and ``input_forget`` (which the kernels refuse too) are refused by
 name with a ``LoweringError``; ``layout`` (which the kernels do not read) must be 0.
 """
@@ -197,6 +198,7 @@ class _View:
         self.lens = _input(node, lens)
         self._mask: Optional[str] = None
         self._keep: Optional[str] = None
+        self._nonempty: Optional[str] = None
         self._zeros: Optional[str] = None
 
     def require(self, *positions: Tuple[int, str]) -> None:
@@ -240,6 +242,18 @@ class _View:
             within = emit.one("Less", [emit.unsqueeze(times, [1]), lens])
             self._mask = emit.unsqueeze(emit.one("Cast", [within], to=self.elem_type), [2])
         return self._mask
+
+    def final(self, state: str) -> str:
+        """A final state [batch, hidden] as the operators give it: 0 for a sequence of length 0 (the state
+        that went through no step is not shown)."""
+        if self.lens is None:
+            return state
+        if self._nonempty is None:
+            emit = self.emit
+            longer = emit.one("Greater", [self.lens, emit.const(np.array(0, helper.tensor_dtype_to_np_dtype(
+                emit.elem_type(self.lens) or TensorProto.INT32)))])
+            self._nonempty = emit.unsqueeze(emit.one("Cast", [longer], to=self.elem_type), [1])
+        return self.emit.one("Mul", [state, self._nonempty])
 
     def keep(self) -> Optional[str]:
         """1 - mask: the steps past each sequence's end, where the state passes unchanged."""
@@ -339,8 +353,8 @@ def lstm_training(node: onnx.NodeProto, emit: Emitter) -> None:
             [view.state(H0, d), view.state(C0, d)], [from_x] + ([mask] if mask else []), states + shown + [per_step],
             2, reverse)
         found["y"].append(y)
-        found["final_h"].append(final_h)
-        found["final_c"].append(final_c)
+        found["final_h"].append(view.final(final_h))
+        found["final_c"].append(view.final(final_c))
         found["all_c"].append(all_c)
         found["iofc"].append(iofc)
     for key, index, axis in (("y", 0, 1), ("final_h", 1, 0), ("final_c", 2, 0), ("all_c", 3, 1), ("iofc", 4, 1)):
@@ -406,7 +420,7 @@ def lstm_grad(node: onnx.NodeProto, emit: Emitter) -> None:
             scanned.append(keep)
             next_h = step.one("Add", [next_h, step.one("Mul", [d_h, scan.value("keep")])])
         next_c = step.one("Mul", [d_c, f_t])
-        first_h, first_c, grad_a = scan.run([view.state(10, d), view.state(11, d)], scanned,
+        first_h, first_c, grad_a = scan.run([view.final(view.state(10, d)), view.final(view.state(11, d))], scanned,
                                             [next_h, next_c, d_a], 2, reverse=not reverse)
         view.input_grad(grad_a, w, wanted[0], found[0])
         if wanted[1]:
@@ -470,7 +484,7 @@ def gru_training(node: onnx.NodeProto, emit: Emitter) -> None:
         final_h, y, zrh_all = scan.run([view.state(H0, d)], [x_zr, x_h] + ([mask] if mask else []),
                                        states + shown + [zrh], 1, reverse)
         found["y"].append(y)
-        found["final_h"].append(final_h)
+        found["final_h"].append(view.final(final_h))
         found["zrh"].append(zrh_all)
     for key, index, axis in (("y", 0, 1), ("final_h", 1, 0), ("zrh", 2, 1)):
         view.put_together(found[key], axis, _output(node, index))
@@ -520,8 +534,8 @@ def gru_grad(node: onnx.NodeProto, emit: Emitter) -> None:
             spread = step.one("Concat", [d_h, d_h, d_h], axis=-1)
             through = step.one("MatMul", [step.one("Mul", [spread, back_t]), r])
             next_h = step.one("Add", [step.one("Mul", [d_h, z_t]), through])
-            first, grad_hidden = scan.run([view.state(9, d)], scanned, [next_h, step.one("Identity", [d_h])], 1,
-                                          reverse=not reverse)
+            first, grad_hidden = scan.run([view.final(view.state(9, d))], scanned,
+                                          [next_h, step.one("Identity", [d_h])], 1, reverse=not reverse)
             grads = emit.one("Concat", [grad_hidden, grad_hidden, grad_hidden], axis=-1)
             grad_a = emit.one("Mul", [grads, emit.one("Concat", [from_z, from_r, from_h], axis=-1)])
             grad_recurrent = emit.one("Mul", [grads, back])  # [dz, dr, dh·r]: what R and Rb see
@@ -539,7 +553,7 @@ def gru_grad(node: onnx.NodeProto, emit: Emitter) -> None:
             direct = step.one("Add", [_gate(step, gated, hidden, 0), _gate(step, gated, hidden, 1)])
             next_h = step.one("Add", [through_zr, direct])
             first, grad_hidden, grad_through = scan.run(
-                [view.state(9, d)], scanned,
+                [view.final(view.state(9, d))], scanned,
                 [next_h, step.one("Identity", [d_h]), step.one("Identity", [through_h])], 1, reverse=not reverse)
             grad_a = emit.one("Concat", [emit.one("Mul", [grad_hidden, from_z]),
                                          emit.one("Mul", [grad_through, from_r]),
