@@ -42,12 +42,14 @@ onnx, onnxruntime, artifacts = _child.import_generator()
 from onnxruntime.training import onnxblock
 from onnxruntime.training.api import CheckpointState, Module, Optimizer
 from onnxruntime import InferenceSession
+from onnxruntime.capi import _pybind_state as C
 """,
     "ort_cffi": """
 import onnx
 from ort_cffi.training import artifacts, onnxblock
 from ort_cffi.training.api import CheckpointState, Module, Optimizer
 from ort_cffi.api import InferenceSession
+import ort_cffi.api as C
 """,
 }
 
@@ -246,8 +248,12 @@ for epoch in range(2):
         model.lazy_reset_grad()
     losses.append(float(loss) / len(train_x))
 after = [state.parameters[name].data for name in ("fc1.weight", "fc2.weight")]
+
+model.export_model_for_inferencing(os.path.join(OUT, "inference.onnx"), ["output"])
+session = InferenceSession(os.path.join(OUT, "inference.onnx"), providers=C.get_available_providers())
+logits = session.run(["output"], {"input": np.stack([train_x[0][0]])})
 result = {"losses": losses, "changed": not np.array_equal(before[1], after[1]),
-          "frozen_unchanged": bool(np.array_equal(before[0], after[0])),
+          "frozen_unchanged": bool(np.array_equal(before[0], after[0])), "predictions": logits[0].tolist(),
           "outputs": model.output_names(), "trainable": sorted(n for n, p in state.parameters if p.requires_grad)}
 """
 
