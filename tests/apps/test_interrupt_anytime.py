@@ -36,11 +36,15 @@ WRAPPER = textwrap.dedent("""
 
     if hook_module:
         import importlib
+        hook_function, _, nth = hook_function.partition("#")  # name#N: at its Nth call
+        calls = []
         target = importlib.import_module(hook_module)
         original = getattr(target, hook_function)
 
         def hooked(*args, **kwargs):
-            reached()
+            calls.append(1)
+            if len(calls) == int(nth or 1):
+                reached()
             return original(*args, **kwargs)
 
         setattr(target, hook_function, hooked)
@@ -199,7 +203,7 @@ def test_ctrl_c_after_an_epoch_keeps_a_run_that_resumes(tmp_path: Path) -> None:
     work = work_folder(tmp_path)
     out = work / "run"
     code, stderr, left = run_interrupted("ort-cffi-train", ["--epochs", 3, "--out", out, "--no-progress", "--no-plot"],
-                                         work, hook=("ort_cffi.trainer.loop", "epochs_without_improvement"))
+                                         work, hook=("ort_cffi.trainer.loop", "train_epoch#2"))
     line = assert_one_line(code, stderr, left)
     assert line == f"interrupted: resume with --out {out} --resume"
     assert sorted(p.name for p in out.iterdir()) == ["best_checkpoint", "last_checkpoint", "metrics.json"]
