@@ -64,6 +64,7 @@ def generate_artifacts(
     additional_output_names: Optional[List[str]] = None,
     nominal_checkpoint: bool = False,
     loss_input_names: Optional[List[str]] = None,
+    **extra_options: Any,
 ) -> GeneratedArtifacts:
     """Write the training, eval and optimizer models and the checkpoint of ``model`` into
     ``artifact_directory`` (default: the current folder), as ONNX Runtime's ``generate_artifacts`` does.
@@ -82,11 +83,24 @@ def generate_artifacts(
       buffer the exporter computes) and initializers that are not floating-point are left as they are (the
       graphs keep them as constants), as ONNX Runtime leaves them untrained; ``notes`` says which.
     - ``ort_format`` and ``custom_op_library`` are refused: ort_cffi loads ONNX files and no custom-op library.
+    - ``extra_options``: ONNX Runtime 1.15 and 1.16 took the options after ``artifact_directory`` as keywords
+      of ``**extra_options`` and passed over the ones they did not know; code written then (Microsoft's iOS
+      example passes ``artifacts_dir=``) ports: ``artifacts_dir`` is taken for ``artifact_directory``, with a
+      note; any other name is a TypeError, as in ONNX Runtime 1.19.
 
     Existing artifacts in the folder are replaced, as ONNX Runtime replaces them. Returns what was written
     (ONNX Runtime returns None). Raises ``ArtifactsInputError`` (a ValueError) for what cannot be trained,
     RuntimeError where ONNX Runtime raises it (a parameter both trained and frozen, a model of another type).
     """
+    notes: List[str] = []
+    if "artifacts_dir" in extra_options:
+        if artifact_directory is not None:
+            raise TypeError("generate_artifacts() got artifact_directory and artifacts_dir (ONNX Runtime 1.15's "
+                            "spelling of it): pass one")
+        artifact_directory = extra_options.pop("artifacts_dir")
+        notes.append("artifacts_dir= taken for artifact_directory= (ONNX Runtime 1.15's generator passed it over)")
+    if extra_options:
+        raise TypeError(f"generate_artifacts() got unexpected keyword argument(s) {', '.join(sorted(extra_options))}")
     if ort_format:
         raise NotImplementedError("ort_format=True: ort_cffi trains from ONNX files and writes no ORT-format "
                                   "models; generate with ort_format=False (the ONNX files load in every runtime)")
@@ -100,7 +114,6 @@ def generate_artifacts(
         raise RuntimeError(f"Unknown type provided for additional output names {type(additional_output_names)}. "
                            "Expected additional output names to be a list of strings.")
     source, path = _model(model)
-    notes: List[str] = []
     if requires_grad is None:  # ONNX Runtime's default: nothing is trained
         if optimizer is not None:
             raise ArtifactsInputError("requires_grad=None trains nothing (ONNX Runtime's default), and an optimizer "

@@ -355,6 +355,20 @@ def test_requires_grad_none_trains_nothing_as_in_onnx_runtime(tmp_path: Path) ->
                                      optimizer=artifacts.OptimType.AdamW, artifact_directory=tmp_path / "other")
 
 
+def test_onnx_runtime_1_15s_artifacts_dir_is_taken_and_other_unknown_keywords_refused(tmp_path: Path,
+                                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Microsoft's iOS example passes artifacts_dir=, which ONNX Runtime 1.15's **extra_options passed over."""
+    monkeypatch.chdir(tmp_path)
+    made = artifacts.generate_artifacts(regression_model(), requires_grad=["w", "b"], loss=onnxblock.loss.MSELoss(),
+                                        optimizer=artifacts.OptimType.AdamW, artifacts_dir="artifacts")
+    assert made.folder.resolve() == (tmp_path / "artifacts").resolve() and made.optimizer_model is not None
+    assert any("artifacts_dir" in note for note in made.notes)
+    with pytest.raises(TypeError, match="artifact_dir"):
+        artifacts.generate_artifacts(regression_model(), ["w"], artifact_dir="elsewhere")
+    with pytest.raises(TypeError, match="pass one"):
+        artifacts.generate_artifacts(regression_model(), ["w"], artifact_directory="a", artifacts_dir="b")
+
+
 def test_ort_cffis_own_enums_take_onnx_runtimes_numbers_too() -> None:
     assert ort_cffi_artifacts.LossType(2) is ort_cffi_artifacts.LossType.CrossEntropyLoss
     assert ort_cffi_artifacts.LossType(4) is ort_cffi_artifacts.LossType.L1Loss
