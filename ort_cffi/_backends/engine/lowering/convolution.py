@@ -127,11 +127,24 @@ def conv_grad(node: onnx.NodeProto, emit: Emitter) -> None:
             merged = emit.one("Concat", [emit.const(_ints([0, -1])), emit.shape_of(x, 2)], axis=0)
             inputs = emit.one("Reshape", [moved, merged])
         weights = emit.one("Transpose", [dy], perm=swap)
+        # The Conv reaches (X + pads - (Y - 1) * stride - 1) / dilation + 1 kernel positions, the kernel's size
+        # or more: where the sizes are known, less end padding makes it exactly the kernel's size; else a
+        # Slice cuts it.
+        ends, exact = list(end), False
+        if x_dims is not None and kernel is not None:
+            y_sizes = [(size + b + e - ((k - 1) * d + 1)) // s + 1
+                       for size, b, e, k, d, s in zip(x_dims[2:], begin, end, kernel, dilations, strides)]
+            reach = [(size + b + e - (ys - 1) * s - 1) // d + 1
+                     for size, b, e, ys, s, d in zip(x_dims[2:], begin, end, y_sizes, strides, dilations)]
+            ends = [e - (r - k) * d for e, r, k, d in zip(end, reach, kernel, dilations)]
+            exact = all(e >= 0 for e in ends)
+            ends = ends if exact else list(end)
         found = emit.one("Conv", [inputs, weights], group=group, strides=dilations, dilations=strides,
-                         pads=begin + end)
-        cut = emit.one("Slice", [found, emit.const(_ints([0] * spatial)), emit.shape_of(w, 2),
-                                 emit.const(_ints(spatial_axes))])
-        emit.one("Transpose", [cut], outputs[1], perm=swap)
+                         pads=begin + ends)
+        if not exact:
+            found = emit.one("Slice", [found, emit.const(_ints([0] * spatial)), emit.shape_of(w, 2),
+                                       emit.const(_ints(spatial_axes))])
+        emit.one("Transpose", [found], outputs[1], perm=swap)
 
     if outputs[2]:
         emit.reduce("ReduceSum", dy, [0] + spatial_axes, keepdims=False, output=outputs[2])

@@ -20,12 +20,24 @@ def _per_channel(emit: Emitter, vector: str, rank: int) -> str:
     return emit.unsqueeze(vector, [0] + list(range(2, rank)))
 
 
+def _channel_affine(emit: Emitter, x: str, scale: str, bias: str, output: Optional[str] = None) -> str:
+    """x * scale + bias per channel ([C] vectors over [N, C, ...]) in one pass: BatchNormalization in inference
+    mode with mean 0, variance 1 and epsilon 0, whose kernel computes exactly x * scale' + bias' with scale' =
+    scale * 1 / sqrt(1 + 0) = scale and bias' = bias - 0 * scale' = bias. Two elementwise operators would
+    read and write the whole tensor twice."""
+    zero = emit.one("ConstantOfShape", [emit.one("Shape", [scale])])
+    return emit.one("BatchNormalization", [x, scale, bias, emit.cast_like(zero, scale),
+                                           emit.cast_like(emit.one("Add", [zero, emit.const(1.0)]), scale)],
+                    output, epsilon=0.0)
+
+
 @lowers("BatchNormInternal")
 def batch_norm_internal(node: onnx.NodeProto, emit: Emitter) -> None:
     """Inputs X, scale, B, input_mean, input_var; outputs Y, running_mean, running_var, saved_mean,
     saved_inv_std. The kernel trains when the node lists more than one output (``training_mode`` is not read):
-    the batch's mean and biased variance normalize X, the running statistics move by ``momentum`` towards
-    them, and saved_inv_std is sqrt(1 / (var + epsilon))."""
+    the batch's mean and biased variance (sum of squares over the count) normalize X as
+    Y = X * (inv_std * scale) + (B - mean * inv_std * scale), the running statistics move by ``momentum``
+    towards them, and saved_inv_std is sqrt(1 / (var + epsilon))."""
     x, scale, bias, mean, var = node.input[:5]
     epsilon = float(attribute(node, "epsilon", 1e-5))
     momentum = float(attribute(node, "momentum", 0.9))
@@ -36,19 +48,13 @@ def batch_norm_internal(node: onnx.NodeProto, emit: Emitter) -> None:
     axes = [0] + list(range(2, rank))
     batch_mean = emit.reduce("ReduceMean", x, axes, keepdims=False, output=_out(node, 3))
     centered = emit.one("Sub", [x, _per_channel(emit, batch_mean, rank)])
-    batch_var = emit.reduce("ReduceMean", emit.one("Mul", [centered, centered]), axes, keepdims=False)
+    count = emit.cast_like(emit.one("Div", [emit.one("Size", [x]), emit.shape_of(x, 1, 2)]), x)
+    batch_var = emit.one("Div", [emit.reduce("ReduceSumSquare", centered, axes, keepdims=False), count])
     eps = emit.const_like(epsilon, x)
     inv_std = emit.one("Sqrt", [emit.one("Reciprocal", [emit.one("Add", [batch_var, eps])])], _out(node, 4))
-    if emit.opset >= 14:  # the standard operator in training mode: the very kernel for Y and the running statistics
-        names = [node.output[0]] + [_out(node, i) or emit.fresh("running_statistic") for i in (1, 2)]
-        emit.node("BatchNormalization", [x, scale, bias, mean, var], names, epsilon=epsilon, momentum=momentum,
-                  training_mode=1)
-        return
-    # before opset 14 the standard operator has no training mode: the kernel's arithmetic written out
     new_scale = emit.one("Mul", [inv_std, scale])
     new_bias = emit.one("Sub", [bias, emit.one("Mul", [batch_mean, new_scale])])
-    emit.one("Add", [emit.one("Mul", [x, _per_channel(emit, new_scale, rank)]), _per_channel(emit, new_bias, rank)],
-             node.output[0])
+    _channel_affine(emit, x, new_scale, new_bias, node.output[0])
     keep, move = emit.const_like(momentum, mean), emit.const_like(1.0 - momentum, mean)
     for index, running, batch in ((1, mean, batch_mean), (2, var, batch_var)):
         if _out(node, index):
@@ -58,24 +64,26 @@ def batch_norm_internal(node: onnx.NodeProto, emit: Emitter) -> None:
 @lowers("BatchNormalizationGrad")
 def batch_normalization_grad(node: onnx.NodeProto, emit: Emitter) -> None:
     """Inputs dY, X, scale, saved_mean, saved_inv_std; outputs dX, dScale, dBias. With M = N * spatial size:
-    dBias = sum dY, dScale = sum (X - mean) * inv_std * dY, and
-    dX = scale * inv_std / M * (dY * M - dBias - (X - mean) * dScale * inv_std)."""
+    dBias = sum dY, dScale = sum (X - mean) * dY * inv_std, and the kernel's
+    dX = scale * inv_std / M * (dY * M - dBias - (X - mean) * dScale * inv_std), written per channel as
+    a * dY + b * (X - mean) + c (a = scale * inv_std, b = -a / M * dScale * inv_std, c = -a / M * dBias) so that
+    the whole tensor is read and written as few times as the kernel does."""
     dy, x, scale, mean, inv_std = node.input[:5]
     rank = emit.require_rank(x, "BatchNormalizationGrad's X")
     axes = [0] + list(range(2, rank))
     centered = emit.one("Sub", [x, _per_channel(emit, mean, rank)])
-    inv = _per_channel(emit, inv_std, rank)
     d_bias = emit.reduce("ReduceSum", dy, axes, keepdims=False, output=_out(node, 2))
-    normalized = emit.one("Mul", [centered, inv])
-    d_scale = emit.reduce("ReduceSum", emit.one("Mul", [normalized, dy]), axes, keepdims=False,
-                          output=_out(node, 1))
+    d_scale = emit.one("Mul", [emit.reduce("ReduceSum", emit.one("Mul", [centered, dy]), axes, keepdims=False),
+                               inv_std], _out(node, 1))
     if not _out(node, 0):
         return
     count = emit.cast_like(emit.one("Div", [emit.one("Size", [x]), emit.shape_of(x, 1, 2)]), x)
-    scaled_inv_std = emit.one("Div", [emit.one("Mul", [scale, inv_std]), count])
-    inner = emit.one("Sub", [emit.one("Sub", [emit.one("Mul", [dy, count]), _per_channel(emit, d_bias, rank)]),
-                             emit.one("Mul", [emit.one("Mul", [centered, _per_channel(emit, d_scale, rank)]), inv])])
-    emit.one("Mul", [_per_channel(emit, scaled_inv_std, rank), inner], node.output[0])
+    a = emit.one("Mul", [scale, inv_std])
+    per_count = emit.one("Neg", [emit.one("Div", [a, count])])
+    b = emit.one("Mul", [emit.one("Mul", [per_count, d_scale]), inv_std])
+    c = emit.one("Mul", [per_count, d_bias])
+    emit.one("Add", [emit.one("Mul", [dy, _per_channel(emit, a, rank)]), _channel_affine(emit, centered, b, c)],
+             node.output[0])
 
 
 def _layer_norm_grad(node: onnx.NodeProto, emit: Emitter, dy: str, normalized_of: str, scale: str, inv_std: str,
