@@ -10,7 +10,7 @@ from lowering_check import (assert_close, check_lowering, current_runtime,  # no
                             one_node_model, run_training_build)
 from onnx import TensorProto, helper
 
-from ort_cffi._backends.engine.lowering import UnsupportedTrainingOpError, lower_training_ops
+from ort_cffi._backends.engine.lowering import UnsupportedTrainingOpError, convolution, lower_training_ops
 
 # the reference is the training build's own kernels, through its Python layer
 pytestmark = pytest.mark.needs_onnxruntime_python
@@ -47,6 +47,8 @@ CASES = {
     "1d": ((3, 2, 17), (5, 2, 4), {"strides": [3], "pads": [2, 1]}),
     "1d_groups_dilation": ((3, 4, 17), (4, 2, 3), {"group": 2, "dilations": [2]}),
     "3d": ((2, 2, 5, 6, 5), (3, 2, 2, 3, 2), {"strides": [2, 1, 2], "pads": [1, 0, 0, 0, 1, 1]}),
+    "2d_pointwise_stride": ((2, 6, 7, 7), (8, 6, 1, 1), {"strides": [2, 2]}),
+    "3d_groups_dilation": ((1, 4, 6, 7, 6), (4, 2, 2, 2, 3), {"group": 2, "dilations": [2, 1, 1], "pads": [0, 1, 1, 1, 0, 1]}),
 }
 
 
@@ -63,9 +65,16 @@ def explicit_pads(x_shape, w_shape, attributes):
     return dict({k: v for k, v in attributes.items() if k != "auto_pad"}, pads=begin + end)
 
 
+@pytest.fixture(params=["patches", "conv"])
+def weight_form(request, monkeypatch):
+    """Each of dW's two forms (the lowering picks the faster for the shapes: both must be right everywhere)."""
+    monkeypatch.setattr(convolution, "weight_gradient_form", lambda *_: request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("case,symbolic", [(c, s) for c in sorted(CASES) for s in (False, True)
                                            if not (s and c.startswith("2d_same"))])  # refused: tested below
-def test_conv_grad(case, symbolic, current_runtime):
+def test_conv_grad(case, symbolic, weight_form, current_runtime):
     x_shape, w_shape, attributes = CASES[case]
     x, w = values(x_shape), values(w_shape)
     y_shape = conv_output_shape(x, w, **attributes)
@@ -220,7 +229,7 @@ def directional_derivatives(op, inputs, attributes, dy, which, directions=3):
 
 
 @pytest.mark.parametrize("case", ["2d_same_upper", "2d_same_lower", "2d_groups", "3d"])
-def test_conv_grad_forms_match_finite_differences(case, current_runtime):
+def test_conv_grad_forms_match_finite_differences(case, weight_form, current_runtime):
     """The lowered dX and dW, projected on random directions, against central differences of Conv itself
     (independent of the training kernels, which give no gradient with SAME pads)."""
     x_shape, w_shape, attributes = CASES[case]
@@ -247,3 +256,12 @@ def test_average_pool_grad_3d_matches_finite_differences(count_include_pad, curr
     for direction, difference in directional_derivatives("AveragePool", [x], attributes, dy, 0):
         projected = float(np.sum(dx.astype(np.float64) * direction))
         assert abs(projected - difference) <= 1e-4 * (abs(difference) + 1.0), (projected, difference)
+
+
+def test_the_faster_weight_form_is_picked_by_the_shapes():
+    """Pointwise convolutions and wide layers take the patches; depthwise ones and wide kernels the Conv."""
+    assert convolution.weight_gradient_form([1, 1], [64, 32, 1, 1], 1) == "patches"
+    assert convolution.weight_gradient_form([3, 3], [64, 32, 3, 3], 1) == "patches"
+    assert convolution.weight_gradient_form([3, 3], [96, 1, 3, 3], 96) == "conv"
+    assert convolution.weight_gradient_form([4, 4], [8, 16, 4, 4], 1) == "conv"
+    assert convolution.weight_gradient_form([3, 3], None, 1) == "conv"

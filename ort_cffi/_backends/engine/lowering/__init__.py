@@ -215,7 +215,11 @@ def lower_training_ops(model: onnx.ModelProto) -> onnx.ModelProto:
         lowered, refused = _lowered(raised)
     if refused:
         raise UnsupportedTrainingOpError([op for op, _ in refused], [str(error) for _, error in refused])
-    if not any(n.domain == MICROSOFT for n in _nodes(lowered.graph)):
+    uses_contrib = any(n.domain == MICROSOFT for n in _nodes(lowered.graph))
+    imports_contrib = any(entry.domain == MICROSOFT for entry in lowered.opset_import)
+    if uses_contrib and not imports_contrib:  # a lowering wrote an inference contrib operator (FusedMatMul)
+        lowered.opset_import.append(helper.make_opsetid(MICROSOFT, 1))
+    elif imports_contrib and not uses_contrib:
         kept = [entry for entry in lowered.opset_import if entry.domain != MICROSOFT]
         del lowered.opset_import[:]
         lowered.opset_import.extend(kept)
