@@ -263,5 +263,6 @@ def test_the_faster_weight_form_is_picked_by_the_shapes():
     assert convolution.weight_gradient_form([1, 1], [64, 32, 1, 1], 1) == "patches"
     assert convolution.weight_gradient_form([3, 3], [64, 32, 3, 3], 1) == "patches"
     assert convolution.weight_gradient_form([3, 3], [96, 1, 3, 3], 96) == "conv"
-    assert convolution.weight_gradient_form([4, 4], [8, 16, 4, 4], 1) == "conv"
+    assert convolution.weight_gradient_form([4, 4], [16, 16, 4, 4], 1) == "conv"
+    assert convolution.weight_gradient_form([4, 4], [32, 16, 4, 4], 1) == "patches"
     assert convolution.weight_gradient_form([3, 3], None, 1) == "conv"

@@ -192,13 +192,16 @@ def average_pool_grad(node: onnx.NodeProto, emit: Emitter) -> None:
 
 
 def weight_gradient_form(kernel: List[int], w_dims: Optional[List[int]], group: int) -> str:
-    """Which form computes dW faster ("patches" or "conv"; measured on the zoo's CNNs on 1.31.1): the patches
-    where the outputs per group are at least the kernel's positions (the copies of X they cost pay off in a
-    GEMM that wide), or where there is one kernel position (no copies); the Conv, whose GEMMs are as wide as
-    the kernel has positions, for few outputs per group (depthwise) and wide kernels."""
+    """Which form computes dW faster ("patches" or "conv"; measured on the zoo's CNNs on 1.31.1). The patches
+    cost two copies of X per kernel position and pay off in a GEMM as wide as the outputs per group; the Conv
+    runs GEMMs as wide as the kernel has positions. So: the patches for one kernel position (no copies), for
+    kernels of up to 3 x 3 with at least as many outputs per group as positions (resnet's 3 x 3 layers of 16
+    outputs and more), and for larger kernels with twice as many; the Conv for depthwise layers and wide
+    kernels on few outputs (segnet's 4 x 4 layers of 16)."""
     positions = int(np.prod(kernel))
     outputs_per_group = w_dims[0] // group if w_dims else 0
-    return "patches" if positions == 1 or outputs_per_group >= positions else "conv"
+    wide_enough = outputs_per_group >= (positions if positions <= 9 else 2 * positions)
+    return "patches" if positions == 1 or wide_enough else "conv"
 
 
 def _weight_gradient_by_patches(emit: Emitter, dy: str, x: str, w: str, group: int, strides: List[int],
