@@ -91,20 +91,21 @@ def conv_grad(node: onnx.NodeProto, emit: Emitter) -> None:
     group = int(attribute(node, "group", 1))
     strides = list(attribute(node, "strides", [1] * spatial))
     dilations = list(attribute(node, "dilations", [1] * spatial))
-    x_dims = _static(emit.shape(x))
+    x_shape = emit.shape(x)
+    x_sizes = _static(x_shape[2:]) if x_shape is not None else None  # the spatial sizes (the batch may vary)
     w_dims = _static(emit.shape(w))
     kernel: Optional[List[int]] = list(attribute(node, "kernel_shape", [])) or (w_dims[2:] if w_dims else None)
-    begin, end = _resolved_pads(node, emit, spatial, strides, dilations, kernel, x_dims[2:] if x_dims else None)
+    begin, end = _resolved_pads(node, emit, spatial, strides, dilations, kernel, x_sizes)
     spatial_axes = list(range(2, 2 + spatial))
     swap = [1, 0] + spatial_axes
 
     if outputs[0]:
         written = False
-        if x_dims is not None and kernel is not None:  # every size known: ConvTranspose says the size itself
+        if x_sizes is not None and kernel is not None:  # every size known: ConvTranspose says the size itself
             y_sizes = [(size + b + e - ((k - 1) * d + 1)) // s + 1
-                       for size, b, e, k, d, s in zip(x_dims[2:], begin, end, kernel, dilations, strides)]
+                       for size, b, e, k, d, s in zip(x_sizes, begin, end, kernel, dilations, strides)]
             extra = [size - ((ys - 1) * s + (k - 1) * d + 1 - b - e)
-                     for size, ys, s, k, d, b, e in zip(x_dims[2:], y_sizes, strides, kernel, dilations, begin, end)]
+                     for size, ys, s, k, d, b, e in zip(x_sizes, y_sizes, strides, kernel, dilations, begin, end)]
             if all(0 <= p < max(s, d) for p, s, d in zip(extra, strides, dilations)):
                 emit.one("ConvTranspose", [dy, w], outputs[0], group=group, strides=strides, dilations=dilations,
                          pads=begin + end, output_padding=extra if any(extra) else None)
@@ -118,7 +119,7 @@ def conv_grad(node: onnx.NodeProto, emit: Emitter) -> None:
         if kernel is not None and emit.opset >= 13 and weight_gradient_form(kernel, w_dims, group) == "patches":
             _weight_gradient_by_patches(emit, dy, x, w, group, strides, dilations, kernel, begin, end, outputs[1])
         else:
-            _weight_gradient_by_conv(emit, dy, x, w, group, strides, dilations, kernel, begin, end, x_dims,
+            _weight_gradient_by_conv(emit, dy, x, w, group, strides, dilations, kernel, begin, end, x_sizes,
                                      outputs[1])
 
     if outputs[2]:
@@ -242,7 +243,7 @@ def _weight_gradient_by_patches(emit: Emitter, dy: str, x: str, w: str, group: i
 
 def _weight_gradient_by_conv(emit: Emitter, dy: str, x: str, w: str, group: int, strides: List[int],
                              dilations: List[int], kernel: Optional[List[int]], begin: List[int], end: List[int],
-                             x_dims: Optional[List[int]], output: str) -> None:
+                             x_sizes: Optional[List[int]], output: str) -> None:
     """dW as a Conv whose batch is X's channels (of one group), whose channels are the batch (one block per
     group), and whose weights are dY with its batch as channels; the roles of strides and dilations swap. For
     kernels whose size is known only at run time (and opsets before 13)."""
@@ -262,11 +263,11 @@ def _weight_gradient_by_conv(emit: Emitter, dy: str, x: str, w: str, group: int,
     # or more: where the sizes are known, less end padding makes it exactly the kernel's size; else a
     # Slice cuts it.
     ends, exact = list(end), False
-    if x_dims is not None and kernel is not None:
+    if x_sizes is not None and kernel is not None:
         y_sizes = [(size + b + e - ((k - 1) * d + 1)) // s + 1
-                   for size, b, e, k, d, s in zip(x_dims[2:], begin, end, kernel, dilations, strides)]
+                   for size, b, e, k, d, s in zip(x_sizes, begin, end, kernel, dilations, strides)]
         reach = [(size + b + e - (ys - 1) * s - 1) // d + 1
-                 for size, b, e, ys, s, d in zip(x_dims[2:], begin, end, y_sizes, strides, dilations)]
+                 for size, b, e, ys, s, d in zip(x_sizes, begin, end, y_sizes, strides, dilations)]
         ends = [e - (r - k) * d for e, r, k, d in zip(end, reach, kernel, dilations)]
         exact = all(e >= 0 for e in ends)
         ends = ends if exact else list(end)
