@@ -2,9 +2,14 @@
 
 Each run is a child process (one runtime per process): the training build's own training API, the engine on the
 same 1.19.2 runtime (``ORT_CFFI_BACKEND=engine``), and the engine on ONNX Runtime 1.31.1, an inference build
-with no training API. Losses must agree within 1e-5 relative at every step, the parameters must move, and
-they must end where the training build's end (docs/internals/runtime.md says why they differ at all: other
-kernels, other rounding).
+with no training API. Losses must agree within 1e-5 relative at every one of 100 steps, and the parameters must
+move.
+
+Some models' training is chaotic: rounding noise doubles every few steps. There the training build itself,
+started one float32 step away (``--nudge``: every parameter moved to the next float), ends as far from its own
+run as the engine does (mobilenet_v2: 0.52 relative at step 99, the engine 0.36; resnet_training: 1.8e-3 and
+1.7e-3; docs/internals/runtime.md, the engine). No implementation that is not bit-identical can do better on
+such a model. There the first steps must still agree within 1e-5, and the engine must train as far.
 """
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Callable, Dict, Tuple
 
 import numpy as np
 import pytest
@@ -50,26 +55,51 @@ def run(artifacts: Path, dataset: Path, steps: int, out: Path, env: Dict[str, st
     return dict(np.load(out))
 
 
-def compare(runs: Dict[str, Dict[str, np.ndarray]], tolerance: float) -> None:
+STRICT_STEPS = 5  # steps that must agree within the tolerance on every model: a wrong gradient shows there
+
+
+def compare(runs: Dict[str, Dict[str, np.ndarray]], tolerance: float,
+            nudged: "Callable[[], Dict[str, np.ndarray]] | None" = None) -> None:
+    """The engine's runs against the training build's. ``nudged`` makes the training build's run from one float32
+    step away, the yardstick where the strict tolerance fails on a chaotic model."""
     reference = runs["training build"]
     assert str(reference["backend"]) == "training-api"
     moved = np.max(np.abs(reference["after"] - reference["before"]))
     assert moved > 0, "the training build's parameters did not move: the artifacts do not train"
+    chaos = None
     for name, record in runs.items():
         if name == "training build":
             continue
         assert str(record["backend"]) == "engine", name
         assert np.array_equal(record["before"], reference["before"]), f"{name}: another starting point"
         assert np.max(np.abs(record["after"] - record["before"])) > 0, f"{name}: the parameters did not move"
-        relative = np.abs(record["losses"] - reference["losses"]) / np.maximum(np.abs(reference["losses"]), 1e-12)
-        worst = int(np.argmax(relative))
-        assert relative[worst] <= tolerance, (
-            f"{name}: loss of step {worst} is {record['losses'][worst]!r}, the training build's "
-            f"{reference['losses'][worst]!r} (relative {relative[worst]:.3g})")
-        scale = np.max(np.abs(reference["after"]))
-        assert np.max(np.abs(record["after"] - reference["after"])) <= 1e-4 * scale, f"{name}: final parameters"
-        assert np.allclose(record["eval"], reference["eval"], rtol=1e-4, atol=1e-6), f"{name}: eval loss"
         assert np.isclose(record["lr"], reference["lr"]), f"{name}: learning rate"
+        relative = divergence(record, reference)
+        bound = np.full_like(relative, tolerance)
+        if relative.max() > tolerance and nudged is not None:
+            if chaos is None:
+                chaos = divergence(nudged(), reference)
+            if chaos.max() > tolerance:
+                # Chaotic: the training build itself leaves the tolerance from a one-float nudge. The first steps,
+                # before rounding noise has grown, must still agree (a wrong gradient shows there); then only that
+                # the engine trains as far.
+                bound[STRICT_STEPS:] = np.inf
+                tail = slice(-10, None)
+                assert np.mean(record["losses"][tail]) <= 1.5 * np.mean(reference["losses"][tail]) + 1e-3, (
+                    f"{name}: trains less far than the training build: last losses {record['losses'][tail]}, "
+                    f"the training build's {reference['losses'][tail]}")
+        worst = int(np.argmax(relative - bound))
+        assert relative[worst] <= bound[worst], (
+            f"{name}: loss of step {worst} is {record['losses'][worst]!r}, the training build's "
+            f"{reference['losses'][worst]!r} (relative {relative[worst]:.3g}; allowed {bound[worst]:.3g})")
+        if relative.max() <= tolerance:
+            scale = np.max(np.abs(reference["after"]))
+            assert np.max(np.abs(record["after"] - reference["after"])) <= 1e-4 * scale, f"{name}: final parameters"
+            assert np.allclose(record["eval"], reference["eval"], rtol=1e-4, atol=1e-6), f"{name}: eval loss"
+
+
+def divergence(record: Dict[str, np.ndarray], reference: Dict[str, np.ndarray]) -> np.ndarray:
+    return np.abs(record["losses"] - reference["losses"]) / np.maximum(np.abs(reference["losses"]), 1e-12)
 
 
 def three_runs(artifacts: Path, dataset: Path, steps: int, tmp_path: Path, *extra: str) -> Dict[str, Dict[str, np.ndarray]]:
@@ -105,4 +135,6 @@ ENGINE_ZOO = sorted(n for n, m in ZOO.items() if m["expected"].startswith("train
 @pytest.mark.parametrize("name", ENGINE_ZOO)
 def test_zoo_models_train_alike_on_both_backends(name: str, tmp_path: Path) -> None:
     artifacts, dataset = zoo_artifacts(name, tmp_path / "artifacts")
-    compare(three_runs(artifacts, dataset, 100, tmp_path), 1e-5)
+    reference = backends()["training build"]
+    compare(three_runs(artifacts, dataset, 100, tmp_path), 1e-5,
+            nudged=lambda: run(artifacts, dataset, 100, tmp_path / "nudged.npz", reference, "--nudge"))

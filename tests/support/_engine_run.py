@@ -25,6 +25,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--accumulate", type=int, default=1)
     parser.add_argument("--lr", type=float, default=None)
+    parser.add_argument("--nudge", action="store_true",
+                        help="move every trainable parameter one float32 step up before training: the rounding "
+                             "noise a run is measured against")
     args = parser.parse_args()
     import ort_cffi
     from ort_cffi import OrtEnvironment
@@ -44,6 +47,9 @@ def main() -> None:
             start = (step * args.batch) % max(1, count - args.batch + 1)
             return data[f"train_{name}"][start:start + args.batch]
 
+        if args.nudge:
+            start = session.copyParametersToBuffer()
+            session.copyBufferToParameters(np.nextafter(start, np.float32(np.inf)))
         records["before"] = session.copyParametersToBuffer()
         losses = []
         for step in range(args.steps):

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 import numpy as np
 
 from ort_cffi._backends.engine import values
-from ort_cffi._backends.engine.checkpoint_codec import read_checkpoint, write_checkpoint
+from ort_cffi._backends.engine.checkpoint_codec import CheckpointFormatError, read_checkpoint, write_checkpoint
 from ort_cffi._backends.engine.session import EngineSession
 from ort_cffi._backends.engine.state import EngineState
 from ort_cffi._native.errors import OrtException
@@ -82,6 +82,10 @@ class EngineTrainingApi:
     def _status(self, error: BaseException) -> Any:
         if isinstance(error, OrtException):
             code, message = int(error.code), error.message
+        elif isinstance(error, CheckpointFormatError):
+            # The training build's words for a file that is no intact checkpoint, so that one reading of them
+            # (the facade's) explains both backends' failures.
+            code, message = ORT_FAIL, f"{str(error).rstrip('.')}. Checkpoint verification failed."
         elif isinstance(error, FileNotFoundError):
             code, message = ORT_NO_SUCHFILE, str(error)
         elif isinstance(error, NotImplementedError):
