@@ -30,8 +30,9 @@ def _product(emit: Emitter, dims: str) -> str:
 @lowers("GatherGrad")
 def gather_grad(node: onnx.NodeProto, emit: Emitter) -> None:
     """Inputs: the data's shape, the indices, dY. Every slice dY[..., j, ...] is added at data position
-    indices[j] along ``axis``: dY is seen as [before, count of indices, after], the indices stretched to that
-    shape, and one ScatterElements adds it into zeros of [before, size at axis, after]."""
+    indices[j] along ``axis``. Along axis 0 (an embedding) one ScatterND adds whole rows; along another, dY is
+    seen as [before, count of indices, after], the indices stretched to that shape, and one ScatterElements
+    adds it into zeros of [before, size at axis, after]."""
     shape, indices, dy = node.input[0], node.input[1], node.input[2]
     axis = int(attribute(node, "axis", 0))
     rank = emit.value(shape)
@@ -43,6 +44,14 @@ def gather_grad(node: onnx.NodeProto, emit: Emitter) -> None:
         if data_rank is None:
             raise LoweringError(f"{emit.label}: GatherGrad's axis {axis} counts from the end of a rank not known")
         axis += data_rank
+    if axis == 0:  # the embedding's case: whole rows added at the indices, one ScatterND
+        emit.require_opset(16, "a ScatterND that adds")
+        rows = emit.one("Reshape", [indices, emit.const(np.array([-1, 1], np.int64))])
+        rest = emit.one("Slice", [shape, emit.const(np.array([1], np.int64)), emit.const(np.array([_LAST], np.int64))])
+        updates = emit.one("Reshape", [dy, emit.one("Concat", [emit.const(np.array([-1], np.int64)), rest], axis=0)])
+        emit.one("ScatterND", [emit.zeros(shape, dy), emit.one("Cast", [rows], to=onnx.TensorProto.INT64), updates],
+                 node.output[0], reduction="add")
+        return
     before = _product(emit, emit.one("Slice", [shape, emit.const(np.array([0], np.int64)),
                                                emit.const(np.array([axis], np.int64))]))
     size = emit.one("Slice", [shape, emit.const(np.array([axis], np.int64)), emit.const(np.array([axis + 1], np.int64))])
