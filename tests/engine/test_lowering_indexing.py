@@ -84,8 +84,10 @@ def test_gather_nd_grad(index_depth, batch_dims, current_runtime):
                    feeds, current_runtime)
 
 
-@pytest.mark.parametrize("starts,ends,axes,steps", [([1], [3], None, None), ([0, 1], [4, 5], [0, 2], None),
-                                                    ([3, -1], [0, 0], [0, 1], [-1, -2]), ([0], [100], [1], [2])])
+@pytest.mark.parametrize("starts,ends,axes,steps", [
+    ([1], [3], None, None), ([0, 1], [4, 5], [0, 2], None), ([-3], [-1], [2], None),
+    ([0, -100], [2**63 - 1, 2], [1, -1], None), ([2], [1], [0], None), ([-2, 0], [100, -1], [-3, 1], None),
+    ([3, -1], [0, 0], [0, 1], [-1, -2]), ([0], [100], [1], [2]), ([1, 0], [3, 6], [0, 2], [1, 1])])
 def test_slice_grad(starts, ends, axes, steps, current_runtime):
     import onnxruntime  # the training build (needs_onnxruntime_python)
 
@@ -154,3 +156,14 @@ def test_fake_quant_grad(current_runtime):
     feeds = {"dY": values((3, 4)), "mask": rng.random((3, 4)) > 0.5}
     check_lowering(one_node_model("FakeQuantGrad", feeds, [("dX", np.float32, (3, 4))]), feeds, current_runtime,
                    exact=True)
+
+
+def test_slice_grad_with_steps_of_one_known_before_run_time_pads(current_runtime):
+    """Steps of 1 in an initializer (and int32 bounds) take the Pad form."""
+    feeds = {"dY": values((2, 3, 4)), "shape": np.array([4, 3, 6], np.int64),
+             "starts": np.array([1, -5], np.int32), "ends": np.array([3, 5], np.int32)}
+    constants = {"axes": np.array([0, 2], np.int32), "steps": np.array([1, 1], np.int32)}
+    model = one_node_model("SliceGrad", feeds, [("dX", np.float32, (4, 3, 6))], constants=constants,
+                           inputs=["dY", "shape", "starts", "ends", "axes", "steps"])
+    lowered = check_lowering(model, feeds, current_runtime, exact=True)
+    assert "Pad" in {n.op_type for n in lowered.graph.node}

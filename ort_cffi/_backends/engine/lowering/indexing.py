@@ -111,9 +111,15 @@ def gather_nd_grad(node: onnx.NodeProto, emit: Emitter) -> None:
 
 @lowers("SliceGrad")
 def slice_grad(node: onnx.NodeProto, emit: Emitter) -> None:
-    """Inputs: dY, the data's shape, starts, ends, axes, steps (Slice's). The same Slice taken of the data's
-    element numbers says where each element of dY came from; dY is scattered there into zeros (a position
-    is taken once, whatever the steps)."""
+    """Inputs: dY, the data's shape, starts, ends, axes, steps (Slice's). With steps of 1 (absent, or known
+    before run time), dY is padded with zeros back to the data's shape: Pad by the clamped starts and by the
+    sizes less the clamped ends. With other steps, the same Slice taken of the data's element numbers says
+    where each element of dY came from, and dY is scattered there into zeros."""
+    steps = _given(node, 5)
+    known_steps = emit.value(steps) if steps is not None else None
+    if emit.opset >= 11 and (steps is None or (known_steps is not None and bool(np.all(known_steps == 1)))):
+        _slice_grad_by_pad(node, emit)
+        return
     dy, shape = node.input[0], node.input[1]
     count = _product(emit, shape)
     numbers = emit.one("Range", [emit.const(np.array(0, np.int64)), emit.squeeze(count, [0]),
@@ -124,6 +130,35 @@ def slice_grad(node: onnx.NodeProto, emit: Emitter) -> None:
     scattered = emit.one("ScatterElements", [emit.zeros(count, dy), emit.one("Reshape", [picked, flat]),
                                              emit.one("Reshape", [dy, flat])], axis=0)
     emit.one("Reshape", [scattered, shape], node.output[0])
+
+
+def _slice_grad_by_pad(node: onnx.NodeProto, emit: Emitter) -> None:
+    dy, shape = node.input[0], node.input[1]
+    int64 = onnx.TensorProto.INT64
+    starts = emit.one("Cast", [node.input[2]], to=int64)
+    ends = emit.one("Cast", [node.input[3]], to=int64)
+    rank = emit.one("Shape", [shape])  # [r]
+    axes_given = _given(node, 4)
+    if axes_given is None:
+        axes = emit.one("Range", [emit.const(np.array(0, np.int64)), emit.squeeze(emit.one("Shape", [starts]), [0]),
+                                  emit.const(np.array(1, np.int64))])
+    else:
+        axes = emit.one("Cast", [axes_given], to=int64)
+    zero = emit.const(np.array(0, np.int64))
+    axes = emit.one("Where", [emit.one("Less", [axes, zero]), emit.one("Add", [axes, rank]), axes])
+    sizes = emit.one("Gather", [shape, axes], axis=0)
+
+    def clamped(bound: str) -> str:  # Slice's rule for steps of 1: count from the end if negative, then clamp
+        counted = emit.one("Where", [emit.one("Less", [bound, zero]), emit.one("Add", [bound, sizes]), bound])
+        return emit.one("Min", [emit.one("Max", [counted, zero]), sizes])
+
+    first, last = clamped(starts), clamped(ends)
+    last = emit.one("Max", [last, first])  # an empty slice
+    pads = emit.one("ConstantOfShape", [emit.one("Mul", [rank, emit.const(np.array([2], np.int64))])],
+                    value=onnx.helper.make_tensor("zero", int64, [1], [0]))
+    pads = emit.one("ScatterElements", [pads, axes, first], axis=0)
+    pads = emit.one("ScatterElements", [pads, emit.one("Add", [axes, rank]), emit.one("Sub", [sizes, last])], axis=0)
+    emit.one("Pad", [dy, pads], node.output[0])
 
 
 @lowers("ConcatTraining")
