@@ -32,18 +32,24 @@ def parameter_of_gradient(name: str) -> Optional[str]:
     return None
 
 
-def load_model(path: Optional[str], data: Optional[bytes]) -> onnx.ModelProto:
-    """A model from a path (its external data read from beside it) or from bytes."""
+def load_model(path: Optional[str], data: Optional[bytes], kind: str = "model") -> onnx.ModelProto:
+    """A model from a path (its external data read from beside it) or from bytes; ``kind`` names it in errors."""
+    where = f"the {kind}'s bytes" if data is not None else f"the {kind} {path!r}"
+    if data is not None and len(data) == 0 or data is None and path is not None and os.path.getsize(path) == 0:
+        raise ValueError(f"{where} is empty: no ONNX model (a file cut short, or never written?)")
     try:
         if data is not None:
-            return onnx.load_from_string(bytes(data))
-        assert path is not None
-        return onnx.load(path, load_external_data=True)
+            model = onnx.load_from_string(bytes(data))
+        else:
+            assert path is not None
+            model = onnx.load(path, load_external_data=True)
     except FileNotFoundError:
         raise
     except Exception as error:  # onnx's DecodeError and its external-data errors
-        where = "the model bytes" if data is not None else repr(path)
         raise ValueError(f"{where} is not an ONNX model ONNX Runtime can load: {error}") from None
+    if not model.HasField("graph") or not model.opset_import:
+        raise ValueError(f"{where} is not an ONNX model: it has no graph or no opset import (a damaged file?)")
+    return model
 
 
 @dataclass

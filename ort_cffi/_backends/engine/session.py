@@ -31,6 +31,11 @@ def lower(model: onnx.ModelProto) -> onnx.ModelProto:
     return lower_training_ops(model)
 
 
+def _named(kind: str, source: ModelSource) -> str:
+    """The model a session is made of, for messages: "eval model '/path/eval_model.onnx'"."""
+    return f"{kind} model {source[0]!r}" if source[0] else f"{kind} model (from bytes)"
+
+
 class NativeSession:
     """One ``OrtSession`` of the loaded runtime, made from a model in memory."""
 
@@ -39,7 +44,7 @@ class NativeSession:
         data = model.SerializeToString()
         out = ffi.new("OrtSession**")
         check_status(get_runtime().api.CreateSessionFromArray(env, data, len(data), options, out),
-                     f"creating the {what} session")
+                     f"creating a session of the {what}")
         self.ptr = out[0]
 
     def release(self) -> None:
@@ -103,18 +108,18 @@ class EngineSession:
                evaluation: Optional[ModelSource], optimizer_model: Optional[ModelSource]) -> None:
         names = set(state.parameters)
         trainable = {p.name for p in state.trainable()}
-        self.train = models.training_graph(models.load_model(*train), names, trainable)
+        self.train = models.training_graph(models.load_model(*train, kind="training model"), names, trainable)
         if state.nominal:
             state.adopt_shapes(models.declared_shapes(self.train.model, self.train.parameter_inputs))
         self.spec: Optional[OptimizerSpec] = None
         if optimizer_model is not None:
-            self.spec = models.optimizer_spec(models.load_model(*optimizer_model))
+            self.spec = models.optimizer_spec(models.load_model(*optimizer_model, kind="optimizer model"))
             state.ensure_moments()
             state.learning_rate = state.initial_lr
         self.eval: Optional[models.EvalGraph] = None
         self.eval_source: Optional[ModelSource] = evaluation
         if evaluation is not None:
-            self.eval = models.eval_graph(models.load_model(*evaluation), names)
+            self.eval = models.eval_graph(models.load_model(*evaluation, kind="eval model"), names)
 
         # Every parameter either graph reads, lent once.
         self.parameter_values: Dict[str, Any] = {}
@@ -131,7 +136,7 @@ class EngineSession:
         self.scratch_values: List[Any] = []
         self.accumulate = False  # the first step overwrites, as after LazyResetGrad
 
-        train_session = self._session(env, options, self._runnable(self.train.model), "training")
+        train_session = self._session(env, options, self._runnable(self.train.model), _named("training", train))
         self.train_plan = Plan(
             train_session, self.train.user_inputs + self.train.parameter_inputs,
             self.train.user_outputs + [self.train.gradients[p] for p in self.gradient_params],
@@ -140,7 +145,7 @@ class EngineSession:
             self.train_plan.inputs[len(self.train.user_inputs) + i] = self.parameter_values[name]
         self.eval_plan: Optional[Plan] = None
         if self.eval is not None:
-            eval_session = self._session(env, options, self._runnable(self.eval.model), "eval")
+            eval_session = self._session(env, options, self._runnable(self.eval.model), _named("eval", evaluation))
             self.eval_plan = Plan(eval_session, self.eval.user_inputs + self.eval.parameter_inputs,
                                   self.eval.user_outputs, len(self.eval.user_inputs), len(self.eval.user_outputs))
             for i, name in enumerate(self.eval.parameter_inputs):
