@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
+import numpy as np
 import onnx
 from onnx import helper
 
@@ -235,7 +236,7 @@ def optimizer_spec(model: onnx.ModelProto) -> OptimizerSpec:
 
 
 def inference_model(eval_model: onnx.ModelProto, outputs: Sequence[str],
-                    parameter_values: Dict[str, "object"]) -> onnx.ModelProto:
+                    parameter_values: Dict[str, "np.ndarray"]) -> onnx.ModelProto:
     """The eval model with only ``outputs`` as outputs, the nodes they need, and the parameters as
     initializers (what ``ExportModelForInferencing`` writes)."""
     from onnx import numpy_helper

@@ -145,7 +145,7 @@ class EngineSession:
             self.train_plan.inputs[len(self.train.user_inputs) + i] = self.parameter_values[name]
         self.eval_plan: Optional[Plan] = None
         if self.eval is not None:
-            eval_session = self._session(env, options, self._runnable(self.eval.model), _named("eval", evaluation))
+            eval_session = self._session(env, options, self._runnable(self.eval.model), _named("eval", self.eval_source or (None, None)))
             self.eval_plan = Plan(eval_session, self.eval.user_inputs + self.eval.parameter_inputs,
                                   self.eval.user_outputs, len(self.eval.user_inputs), len(self.eval.user_outputs))
             for i, name in enumerate(self.eval.parameter_inputs):
