@@ -10,6 +10,7 @@ from ort_cffi._native.store import (
     SELECT_ENV,
     StoredRuntime,
     known_extension,
+    known_inference_runtimes,
     known_runtimes,
     selected_runtime,
     store_dir,
@@ -17,5 +18,6 @@ from ort_cffi._native.store import (
 )
 
 __all__ = ["LIBRARY_ENV", "MANIFEST", "SELECT_ENV", "Rename", "StoredRuntime", "apply_renames",
-           "find_runtime_file", "interpreter_exports", "interpreter_name", "known_extension", "known_runtimes",
+           "find_runtime_file", "interpreter_exports", "interpreter_name", "known_extension", "known_inference_runtimes",
+           "known_runtimes",
            "patch_version_check", "plan_renames", "selected_runtime", "store_dir", "stored_runtimes"]

@@ -10,7 +10,9 @@ Sources, tried in this order:
 4. **An installed inference wheel** (``onnxruntime`` or ``onnxruntime-gpu``, 1.19 or later): the C library it
    ships beside its extension (``capi/libonnxruntime.so.*``, ``.dylib`` or ``.dll``), a plain C library that
    exports ``OrtGetApiBase`` and links no CPython. ort_cffi's engine trains on it (``ort_cffi._backends``).
-5. **The runtime store**: the most recently fetched runtime (``ort-cffi-runtime install``).
+5. **The runtime store**: the most recently fetched runtime (``ort-cffi-runtime install``). A stored
+   training build is an extension, loaded as in 3; a stored inference build (``install --inference``) is the C
+   library of 4, dlopened from the store.
 
 A wheel's C API is linked into its Python extension but not exported, and the image that
 ``import onnxruntime`` loads cannot create an ``OrtEnv`` (docs/internals/runtime.md §1–2). So the loader maps a
@@ -137,12 +139,19 @@ class LoadedImage:
 
 @dataclasses.dataclass(frozen=True)
 class RuntimeFile:
-    """A runtime file: a wheel extension to load through a private image, or a C library to dlopen ("library")."""
+    """A runtime file: a wheel extension to load through a private image, or a C library to dlopen ("library",
+    or a fetched one with ``plain_library``)."""
 
     path: Path
     kind: str  # "wheel", "fetched", "extension" or "library"
     version: Optional[str]
     description: str  # for messages: "the onnxruntime-training-cpu 1.19.2 wheel", ...
+    plain_library: bool = False  # a C library exporting OrtGetApiBase (dlopened as it is), not an extension
+
+    @property
+    def dlopened(self) -> bool:
+        """Whether the file is loaded as it is (a C library), rather than through a private image."""
+        return self.kind == "library" or self.plain_library
 
 
 # --- explicit library ---------------------------------------------------------------------------
@@ -241,7 +250,8 @@ def installed_version(site_dir: Path, name: str) -> Optional[str]:
 
 def _fetched(runtime: StoredRuntime) -> RuntimeFile:
     return RuntimeFile(
-        runtime.extension_path, "fetched", runtime.version, f"the fetched runtime {runtime.name} ({runtime.folder})"
+        runtime.extension_path, "fetched", runtime.version, f"the fetched runtime {runtime.name} ({runtime.folder})",
+        plain_library=runtime.form == "library",
     )
 
 
@@ -520,4 +530,7 @@ def find_and_load(library: str | os.PathLike[str] | None = None, *, refresh: boo
         )
     if source.kind == "library":
         return load_library(source.path, refresh=refresh)
+    if source.plain_library:  # a fetched inference build: its manifest's version is checked against the library's
+        loaded = load_library(source.path, refresh=refresh)
+        return dataclasses.replace(loaded, kind=source.kind, expected_version=source.version)
     return load_extension(source, refresh=refresh)

@@ -1,14 +1,18 @@
 """Where ort_cffi keeps files on disk, shared by the loader and ``ort-cffi-runtime``.
 
 - **The runtime store** (``$ORT_CFFI_RUNTIME_DIR``, else ``<user cache>/ort_cffi/runtimes``): one
-  folder per runtime that ``ort-cffi-runtime install`` fetched, holding only the native libraries of
-  a training wheel and a ``runtime.json`` manifest. It is where the runtime comes from on
-  interpreters pip cannot install the training wheel into (CPython 3.13 and later).
+  folder per runtime that ``ort-cffi-runtime install`` fetched, holding only native libraries and a
+  ``runtime.json`` manifest: a training wheel's (its Python extension, loaded through a private image; the
+  form "extension"), or an inference wheel's C library and its provider libraries (``--inference``: a plain
+  library, dlopened; the form "library"). It is where the runtime comes from on interpreters pip cannot
+  install a wheel into.
 - **The image cache** (``$ORT_CFFI_CACHE_DIR``, else ``<user cache>/ort_cffi``): the private copies
   of runtime files that the loader maps (see ``loader.py``).
 - **The table of known runtime files** (``ort_cffi/data/runtimes.json``), written by
   ``scripts/survey_runtimes.py``: every published 1.19.2 training wheel's extension, its sha256 and
-  where its ``OrtApiBase`` lies.
+  where its ``OrtApiBase`` lies; and the inference wheels ``--inference`` fetches
+  (``ort_cffi/data/inference_runtimes.json``, ``scripts/survey_inference_runtimes.py``): their sha256 and
+  those of the libraries kept from them.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ STORE_ENV = "ORT_CFFI_RUNTIME_DIR"
 SELECT_ENV = "ORT_CFFI_RUNTIME"  # a store entry's name, or "cpu"/"cuda": which fetched runtime to use
 MANIFEST = "runtime.json"
 KNOWN_RUNTIMES = Path(__file__).resolve().parents[1] / "data" / "runtimes.json"
+KNOWN_INFERENCE_RUNTIMES = KNOWN_RUNTIMES.with_name("inference_runtimes.json")
 
 
 def _user_cache() -> Path:
@@ -50,13 +55,17 @@ class StoredRuntime:
 
     folder: Path
     name: str  # e.g. "cpu-1.19.2-cp312-x86_64"
-    flavour: str  # "cpu" or "cuda"
-    distribution: str  # the wheel's project: onnxruntime-training-cpu or onnxruntime-training
+    flavour: str  # "cpu" or "cuda" (training builds), "inference" or "inference-gpu"
+    distribution: str  # the wheel's project: onnxruntime-training-cpu, onnxruntime-training, onnxruntime(-gpu)
     version: str
     wheel: str  # the wheel's file name
     wheel_sha256: str
-    extension: str  # the file name of the runtime extension inside the folder
+    extension: str  # the file name of the runtime extension (or C library) inside the folder
     installed_ns: int  # when it was installed (the most recent is used by default)
+    # "extension": a training wheel's Python extension, read statically and loaded through a private image;
+    # "library": a plain C library exporting OrtGetApiBase, dlopened as it is. Manifests written before
+    # inference builds could be stored have no form: they are extensions.
+    form: str = "extension"
 
     @property
     def extension_path(self) -> Path:
@@ -103,6 +112,12 @@ def selected_runtime(runtimes: List[StoredRuntime]) -> Optional[StoredRuntime]:
 def known_runtimes() -> Dict[str, Any]:
     """The survey of published training wheels (``scripts/survey_runtimes.py``)."""
     return json.loads(KNOWN_RUNTIMES.read_text())
+
+
+@lru_cache(maxsize=1)
+def known_inference_runtimes() -> Dict[str, Any]:
+    """The survey of inference wheels whose C library can be fetched (``scripts/survey_inference_runtimes.py``)."""
+    return json.loads(KNOWN_INFERENCE_RUNTIMES.read_text())
 
 
 def known_extension(sha256: str) -> Optional[Dict[str, Any]]:

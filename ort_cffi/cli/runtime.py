@@ -1,6 +1,7 @@
-"""``ort-cffi-runtime``: fetch, list and remove ONNX Runtime training builds (``ort_cffi.runtime``).
+"""``ort-cffi-runtime``: fetch, list and remove ONNX Runtime builds (``ort_cffi.runtime``).
 
     ort-cffi-runtime install [--cuda] [--python-version X.Y] [--wheel FILE] [--force]
+    ort-cffi-runtime install --inference [--cuda] [--version 1.31.1] [--wheel FILE] [--force]
     ort-cffi-runtime list
     ort-cffi-runtime path
     ort-cffi-runtime remove NAME... | --all
@@ -23,8 +24,10 @@ from ort_cffi.runtime import (
     RuntimeInstallError,
     check_loads,
     describe_choice,
+    has_training_build,
     install,
     loader_choice,
+    machine,
     prepare_generator,
     prepared_changes,
     store_dir,
@@ -120,11 +123,19 @@ def command_remove(names: Sequence[str], remove_all: bool) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The ``ort-cffi-runtime`` command; its exit status (2 when installing failed)."""
     parser = argparse.ArgumentParser(
-        prog="ort-cffi-runtime", description="Fetch, list and remove ONNX Runtime training builds for ort_cffi."
+        prog="ort-cffi-runtime", description="Fetch, list and remove ONNX Runtime builds for ort_cffi: the 1.19.2 training build, or the current inference build (--inference)."
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    install_parser = commands.add_parser("install", help="fetch the 1.19.2 training build for this interpreter")
-    install_parser.add_argument("--cuda", action="store_true", help="the CUDA build (onnxruntime-training)")
+    install_parser = commands.add_parser(
+        "install", help="fetch the 1.19.2 training build for this interpreter (on a machine it was not published for, "
+        "and with --inference: the current inference build's C library, which ort_cffi's engine trains on)"
+    )
+    install_parser.add_argument("--cuda", action="store_true", help="the CUDA build (onnxruntime-training; with --inference, onnxruntime-gpu)")
+    install_parser.add_argument(
+        "--inference", action="store_true",
+        help="the C library of the current inference build (onnxruntime), for any interpreter: ort_cffi's engine trains on it",
+    )
+    install_parser.add_argument("--version", help="with --inference: the onnxruntime version (default: the newest ort_cffi surveyed)")
     install_parser.add_argument(
         "--python-version", type=python_version_arg, help="the CPython whose build to fetch, e.g. 3.12 (default: the nearest to this one)"
     )
@@ -138,10 +149,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "install":
-            runtime = install("cuda" if args.cuda else "cpu", args.python_version, args.wheel, args.force)
+            inference = args.inference
+            if not inference and args.wheel is None and not has_training_build(machine()):
+                # No training build was published for this machine (aarch64): the engine's runtime is the one to fetch.
+                print(f"ONNX Runtime published no training build for Linux {machine()}: fetching the inference build, "
+                      "which ort_cffi's engine trains on")
+                inference = True
+            if inference and args.python_version is not None:
+                parser.error("install: --python-version picks a training build; the inference library serves every interpreter")
+            if args.version is not None and not inference:
+                parser.error("install: --version goes with --inference (the training build is 1.19.2)")
+            flavour = ("inference-gpu" if args.cuda else "inference") if inference else ("cuda" if args.cuda else "cpu")
+            runtime = install(flavour, args.python_version, args.wheel, args.force, args.version)
             print(f"installed {runtime.name} in {runtime.folder}")
             print(check_loads(runtime))
-            report_generator(runtime)
+            if runtime.form == "extension":  # an inference build has no Python layer, and needs none
+                report_generator(runtime)
             return 0
         if args.command == "list":
             return command_list()

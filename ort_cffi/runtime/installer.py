@@ -1,4 +1,5 @@
 """Fetch ONNX Runtime's training build where pip cannot install it (the ``ort-cffi-runtime`` command's work).
+With ``--inference`` it fetches the C library of the current inference build instead (``inference.py``).
 
 ONNX Runtime published its last training build, 1.19.2, for CPython 3.8-3.12 (CUDA: 3.8-3.11) on
 Linux x86_64, and will publish no other. The loader never runs the wheel's Python code, only its
@@ -39,6 +40,13 @@ from ort_cffi._facade.runtimes import (
 )
 from ort_cffi.runtime.errors import RuntimeInstallError
 from ort_cffi.runtime.generator import has_generator, keep_generator
+from ort_cffi.runtime.inference import (
+    INFERENCE_FLAVOURS,
+    MANYLINUX_GLIBC,
+    choose_inference_wheel,
+    install_library,
+    row_of_inference_wheel,
+)
 
 __all__ = ["main", "install", "choose_wheel", "RuntimeInstallError"]
 
@@ -81,11 +89,16 @@ def choose_wheel(flavour: str, python_version: tuple[int, int], arch: str) -> Di
     return min(rows, key=version_of)
 
 
+def has_training_build(arch: str) -> bool:
+    """Whether ONNX Runtime published a training build for Linux ``arch`` (x86_64 only)."""
+    return any(row["machine"] == arch for row in known_runtimes()["files"])
+
+
 def glibc_version() -> tuple[int, int]:
     """This system's glibc version; ``RuntimeInstallError`` on a system without glibc."""
     name, _, version = (os.confstr("CS_GNU_LIBC_VERSION") or "").partition(" ")
     if name != "glibc":
-        raise RuntimeInstallError("the training wheels are manylinux builds and need glibc; this system has none")
+        raise RuntimeInstallError("ONNX Runtime's Linux wheels are manylinux builds and need glibc; this system has none")
     major, minor = version.split(".")[:2]
     return int(major), int(minor)
 
@@ -99,7 +112,7 @@ def download_wheel(row: Dict[str, Any], folder: Path) -> Path:
     ]
     for tag in row["platform"].split("."):
         command += ["--platform", tag]
-    print(f"fetching {row['wheel']} ({row['wheel_size'] / 2**20:.0f} MB) with pip", flush=True)
+    print(f"fetching {row['wheel']} ({row['wheel_size'] / 2**20:.0f} MB) with pip", flush=True)  # also an inference row
     try:
         subprocess.run(command, check=True)
     except FileNotFoundError as error:
@@ -166,10 +179,10 @@ def install_wheel(wheel: Path, row: Dict[str, Any]) -> StoredRuntime:
 def check_loads(runtime: StoredRuntime) -> str:
     """Load the installed runtime in a child process through ort_cffi's facade; what it reports."""
     code = (
-        "from ort_cffi import OrtEnvironment; from ort_cffi.capi import get_runtime\n"
+        "from ort_cffi import OrtEnvironment, backend; from ort_cffi.capi import get_runtime\n"
         "env = OrtEnvironment.getEnvironment(); rt = get_runtime()\n"
-        "print(f'ONNX Runtime {rt.version} loads here, training API {\"present\" if env.isTrainingEnabled() else \"absent\"}'"
-        " + (f', CPython imports renamed: {\", \".join(rt.renamed)}' if rt.renamed else ''))\n"
+        "print(f'ONNX Runtime {rt.version} loads here, training API {\"present\" if rt.training_api is not None else \"absent\"}'"
+        " + (f', CPython imports renamed: {\", \".join(rt.renamed)}' if rt.renamed else '') + f'; backend: {backend()}')\n"
     )
     env = dict(os.environ, **{SELECT_ENV: runtime.name, "ORT_CFFI_LIBRARY": ""})
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
@@ -180,11 +193,17 @@ def check_loads(runtime: StoredRuntime) -> str:
     return proc.stdout.strip()
 
 
-def install(flavour: str, python_version: Optional[Tuple[int, int]], wheel: Optional[Path], force: bool) -> StoredRuntime:
+def install(
+    flavour: str, python_version: Optional[Tuple[int, int]], wheel: Optional[Path], force: bool, version: Optional[str] = None
+) -> StoredRuntime:
     """Fetch (or take ``wheel``) and install a runtime into the store; what was installed.
 
-    ``flavour`` is "cpu" or "cuda"; ``python_version`` ((3, 12)) picks a build other than the nearest
-    one. An installed identical runtime is kept unless ``force``. Raises ``RuntimeInstallError``."""
+    ``flavour`` is "cpu" or "cuda" (the 1.19.2 training build), or "inference" or "inference-gpu" (the C
+    library of an ``onnxruntime``/``onnxruntime-gpu`` wheel, of ``version`` or the newest surveyed one);
+    ``python_version`` ((3, 12)) picks a training build other than the nearest one. An installed identical
+    runtime is kept unless ``force``. Raises ``RuntimeInstallError``."""
+    if flavour in INFERENCE_FLAVOURS or (wheel is not None and is_inference_wheel(wheel)):
+        return install_inference(flavour, version, wheel, force)
     from filelock import FileLock
 
     arch = machine()
@@ -212,6 +231,43 @@ def install(flavour: str, python_version: Optional[Tuple[int, int]], wheel: Opti
             if file_sha256(downloaded) != row["wheel_sha256"]:
                 raise RuntimeInstallError(f"{downloaded.name} differs from the published file ort_cffi surveyed")
             return install_wheel(downloaded, row)
+
+
+def is_inference_wheel(wheel: Path) -> bool:
+    """Whether a wheel file is one of the surveyed inference wheels (by hash)."""
+    try:
+        row_of_inference_wheel(wheel)
+    except RuntimeInstallError:
+        return False
+    return True
+
+
+def install_inference(flavour: str, version: Optional[str], wheel: Optional[Path], force: bool) -> StoredRuntime:
+    """``install`` for an inference build (``inference.py``)."""
+    from filelock import FileLock
+
+    if wheel is not None:
+        row = row_of_inference_wheel(wheel)
+    else:
+        row = choose_inference_wheel(flavour, version, machine())
+        glibc = glibc_version()
+        if glibc < MANYLINUX_GLIBC:
+            raise RuntimeInstallError(
+                f"{row['wheel']} needs glibc {MANYLINUX_GLIBC[0]}.{MANYLINUX_GLIBC[1]} or newer; this system has {glibc[0]}.{glibc[1]}"
+            )
+    store_dir().mkdir(parents=True, exist_ok=True)
+    with FileLock(str(store_dir() / ".install.lock"), timeout=3600):
+        for runtime in stored_runtimes():
+            if runtime.wheel_sha256 == row["wheel_sha256"] and not force:
+                print(f"{runtime.name} is already installed in {runtime.folder} (--force reinstalls it)")
+                return runtime
+        if wheel is not None:
+            return install_library(wheel, row)
+        with tempfile.TemporaryDirectory(prefix="ort-cffi-runtime-") as tmp:
+            downloaded = download_wheel(row, Path(tmp))
+            if file_sha256(downloaded) != row["wheel_sha256"]:
+                raise RuntimeInstallError(f"{downloaded.name} differs from the published file ort_cffi surveyed")
+            return install_library(downloaded, row)
 
 
 def loader_choice() -> Tuple[Optional[str], Any, List[str]]:
