@@ -62,6 +62,9 @@ class TrainingGraph:
     user_outputs: List[str]  # what TrainStep returns
     parameter_inputs: List[str]  # parameters in graph order: CopyParametersToBuffer's order
     gradients: Dict[str, str] = field(default_factory=dict)  # trainable parameter -> its gradient output
+    # user outputs that are an accumulator's optional second output (the accumulated buffer, which
+    # ort_cffi.api reads gradients from) -> their parameter: the engine answers them from its own buffer
+    accumulated: Dict[str, str] = field(default_factory=dict)
 
 
 def training_graph(model: onnx.ModelProto, parameters: Set[str], trainable: Set[str]) -> TrainingGraph:
@@ -81,6 +84,7 @@ def training_graph(model: onnx.ModelProto, parameters: Set[str], trainable: Set[
     user_outputs = [v.name for v in graph.output if parameter_of_gradient(v.name) is None]
 
     gradients: Dict[str, str] = {}
+    accumulated: Dict[str, str] = {}
     kept = []
     for node in graph.node:
         if node.op_type == ACCUMULATOR and node.domain == MICROSOFT:
@@ -90,6 +94,8 @@ def training_graph(model: onnx.ModelProto, parameters: Set[str], trainable: Set[
                 raise ValueError(f"the accumulator node {node.name!r} adds to {buffer!r}, which is no gradient buffer "
                                  "input of the training model")
             gradients[parameter] = node.input[1]
+            if len(node.output) > 1 and node.output[1]:
+                accumulated[node.output[1]] = parameter
         else:
             kept.append(node)
     missing = sorted(p for p in trainable if p in parameter_inputs and p not in gradients)
@@ -108,14 +114,14 @@ def training_graph(model: onnx.ModelProto, parameters: Set[str], trainable: Set[
     del g.input[:]
     g.input.extend(inputs)
     del g.output[:]
-    g.output.extend(v for v in graph.output if parameter_of_gradient(v.name) is None)
+    g.output.extend(v for v in graph.output if parameter_of_gradient(v.name) is None and v.name not in accumulated)
     declared = {v.name: v for v in graph.input}
     for parameter in parameter_inputs:
         if parameter in gradients:
             typed = declared[parameter].type
             out = helper.make_value_info(gradients[parameter], typed)
             g.output.append(out)
-    return TrainingGraph(lowered, user_inputs, user_outputs, parameter_inputs, gradients)
+    return TrainingGraph(lowered, user_inputs, user_outputs, parameter_inputs, gradients, accumulated)
 
 
 # Operators that draw random numbers, and the type of their ``seed`` attribute.

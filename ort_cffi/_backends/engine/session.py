@@ -54,33 +54,38 @@ class NativeSession:
 
 
 class Plan:
-    """The names and value slots of one model's ``Run``: user inputs, then parameters; user outputs, then
-    gradients. The parameter slots are filled once; the user slots per call."""
+    """The names and value slots of one model's ``Run``: user inputs, then parameters; the outputs the runtime
+    computes, then gradients. The parameter slots are filled once; the user slots per call. ``caller_outputs``
+    maps each output the caller sees to its slot, or to None where the engine answers it itself (an
+    accumulator's accumulated buffer)."""
 
     def __init__(self, session: NativeSession, inputs: Sequence[str], outputs: Sequence[str],
-                 user_inputs: int, user_outputs: int) -> None:
+                 user_inputs: int, caller_outputs: Sequence[Optional[int]]) -> None:
         self.session = session
         self.input_names, self._keep_in = values.c_strings(inputs)
         self.output_names, self._keep_out = values.c_strings(outputs)
         self.inputs = ffi.new("OrtValue*[]", max(1, len(inputs)))
         self.outputs = ffi.new("OrtValue*[]", max(1, len(outputs)))
         self.n_in, self.n_out = len(inputs), len(outputs)
-        self.user_inputs, self.user_outputs = user_inputs, user_outputs
+        self.user_inputs = user_inputs
+        self.caller_outputs = list(caller_outputs)
 
     def run(self, run_options: Any, inputs: Any, n_in: int, outputs: Any, n_out: int, kind: str) -> None:
         if n_in != self.user_inputs:
             raise ValueError(f"the {kind} model takes {self.user_inputs} inputs, not {n_in}")
-        if n_out != self.user_outputs:
-            raise ValueError(f"the {kind} model has {self.user_outputs} outputs, not {n_out}")
+        if n_out != len(self.caller_outputs):
+            raise ValueError(f"the {kind} model has {len(self.caller_outputs)} outputs, not {n_out}")
         for i in range(n_in):
             self.inputs[i] = inputs[i]
-        for i in range(n_out):
-            self.outputs[i] = outputs[i]
+        for i, slot in enumerate(self.caller_outputs):
+            if slot is not None:
+                self.outputs[slot] = outputs[i]
         status = get_runtime().api.Run(self.session.ptr, run_options, self.input_names, self.inputs, self.n_in,
                                        self.output_names, self.n_out, self.outputs)
-        for i in range(n_out):  # what the runtime allocated is the caller's now, also on failure
-            outputs[i] = self.outputs[i]
-            self.outputs[i] = ffi.NULL
+        for i, slot in enumerate(self.caller_outputs):  # what the runtime allocated is the caller's now
+            if slot is not None:
+                outputs[i] = self.outputs[slot]
+                self.outputs[slot] = ffi.NULL
         check_status(status, f"running the {kind} model")
 
 
@@ -137,20 +142,25 @@ class EngineSession:
         self.accumulate = False  # the first step overwrites, as after LazyResetGrad
 
         train_session = self._session(env, options, self._runnable(self.train.model), _named("training", train))
+        computed = [name for name in self.train.user_outputs if name not in self.train.accumulated]
         self.train_plan = Plan(
             train_session, self.train.user_inputs + self.train.parameter_inputs,
-            self.train.user_outputs + [self.train.gradients[p] for p in self.gradient_params],
-            len(self.train.user_inputs), len(self.train.user_outputs))
+            computed + [self.train.gradients[p] for p in self.gradient_params],
+            len(self.train.user_inputs),
+            [computed.index(name) if name in computed else None for name in self.train.user_outputs])
+        self.first_gradient_slot = len(computed)
         for i, name in enumerate(self.train.parameter_inputs):
             self.train_plan.inputs[len(self.train.user_inputs) + i] = self.parameter_values[name]
         self.eval_plan: Optional[Plan] = None
         if self.eval is not None:
             eval_session = self._session(env, options, self._runnable(self.eval.model), _named("eval", self.eval_source or (None, None)))
             self.eval_plan = Plan(eval_session, self.eval.user_inputs + self.eval.parameter_inputs,
-                                  self.eval.user_outputs, len(self.eval.user_inputs), len(self.eval.user_outputs))
+                                  self.eval.user_outputs, len(self.eval.user_inputs),
+                                  list(range(len(self.eval.user_outputs))))
             for i, name in enumerate(self.eval.parameter_inputs):
                 self.eval_plan.inputs[len(self.eval.user_inputs) + i] = self.parameter_values[name]
         self.schedule: Optional[Tuple[int, int, float]] = None
+        self.optimizer_scratch: Optional[optimizer.Scratch] = None  # made on the first optimizer step
 
     def _runnable(self, model: onnx.ModelProto) -> onnx.ModelProto:
         lowered = lower(model)
@@ -181,7 +191,7 @@ class EngineSession:
                 views = self.state.layout.views(self.scratch)
                 self.scratch_values = [self._borrow(views[p]) for p in self.gradient_params]
             targets = self.scratch_values
-        first = plan.user_outputs
+        first = self.first_gradient_slot
         for j, value in enumerate(targets):
             plan.outputs[first + j] = value
         plan.run(run_options, inputs, n_in, outputs, n_out, "training")
@@ -190,6 +200,10 @@ class EngineSession:
             for dtype, buffer in self.gradients.items():
                 np.add(buffer, self.scratch[dtype], out=buffer)
         self.accumulate = True
+        for i, name in enumerate(self.train.user_outputs):
+            parameter = self.train.accumulated.get(name)
+            if parameter is not None:
+                outputs[i] = values.copy_out(self.gradient_views[parameter], outputs[i])
 
     def eval_step(self, run_options: Any, inputs: Any, n_in: int, outputs: Any, n_out: int) -> None:
         if self.eval_plan is None:
@@ -209,14 +223,17 @@ class EngineSession:
         moments = state.ensure_moments()
         if spec.max_norm is not None:
             optimizer.clip_by_total_norm(self.gradients, spec.max_norm)
+        if self.optimizer_scratch is None:
+            self.optimizer_scratch = optimizer.Scratch()
+        scratch = self.optimizer_scratch
         for dtype, params in state.flat.items():
             if dtype != np.float32:
                 raise TypeError(f"the optimizer updates float32 parameters only; this state has {dtype} ones")
             if spec.kind == "AdamW":
                 optimizer.adamw(spec, state.learning_rate, state.step + 1, params, self.gradients[dtype],
-                                moments["momentum0"][dtype], moments["momentum1"][dtype])
+                                moments["momentum0"][dtype], moments["momentum1"][dtype], scratch)
             else:
-                optimizer.sgd(state.learning_rate, params, self.gradients[dtype])
+                optimizer.sgd(state.learning_rate, params, self.gradients[dtype], scratch)
         state.step += 1
 
     # --- learning rate --------------------------------------------------------------------------------------
@@ -267,14 +284,16 @@ class EngineSession:
             offset += data.size
 
     def copy_buffer_to_parameters(self, buffer: np.ndarray, trainable_only: bool) -> None:
+        if self.state.nominal and trainable_only:
+            raise ValueError("the checkpoint state is nominal: fill all of its parameters at once, with "
+                             "trainable_only = false")
         self._check_buffer(buffer, trainable_only)
         offset = 0
         for name in self.parameter_names(trainable_only):
             data = self.state.parameters[name].data
             data.reshape(-1)[...] = buffer[offset:offset + data.size]
             offset += data.size
-        if not trainable_only or all(p.requires_grad for p in self.state.parameters.values()):
-            self.state.nominal = False  # every value is set now
+        self.state.nominal = False  # every value is set now
 
     def _check_buffer(self, buffer: np.ndarray, trainable_only: bool) -> None:
         expected = self.parameters_size(trainable_only)

@@ -114,8 +114,8 @@ class EngineState:
     def require_values(self, doing: str) -> None:
         if self.nominal:
             raise ValueError(f"cannot {doing}: the checkpoint state is nominal (it holds the parameters' names and "
-                             "types, not their values); copy the values in first (CopyBufferToParameters with "
-                             "trainable_only false)")
+                             "types, not their values): copy them in with CopyBufferToParameters (trainable_only false). "
+                             "Please load the model parameters first.")
 
     def trainable(self) -> List[Parameter]:
         return [p for p in self.parameters.values() if p.requires_grad]

@@ -97,6 +97,23 @@ def view(value: Any) -> np.ndarray:
     return np.frombuffer(ffi.buffer(data[0], count * dtype.itemsize), dtype).reshape(shape)
 
 
+def copy_out(array: np.ndarray, into: Any) -> Any:
+    """``array``'s values in a tensor the caller owns: ``into`` when it is one (written in place), else a new
+    ``OrtValue*`` from the runtime's default allocator."""
+    if into == ffi.NULL:
+        shape = ffi.new("int64_t[]", [int(d) for d in array.shape] or [0])
+        out = ffi.new("OrtValue**")
+        check_status(get_runtime().api.CreateTensorAsOrtValue(process.allocator(), shape, array.ndim,
+                                                              element_type(array), out), "CreateTensorAsOrtValue")
+        into = out[0]
+    target = view(into)
+    if target.shape != array.shape or target.dtype != array.dtype:
+        raise ValueError(f"the output tensor given is {target.dtype}{list(target.shape)}, not "
+                         f"{array.dtype}{list(array.shape)}")
+    target[...] = array
+    return into
+
+
 def c_strings(names: Sequence[str]) -> Tuple[Any, List[Any]]:
     """A ``const char*[]`` of ``names`` and the buffers it points into (keep both alive)."""
     keep = [ffi.new("char[]", name.encode()) for name in names]
