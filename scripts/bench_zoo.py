@@ -273,6 +273,142 @@ def compare_generators(rounds: int, steps: int, models: Any = None) -> dict:
     return results
 
 
+# --- the engine against the training build (issue 41) --------------------------------------------------------
+
+INFERENCE_LIBRARY = ROOT / ".cache" / "ort-inference-1.31.1" / "onnxruntime" / "capi" / "libonnxruntime.so.1.31.1"
+# backend -> the environment a child process gets: the training build (the .venv's 1.19.2), the engine over the
+# same 1.19.2 library, and the engine over the current inference build (chosen there automatically).
+BACKENDS = {
+    "training": {"ORT_CFFI_BACKEND": "training-api", "ORT_CFFI_LIBRARY": ""},
+    "engine-1.19.2": {"ORT_CFFI_BACKEND": "engine", "ORT_CFFI_LIBRARY": ""},
+    "engine-1.31.1": {"ORT_CFFI_BACKEND": "", "ORT_CFFI_LIBRARY": str(INFERENCE_LIBRARY)},
+}
+CHILD_BACKEND_STEPS = """
+import json, sys, time
+import numpy as np
+from ort_cffi import OrtEnvironment, SessionOptions
+folder, data_file, warmup, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+data = np.load(data_file)
+options = SessionOptions(); options.setIntraOpNumThreads(1); options.setInterOpNumThreads(1)
+env = OrtEnvironment.getEnvironment()
+with env.createTrainingSession(
+        folder + "/checkpoint", folder + "/training_model.onnx", folder + "/eval_model.onnx",
+        folder + "/optimizer_model.onnx", options) as session:
+    feeds = {n: np.ascontiguousarray(data["train_" + n][:%d]) for n in session.getTrainInputNames()}
+    loss = float("nan")
+    times, cpu_times = [], []
+    for i in range(warmup + steps):
+        started, cpu_started = time.perf_counter(), time.process_time()
+        with session.trainStep(feeds) as result:
+            loss = float(result.get(0).getValue())
+        session.optimizerStep(); session.lazyResetGrad()
+        times.append(time.perf_counter() - started)
+        cpu_times.append(time.process_time() - cpu_started)
+own = int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])
+import ort_cffi
+print(json.dumps({"ms_per_step": 1e3 * float(np.median(times[warmup:])),
+                  "cpu_ms_per_step": 1e3 * float(np.median(cpu_times[warmup:])), "peak_bytes": own * 1024, "loss": loss,
+                  "backend": ort_cffi.backend(), "version": env.getVersion()}))
+""" % BATCH
+
+
+def _run_backend_child(backend: str, folder: Path, data_file: Path, warmup: int, steps: int) -> Dict[str, Any]:
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for key, value in BACKENDS[backend].items():
+        if value:
+            env[key] = value
+        else:
+            env.pop(key, None)
+    done = subprocess.run([sys.executable, "-c", CHILD_BACKEND_STEPS, str(folder), str(data_file), str(warmup),
+                           str(steps)], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def compare_backends(rounds: int, steps: int, models: Any = None, generators: Any = ("ort_cffi",),
+                     backends: Any = None) -> dict:
+    """Per zoo model and generator: each backend's step time (median over the steps after a warm-up, in a
+    fresh child process per round, the order rotated every round) and the child's peak RSS; ratios to the
+    training build's from the same round, then the median over rounds."""
+    backends = list(backends or [b for b in BACKENDS if b != "engine-1.31.1" or INFERENCE_LIBRARY.exists()])
+    zoo = json.loads((ZOO_DIR / "zoo.json").read_text())["models"]
+    results: dict = {}
+    with tempfile.TemporaryDirectory(prefix="ort-cffi-bench-backends-") as folder:
+        for name in models or sorted(zoo):
+            entry = zoo[name]
+            for generator in generators:
+                key = f"{name} ({generator})" if len(generators) > 1 else name
+                target = Path(folder) / name / generator
+                kwargs = {"model": str(ZOO_DIR / entry["file"]), "loss": entry["loss"],
+                          "loss_input_names": [entry["loss_reads"]], "check": False, "generator": generator,
+                          "artifact_directory": str(target)}
+                try:
+                    _run_child(CHILD_GENERATE, json.dumps(kwargs))
+                except RuntimeError as exc:
+                    results[key] = {"skipped": str(exc)}
+                    print(f"{key}: not made, skipped ({exc})", flush=True)
+                    continue
+                print(f"timing {key} on {', '.join(backends)}...", flush=True)
+                data_file = ZOO_DIR / entry["dataset"]["file"]
+                runs: Dict[str, List[Dict[str, Any]]] = {b: [] for b in backends}
+                errors: Dict[str, str] = {}
+                for r in range(rounds):
+                    order = backends[r % len(backends):] + backends[:r % len(backends)]
+                    for backend in order:
+                        if backend in errors:
+                            continue
+                        try:
+                            runs[backend].append(_run_backend_child(backend, target, data_file, 3, steps))
+                        except RuntimeError as exc:
+                            errors[backend] = str(exc)
+                res: Dict[str, Any] = {"errors": errors, "ms_per_step": {}, "cpu_ms_per_step": {}, "peak_bytes": {},
+                                       "loss": {}, "step_ratio": {}, "cpu_ratio": {}, "peak_ratio": {}}
+                for backend, done in runs.items():
+                    if not done:
+                        continue
+                    res["ms_per_step"][backend] = statistics.median(d["ms_per_step"] for d in done)
+                    res["cpu_ms_per_step"][backend] = statistics.median(d["cpu_ms_per_step"] for d in done)
+                    res["peak_bytes"][backend] = statistics.median(d["peak_bytes"] for d in done)
+                    res["loss"][backend] = done[-1]["loss"]
+                    res.setdefault("ran_on", {})[backend] = f"{done[-1]['backend']} on {done[-1]['version']}"
+                    if backend != "training" and runs.get("training") and len(runs["training"]) == len(done):
+                        res["step_ratio"][backend] = _summary(
+                            [d["ms_per_step"] / t["ms_per_step"] for d, t in zip(done, runs["training"])])
+                        res["cpu_ratio"][backend] = _summary(
+                            [d["cpu_ms_per_step"] / t["cpu_ms_per_step"] for d, t in zip(done, runs["training"])])
+                        res["peak_ratio"][backend] = _summary(
+                            [d["peak_bytes"] / t["peak_bytes"] for d, t in zip(done, runs["training"])])
+                results[key] = res
+                print_backends({key: res}, header=False)
+    return results
+
+
+def print_backends(results: dict, header: bool = True) -> None:
+    if header:
+        print("\nthe engine vs the training build (1.19.2) on the same artifacts: wall and CPU ms per step, peak RSS, "
+              "and ratios engine/training (median over rounds, same round paired), one intra-op thread")
+    for name, res in results.items():
+        if "skipped" in res:
+            print(f"  {name:<26} skipped: {res['skipped']}")
+            continue
+        cells = []
+        for backend, ms in res["ms_per_step"].items():
+            cell = f"{backend} {ms:7.2f} ms (cpu {res['cpu_ms_per_step'][backend]:7.2f}) " \
+                   f"{res['peak_bytes'][backend] / 2**20:5.0f} MiB"
+            if backend in res["step_ratio"]:
+                cell += (f" [step {res['step_ratio'][backend]['median']:.2f}x, cpu {res['cpu_ratio'][backend]['median']:.2f}x,"
+                         f" peak {res['peak_ratio'][backend]['median']:.2f}x]")
+            cells.append(cell)
+        print(f"  {name:<26} " + " | ".join(cells))
+        for backend, error in res["errors"].items():
+            print(f"  {'':<26} {backend} failed: {error}")
+
+
 def large_model(folder: Path, parameters: int) -> Path:
     """A Gemm-ReLU stack of about ``parameters`` float32 parameters (4096-wide layers), saved with its
     weights in one external data file (as a model past protobuf's 2 GB must be)."""
@@ -344,7 +480,18 @@ def main() -> None:
     parser.add_argument("--large-parameters", type=int, default=100_000_000,
                         help="parameters of the large model (0: skip it)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--backends", action="store_true",
+                        help="instead: the engine (on 1.19.2 and on the current inference build) against the "
+                        "training build, on the same artifacts (issue 41's performance target)")
+    parser.add_argument("--generators", nargs="*", default=["ort_cffi"], choices=GENERATORS,
+                        help="with --backends: whose artifacts to time")
     args = parser.parse_args()
+    if args.backends:
+        found = compare_backends(args.rounds, args.steps, args.models, args.generators)
+        print_backends(found)
+        if args.json:
+            args.json.write_text(json.dumps({"backends": found}, indent=1) + "\n")
+        return
     results = compare_generators(args.rounds, args.steps, args.models)
     large = large_generation(args.large_parameters) if args.large_parameters else None
     print_generators(results, large)
