@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from ort_cffi import OrtEnvironment, OrtTrainingSession, SessionOptions, __version__
+from ort_cffi import OrtEnvironment, OrtTrainingSession, SessionOptions, __version__, backend
+from ort_cffi._facade import denormals
 from ort_cffi._facade.files import probe_writes
 from ort_cffi.artifacts import (
     LossType,
@@ -50,6 +51,8 @@ from ort_cffi.trainer.sources.common import FLAGS as DATA_FLAGS
 # The files that make a folder a run's: a new run refuses such an --out unless told --resume or --overwrite.
 # Where --overwrite generates --model's new artifacts (inside --out) until the pre-flight passed.
 STAGED_ARTIFACTS = ".artifacts-staged"
+# How the header names the backend that trains (ort_cffi.backend()).
+BACKEND_WORDS = {"training-api": "its training API", "engine": "ort_cffi's engine over the inference API"}
 RUN_FILES = ("last_checkpoint", "best_checkpoint", "metrics.json", "inference_model.onnx")
 # What a new run with --overwrite removes of the old run before its first epoch (artifacts/ aside).
 REPLACED_FILES = RUN_FILES + ("training.png", RUN_FILE)
@@ -96,6 +99,9 @@ class TrainSettings:
     overwrite: bool = False  # start a new run in an --out that holds one, replacing it
     export_outputs: Optional[List[str]] = None
     threads: int = 0
+    # Denormals flushed to zero in the run's sessions (docs/guides/performance.md); None: $ORT_CFFI_FLUSH_DENORMALS,
+    # unset means yes
+    flush_denormals: Optional[bool] = None
     progress: Optional[bool] = None  # None: a bar only when stderr is a terminal
     no_plot: bool = False
     verbose: bool = False  # describe --model's artifacts with their internals (conversion notes, the loss's name)
@@ -155,6 +161,7 @@ class TrainingJob:
             ArtifactsError: ``--model``'s artifacts cannot be made.
             OrtException: The runtime refuses something.
         """
+        denormals.request(self.settings.flush_denormals)  # before the first session: see the module
         started = time.monotonic()
         if self.settings.resume not in (None, False) and self.settings.overwrite:
             raise SetupError("--resume and --overwrite exclude each other: continue the run in --out, or replace it")
@@ -187,6 +194,7 @@ class TrainingJob:
             with SessionOptions() as session_options:
                 if self.settings.threads:
                     session_options.setIntraOpNumThreads(self.settings.threads)
+                denormals.apply(session_options)
                 session = self.env.createTrainingSession(source.checkpoint, source.files["train"], source.files["eval"],
                                                          source.files["optimizer"], session_options)
         except BaseException:
@@ -203,7 +211,8 @@ class TrainingJob:
                     config.lr = found.lr if found.lr is not None else fallback
                     notes.append(found.describe(fallback))
                 plan, history = prepared.start(resumed)
-                print(f"ort-cffi-train: ort_cffi {__version__}, ONNX Runtime {self.env.getVersion()}")
+                print(f"ort-cffi-train: ort_cffi {__version__}, ONNX Runtime {self.env.getVersion()}, "
+                      f"{BACKEND_WORDS[backend()]}")
                 for line in source.lines + prepared.describe(resumed, source.checkpoint, bool(resumed and resumed.config)):
                     print(line)
                 for note in notes:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ort_cffi import OrtEnvironment, OrtTrainingSession
+from ort_cffi import OrtEnvironment, OrtTrainingSession, backend
 from ort_cffi.artifacts import read_manifest
 from ort_cffi.trainer.config import RunConfig, Resumed
 from ort_cffi.trainer.data import (
@@ -44,7 +44,8 @@ class History:
 
     def record(self, out: Path, config: RunConfig, options: Dict[str, Any]) -> None:
         """Write metrics.json; ``options``: the settings the run was given, as JSON values."""
-        write_json(out / "metrics.json", {"config": config.__dict__, "options": options,
+        runtime = {"onnxruntime": OrtEnvironment.getEnvironment().getVersion(), "backend": backend()}
+        write_json(out / "metrics.json", {"config": config.__dict__, "options": options, "runtime": runtime,
                                           "before": self.before, "epochs": self.epochs, "steps": self.steps,
                                           "inference": self.inference, "stopped_early": self.stopped_early}, "metrics")
         if out / "metrics.json" not in self.files:
