@@ -259,10 +259,11 @@ def test_average_pool_grad_3d_matches_finite_differences(count_include_pad, curr
 
 
 def test_the_faster_weight_form_is_picked_by_the_shapes():
-    """Pointwise convolutions and wide layers take the patches; depthwise ones and wide kernels the Conv."""
+    """Pointwise convolutions and layers of several outputs per group take the patches; depthwise ones the
+    Conv, and so does a weight whose shape is not known."""
     assert convolution.weight_gradient_form([1, 1], [64, 32, 1, 1], 1) == "patches"
     assert convolution.weight_gradient_form([3, 3], [64, 32, 3, 3], 1) == "patches"
+    assert convolution.weight_gradient_form([4, 4], [16, 16, 4, 4], 1) == "patches"
     assert convolution.weight_gradient_form([3, 3], [96, 1, 3, 3], 96) == "conv"
-    assert convolution.weight_gradient_form([4, 4], [16, 16, 4, 4], 1) == "conv"
-    assert convolution.weight_gradient_form([4, 4], [32, 16, 4, 4], 1) == "patches"
+    assert convolution.weight_gradient_form([1, 1], [96, 1, 1, 1], 96) == "patches"
     assert convolution.weight_gradient_form([3, 3], None, 1) == "conv"

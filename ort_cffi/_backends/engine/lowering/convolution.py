@@ -193,26 +193,23 @@ def average_pool_grad(node: onnx.NodeProto, emit: Emitter) -> None:
 
 
 def weight_gradient_form(kernel: List[int], w_dims: Optional[List[int]], group: int) -> str:
-    """Which form computes dW faster ("patches" or "conv"; measured on the zoo's CNNs on 1.31.1). The patches
-    cost two copies of X per kernel position and pay off in a GEMM as wide as the outputs per group; the Conv
-    runs GEMMs as wide as the kernel has positions. So: the patches for one kernel position (no copies), for
-    kernels of up to 3 x 3 with at least as many outputs per group as positions (resnet's 3 x 3 layers of 16
-    outputs and more), and for larger kernels with twice as many; the Conv for depthwise layers and wide
-    kernels on few outputs (segnet's 4 x 4 layers of 16)."""
-    positions = int(np.prod(kernel))
+    """Which form computes dW faster ("patches" or "conv"; measured on the zoo's CNNs on 1.31.1, minimum CPU
+    time of a step over 60: segnet 21.7 -> 19.0 ms and resnet_training 30.3 -> 29.8 ms with the patches for
+    every layer but the depthwise ones). The patches cost one copy of X per kernel position and run GEMMs as
+    wide as the channels per group; the Conv runs GEMMs as wide as the kernel has positions, which pays where
+    a group has one output or a few (depthwise layers)."""
     outputs_per_group = w_dims[0] // group if w_dims else 0
-    wide_enough = outputs_per_group >= (positions if positions <= 9 else 2 * positions)
-    return "patches" if positions == 1 or wide_enough else "conv"
+    return "patches" if int(np.prod(kernel)) == 1 or outputs_per_group >= 4 else "conv"
 
 
 def _weight_gradient_by_patches(emit: Emitter, dy: str, x: str, w: str, group: int, strides: List[int],
                                 dilations: List[int], kernel: List[int], begin: List[int], end: List[int],
                                 output: str) -> None:
-    """dW[m, c, k] = sum over n and positions y of dY[n, m, y] * X[n, group(m) c, y s + k d - begin], as one
-    matrix product per group, ConvGrad's own im2col and GEMM: the patches of X (one strided Slice of the padded
-    X per kernel position, of X's channels first) are a [group, Cg * K, N * Y] matrix, dY a [group, Mg, N * Y]
-    one, and FusedMatMul multiplies the first by the second transposed. (A Conv with the batch as channels
-    computes the same, in GEMMs only K columns wide: several times slower on the zoo's CNNs.)"""
+    """dW[m, c, k] = sum over n and positions y of dY[n, m, y] * X[n, group(m) c, y s + k d - begin], ConvGrad's
+    im2col and GEMM one kernel position at a time: the position's patch of X (a strided Slice of the padded X,
+    its channels first) is a [group, Cg, N * Y] matrix, dY a [group, Mg, N * Y] one, and FusedMatMul multiplies
+    the second by the first transposed into dW's [group, Mg, Cg] at that position. (One GEMM over all the
+    positions' patches, concatenated, was slower: the copy of them all costs more than the wider GEMM saves.)"""
     spatial = len(kernel)
     spatial_axes = list(range(2, 2 + spatial))
     channels_first = emit.one("Transpose", [x], perm=[1, 0] + spatial_axes)  # [C, N, spatial]
@@ -222,23 +219,23 @@ def _weight_gradient_by_patches(emit: Emitter, dy: str, x: str, w: str, group: i
     reach = emit.one("Add", [emit.one("Mul", [emit.shape_of(dy, 2), emit.const(_ints(strides))]),
                              emit.const(_ints([1 - s for s in strides]))])
     axes, steps = emit.const(_ints(spatial_axes)), emit.const(_ints(strides))
-    positions = list(np.ndindex(*kernel))
-    patches = []
-    for position in positions:
-        starts = _ints(p * d for p, d in zip(position, dilations))
-        part = emit.one("Slice", [channels_first, emit.const(starts), emit.one("Add", [reach, emit.const(starts)]),
-                                  axes, steps])
-        patches.append(emit.unsqueeze(part, [1]) if len(positions) > 1 else part)
-    stacked = emit.one("Concat", patches, axis=1) if len(positions) > 1 else patches[0]  # [C, K, N, Y...]
-    per_group = emit.one("Mul", [emit.shape_of(w, 1, 2), emit.const(_ints([len(positions)]))])  # Cg * K
-    columns = emit.one("Reshape", [stacked, emit.one("Concat", [emit.const(_ints([group])), per_group,
-                                                                emit.const(_ints([-1]))], axis=0)])
     outputs_per_group = emit.one("Div", [emit.shape_of(w, 0, 1), emit.const(_ints([group]))])  # Mg
     rows = emit.one("Reshape", [emit.one("Transpose", [dy], perm=[1, 0] + spatial_axes),
                                 emit.one("Concat", [emit.const(_ints([group])), outputs_per_group,
                                                     emit.const(_ints([-1]))], axis=0)])  # [g, Mg, N * Y]
-    product = emit.one("FusedMatMul", [rows, columns], domain="com.microsoft", transB=1)  # [g, Mg, Cg * K]
-    emit.one("Reshape", [product, emit.one("Shape", [w])], output)
+    per_group = emit.one("Concat", [emit.const(_ints([group])), emit.shape_of(w, 1, 2), emit.const(_ints([-1]))],
+                         axis=0)  # [g, Cg, -1]
+    positions = list(np.ndindex(*kernel))
+    products = []
+    for position in positions:  # one GEMM per kernel position: no copy of all the patches at once
+        starts = _ints(p * d for p, d in zip(position, dilations))
+        part = emit.one("Slice", [channels_first, emit.const(starts), emit.one("Add", [reach, emit.const(starts)]),
+                                  axes, steps])  # [C, N, Y...]
+        columns = emit.one("Reshape", [part, per_group])  # [g, Cg, N * Y]
+        product = emit.one("FusedMatMul", [rows, columns], domain="com.microsoft", transB=1)  # [g, Mg, Cg]
+        products.append(emit.unsqueeze(product, [3]) if len(positions) > 1 else product)
+    stacked = emit.one("Concat", products, axis=3) if len(positions) > 1 else products[0]  # [g, Mg, Cg, K]
+    emit.one("Reshape", [stacked, emit.one("Shape", [w])], output)
 
 
 def _weight_gradient_by_conv(emit: Emitter, dy: str, x: str, w: str, group: int, strides: List[int],
