@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from ort_cffi import OnnxTensor, OrtEnvironment, OrtException, OrtTrainingSession, Result, SessionOptions
+from ort_cffi._facade import denormals
 from ort_cffi.api.checkpoint_state import CheckpointState
 from ort_cffi.api.gradient_outputs import GradientsUnreadable, with_gradient_outputs
 from ort_cffi.api.inference_session import SessionOptions as OnnxRuntimeSessionOptions
@@ -94,9 +95,11 @@ class Module:
         self._state = state
         self._train_path = os.fspath(train_model_uri)
         self._eval_path = os.fspath(eval_model_uri) if eval_model_uri is not None else None
-        made_here = session_options is None and self._device_type == "cuda"
+        made_here = session_options is None
         self._own_options = made_here or converted
         self._session_options = SessionOptions() if made_here else session_options
+        if self._own_options:  # ort_cffi.api flushes denormals (docs/guides/performance.md); a Java one is the caller's
+            denormals.apply(self._session_options, denormals.request())
         if self._device_type == "cuda" and self._session_options is not None:
             self._session_options.addCUDA(device_id)
         self._gradient_outputs: Dict[str, str] = {}

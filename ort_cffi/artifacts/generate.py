@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 from ort_cffi import OrtException, RuntimeLoadError, __version__
+from ort_cffi._facade import denormals
 from ort_cffi._facade.files import atomic_write, file_sha256
 from ort_cffi.artifacts.definitions import (
     ArtifactsError,
@@ -87,6 +88,7 @@ def _check_loads(files: Dict[str, Path]) -> None:
     try:
         with SessionOptions() as options:  # errors only: the runtime warns about unused initializers and such
             options.setSessionLogLevel(OrtLoggingLevel.ORT_LOGGING_LEVEL_ERROR)
+            denormals.apply(options)  # an application that flushes does so from its first session on
             with OrtCheckpointState.loadCheckpoint(files["nominal_checkpoint"]) as nominal:
                 with env.createTrainingSession(nominal, files["training_model"], files["eval_model"],
                                                files.get("optimizer_model"), options):

@@ -181,6 +181,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help="outputs of the inference model (default: the eval model's outputs but the loss)")
     parser.add_argument("--threads", type=non_negative_int, default=0, metavar="N",
                         help="intra-op threads (default: 0, the runtime's choice)")
+    parser.add_argument("--keep-denormals", dest="flush_denormals", action="store_false", default=None,
+                        help="keep denormal numbers, as ONNX Runtime does by default (the trainer flushes them to "
+                        "zero, which can make a step 2-3x faster; also $ORT_CFFI_FLUSH_DENORMALS=0)")
     parser.add_argument("--progress", dest="progress", action="store_true", default=None,
                         help="show a progress bar (default: when stderr is a terminal)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")

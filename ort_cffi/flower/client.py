@@ -26,6 +26,7 @@ from flwr.clientapp.mod import fixedclipping_mod
 from flwr.clientapp.typing import ClientAppCallable
 
 from ort_cffi import OrtCheckpointState, OrtClosedException, OrtEnvironment, OrtTrainingSession, SessionOptions
+from ort_cffi._facade import denormals
 from ort_cffi.artifacts import read_manifest
 from ort_cffi.flower.config import RunConfigurable
 from ort_cffi.flower.data import Arrays, label_name, partition_dataset
@@ -115,6 +116,7 @@ def shared_session(artifacts: PathLike, threads: int = 1, seed: int = 0, client:
                 with SessionOptions() as options:
                     if threads:
                         options.setIntraOpNumThreads(threads)
+                    denormals.apply(options, denormals.request())
                     session = OrtEnvironment.getEnvironment().createTrainingSession(
                         checkpoint, paths["train"], paths["eval"], paths["optimizer"], options)
             except BaseException:

@@ -22,6 +22,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord
 
 from ort_cffi import OrtEnvironment, OrtException, OrtTrainingSession, SessionOptions
+from ort_cffi._facade import denormals
 from ort_cffi.flower.data import Arrays, label_name
 from ort_cffi.trainer.data import (
     DEFAULT_ARTIFACTS,
@@ -186,6 +187,7 @@ class GlobalModel:
         with SessionOptions() as options:
             if threads:
                 options.setIntraOpNumThreads(threads)
+            denormals.apply(options, denormals.request())
             self.session = self.env.createTrainingSession(
                 checkpoint or self.paths["checkpoint"], self.paths["train"], self.paths["eval"], None, options)
         try:

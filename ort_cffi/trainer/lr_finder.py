@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ort_cffi import OrtEnvironment, SessionOptions
+from ort_cffi._facade import denormals
 
 AUTO = "auto"
 STEPS = 100
@@ -70,6 +71,7 @@ def range_test(env: OrtEnvironment, files: Dict[str, Path], checkpoint: Path, tr
     with SessionOptions() as options:
         if threads:
             options.setIntraOpNumThreads(threads)
+        denormals.apply(options)
         session = env.createTrainingSession(checkpoint, files["train"], files["eval"], files["optimizer"], options)
     with session:
         average, best = 0.0, math.inf
