@@ -212,6 +212,7 @@ def facade_losses(data: Path) -> np.ndarray:
 # --- tests -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.needs_training_build  # bit-identity with ONNX Runtime's own training needs its build loaded
 def test_100_training_steps_are_bit_identical_to_onnx_runtimes_own(oracle: Oracle) -> None:
     """Exact: ort_cffi and the oracle run the same kernels (same build, same CPU) on the same inputs
     with one intra-op thread, so any difference, even one ulp, is a binding bug."""
@@ -228,6 +229,7 @@ def test_100_training_steps_are_bit_identical_to_onnx_runtimes_own(oracle: Oracl
 
 
 @pytest.mark.needs_onnxruntime_python
+@pytest.mark.needs_training_build  # bit-identity with ONNX Runtime's own training needs its build loaded
 def test_the_oracle_repeats_itself_bit_for_bit_on_this_machine(oracle: Oracle, tmp_path: Path) -> None:
     """What the cache stands on: a second run of ONNX Runtime's Python layer, in a fresh process on the
     same machine, gives the same bits; and the cache entry for this machine holds exactly them."""

@@ -62,6 +62,7 @@ def test_tables_are_typed_function_pointers():
     assert train_step.args[2:] == tuple(ffi.typeof(t) for t in ("size_t", "OrtValue**", "size_t", "OrtValue**"))
 
 
+@pytest.mark.needs_training_build  # the raw OrtTrainingApi table of the 1.19.2 build
 def test_runtime_tables():
     rt = get_runtime()
     assert rt.version == "1.19.2"
@@ -85,6 +86,7 @@ def test_status_chokepoint_recovers_the_wrapped_code():
     assert "context: [ONNXRuntimeError]" in str(info.value)
 
 
+@pytest.mark.needs_training_build  # the raw OrtTrainingApi table of the 1.19.2 build
 def test_a_whole_train_step_with_raw_calls(java_data):
     """Checkpoint, session, tensors, train step, optimizer step, releases: the C API from Python."""
     rt = get_runtime()
