@@ -25,10 +25,14 @@ def _channel_affine(emit: Emitter, x: str, scale: str, bias: str, output: Option
     mode with mean 0, variance 1 and epsilon 0, whose kernel computes exactly x * scale' + bias' with scale' =
     scale * 1 / sqrt(1 + 0) = scale and bias' = bias - 0 * scale' = bias. Two elementwise operators would
     read and write the whole tensor twice."""
-    zero = emit.one("ConstantOfShape", [emit.one("Shape", [scale])])
-    return emit.one("BatchNormalization", [x, scale, bias, emit.cast_like(zero, scale),
-                                           emit.cast_like(emit.one("Add", [zero, emit.const(1.0)]), scale)],
-                    output, epsilon=0.0)
+    channels, dtype = emit.shape(scale), emit.dtype(scale)
+    if channels is not None and len(channels) == 1 and isinstance(channels[0], int) and dtype is not None:
+        zeros, ones = emit.const(np.zeros(channels, dtype)), emit.const(np.ones(channels, dtype))
+    else:
+        zero = emit.one("ConstantOfShape", [emit.one("Shape", [scale])])
+        zeros = emit.cast_like(zero, scale)
+        ones = emit.cast_like(emit.one("Add", [zero, emit.const(1.0)]), scale)
+    return emit.one("BatchNormalization", [x, scale, bias, zeros, ones], output, epsilon=0.0)
 
 
 @lowers("BatchNormInternal")
