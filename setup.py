@@ -2,9 +2,10 @@
 from setuptools import find_packages, setup
 
 TRAINING_RUNTIME = "1.19.2"  # the last training build on PyPI; the table layout ort_cffi declares
-# Where pip can install that build: it was published for CPython 3.8-3.12 (CUDA: 3.8-3.11), Linux
-# x86_64 only. Elsewhere the extras install nothing and `ort-cffi-runtime install` fetches the
-# runtime's native libraries (the nearest CPython's build) into ort_cffi's cache instead.
+# Where pip can install that build: it was published for CPython 3.8-3.12 (CUDA: 3.8-3.11), and the markers
+# take it on x86_64 (ort_cffi loads it on Linux). Elsewhere `[cpu]`/`[cuda]` install nothing and
+# `ort-cffi-runtime install` fetches the runtime's native libraries (the nearest CPython's build) into
+# ort_cffi's cache instead; `[onnxruntime]` is the runtime there.
 CPU_WHEEL = f"onnxruntime-training-cpu=={TRAINING_RUNTIME}; python_version < '3.13' and platform_machine == 'x86_64'"
 CUDA_WHEEL = f"onnxruntime-training=={TRAINING_RUNTIME}; python_version < '3.12' and platform_machine == 'x86_64'"
 # What the training wheel's Python package needs to run the generator, for interpreters where that package
@@ -24,6 +25,17 @@ GENERATOR_DEPENDENCIES = [
 # Flower's Message API (flwr.app, flwr.clientapp, flwr.serverapp.strategy) and the Fleet API over HTTP:
 # 1.42 is the floor, with no ceiling (ort_cffi uses no deprecated Flower API).
 FLOWER = "flwr[simulation]>=1.42; python_version >= '3.11'"
+# The runtimes. `onnxruntime`, `onnxruntime-gpu` and `onnxruntime-training(-cpu)` all install the same `onnxruntime/`
+# package folder: one environment cannot hold two of them (uninstalling one removes files of the other). So the
+# bare install carries no runtime (it never replaces an `onnxruntime` the environment already has), and each
+# runtime is an extra of its own, of which an install line names one: `[onnxruntime]` (the default in the docs:
+# the current CPU build, for every platform and CPython ONNX Runtime ships, ort_cffi's engine trains on it),
+# `[gpu]` (its CUDA build), `[cpu]`/`[cuda]` (the 1.19.2 training build, bit-identical with ONNX Runtime's own
+# training). Where pip has no wheel (an interpreter newer than the newest: CPython 3.15), `ort-cffi-runtime
+# install --inference` fetches the current C library instead. tests/guarantees/test_install_extras.py checks that
+# no documented install line puts two runtimes in one environment.
+INFERENCE_RUNTIME = "onnxruntime>=1.19"  # 1.19: the oldest inference build ort_cffi's tables accept; 1.31.1 is current
+GPU_RUNTIME = "onnxruntime-gpu>=1.19"
 
 TEST_CORE = [
     CPU_WHEEL,  # the real runtime and its Python oracle
@@ -70,8 +82,10 @@ setup(
         "onnx>=1.14",
     ],
     extras_require={
-        # The runtime, where pip can install it (see above); the bare package works with a runtime
-        # fetched by `ort-cffi-runtime install` or an explicit library (ORT_CFFI_LIBRARY).
+        # The runtime: one of these four (see "The runtimes" above); the bare package works with a runtime fetched by
+        # `ort-cffi-runtime install` or an explicit library (ORT_CFFI_LIBRARY).
+        "onnxruntime": [INFERENCE_RUNTIME],
+        "gpu": [GPU_RUNTIME],
         "cpu": [CPU_WHEEL],
         "cuda": [CUDA_WHEEL],
         # The command-line trainer's progress bar and plots.
@@ -100,15 +114,17 @@ setup(
         # The documentation site (scripts/docs.sh).
         "docs": DOCS,
         # ort_cffi.artifacts / ort-cffi-artifacts: ort_cffi's own gradient builder works on the onnx protobuf, in
-        # this process, on every interpreter: onnx is all it needs (the runtime, where pip can install it, checks
-        # that the artifacts load). onnx from 1.14 (tested: 1.16, 1.18, 1.23; pip takes the newest with wheels for
-        # the interpreter, 1.23 on 3.14 and 3.15): what it writes is kept to IR version 10 and opset 21.
-        "artifacts": [CPU_WHEEL, "onnx>=1.14,<1.24"],
+        # this process, on every interpreter: onnx is all it needs (the runtime, which checks that the artifacts
+        # load, is a runtime extra of its own: `[onnxruntime,artifacts]`). onnx from 1.14 (tested: 1.16, 1.18,
+        # 1.23; pip takes the newest with wheels for the interpreter, 1.23 on 3.14 and 3.15): what it writes is
+        # kept to IR version 10 and opset 21.
+        "artifacts": ["onnx>=1.14,<1.24"],
         # ONNX Runtime's own generator (generate_artifacts(generator="onnxruntime")), run in a child process: its
         # Python training layer, from the training wheel on 3.8-3.12; on 3.13 the one `ort-cffi-runtime install`
         # keeps from the fetched wheel (pip cannot install that wheel there), with what that layer imports
         # itself, which pip would have pulled in as the wheel's dependencies. No torch: the child bypasses the
-        # package init that imports it. The tests use it as the oracle of ort_cffi's builder.
+        # package init that imports it. The tests use it as the oracle of ort_cffi's builder. It is the training
+        # build: it goes with `[cpu]`, never with `[onnxruntime]` or `[gpu]`.
         "onnxruntime-generator": [CPU_WHEEL, "onnx>=1.14,<1.24; python_version < '3.13'"] + GENERATOR_DEPENDENCIES,
     },
     entry_points={

@@ -1,6 +1,6 @@
 """Generate the training artifacts ort_cffi ships and tests with (run once; the outputs are committed).
 
-    pip install -e ".[artifacts]" scikit-learn     # onnxruntime-training-cpu, onnx; no torch
+    pip install -e ".[cpu,artifacts]" scikit-learn     # onnxruntime-training-cpu, onnx; no torch
     python scripts/make_artifacts.py
 
 Each model is a small MLP written directly with onnx.helper (deterministic weights from a numpy seed),

@@ -96,15 +96,16 @@ INSTALL_LINE = re.compile(r"""pip install (?:\.|"\.\[(?P<extras>[a-z0-9,-]+)\]")
 
 
 def installs_a_runtime(extras: "set[str]", python: str) -> bool:
-    """Whether ``pip install ".[extras]"`` installs an ONNX Runtime training build on CPython ``python``
-    (Linux x86_64), by the package's own requirement markers."""
+    """Whether ``pip install ".[extras]"`` installs an ONNX Runtime build ort_cffi trains on (the training build,
+    or a current inference build for its engine) on CPython ``python`` (Linux x86_64), by the package's own
+    requirement markers."""
     from importlib.metadata import requires
 
     from packaging.requirements import Requirement
 
     for text in requires("ort_cffi") or []:
         requirement = Requirement(text)
-        if not requirement.name.startswith("onnxruntime-training"):
+        if requirement.name not in ("onnxruntime-training", "onnxruntime-training-cpu", "onnxruntime", "onnxruntime-gpu"):
             continue
         for extra in extras:
             if requirement.marker is None or requirement.marker.evaluate(
