@@ -317,7 +317,9 @@ class EngineSession:
 
     # --- lifetime ------------------------------------------------------------------------------------------
     def release(self) -> None:
-        for session in self._sessions:
+        # The eval session first: with profiling on, both sessions may get one file name (the options'
+        # prefix and the same second), and the file written last (at release) is the one that stays
+        for session in reversed(self._sessions):
             session.release()
         self._sessions = []
         for value in self._borrowed:
