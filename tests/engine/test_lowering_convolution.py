@@ -48,6 +48,9 @@ CASES = {
     "1d_groups_dilation": ((3, 4, 17), (4, 2, 3), {"group": 2, "dilations": [2]}),
     "3d": ((2, 2, 5, 6, 5), (3, 2, 2, 3, 2), {"strides": [2, 1, 2], "pads": [1, 0, 0, 0, 1, 1]}),
     "2d_pointwise_stride": ((2, 6, 7, 7), (8, 6, 1, 1), {"strides": [2, 2]}),
+    "2d_depthwise_dilation": ((2, 3, 9, 8), (3, 1, 3, 2), {"group": 3, "dilations": [2, 1], "pads": [2, 0, 1, 1]}),
+    "2d_depthwise_stride": ((2, 4, 9, 9), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "1d_depthwise": ((2, 5, 11), (5, 1, 5), {"group": 5, "pads": [2, 1]}),
     "3d_groups_dilation": ((1, 4, 6, 7, 6), (4, 2, 2, 2, 3), {"group": 2, "dilations": [2, 1, 1], "pads": [0, 1, 1, 1, 0, 1]}),
 }
 
