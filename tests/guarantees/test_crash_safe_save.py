@@ -302,16 +302,19 @@ def test_sigkill_during_saves_leaves_a_whole_checkpoint(tmp_path) -> None:
         )
         try:
             assert proc.stdout.readline().strip() == "READY", proc.stderr.read()
+            consumed = []  # lines read before the kill: the first SAVED among them counts too
             if round_ == 0:  # make sure there is a previous checkpoint
-                while not proc.stdout.readline().startswith("SAVED"):
-                    pass
+                while not consumed or not consumed[-1].startswith("SAVED"):
+                    consumed.append(proc.stdout.readline())
+                    assert consumed[-1], f"the saver ended before its first save: {proc.stderr.read()[-3000:]}"
             time.sleep(rng.uniform(0.0, 0.4))
             proc.send_signal(signal.SIGKILL)
         finally:
             proc.kill()
             out, err = proc.communicate(timeout=60)
         assert proc.returncode == -signal.SIGKILL, err[-3000:]
-        saved = [int(line.split()[1]) for line in out.splitlines() if line.startswith("SAVED")]
+        lines = [line.strip() for line in consumed] + out.splitlines()
+        saved = [int(line.split()[1]) for line in lines if line.startswith("SAVED")]
         assert target.exists(), "no checkpoint at the target after a kill"
         snapshot = tmp_path / f"snapshot-{round_}.ckpt"
         snapshot.write_bytes(target.read_bytes())
