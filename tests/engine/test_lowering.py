@@ -45,6 +45,22 @@ def test_each_contrib_target_runs_alike_on_1_19_2_and_1_31_1(op, current_runtime
     assert_close(current_runtime.run(model, feeds), run_training_build(model, feeds), 1e-6, op)
 
 
+@pytest.mark.parametrize("op", ["LayerNormalization", "SimplifiedLayerNormalization"])
+def test_layer_norms_onnx_runtime_registers_before_opset_17_stay(op, current_runtime):
+    """ONNX has LayerNormalization from opset 17; ONNX Runtime's builds run it (and the RMS norm) in the default
+    domain at any opset, so a training model of opset 14 keeps them."""
+    feeds = {"X": values((2, 4)), "scale": values((4,))}
+    if op == "LayerNormalization":
+        feeds["B"] = values((4,))
+    outputs = [("Y", np.float32, (2, 4)), ("inv_std", np.float32, (2, 1))]
+    if op == "LayerNormalization":
+        outputs.insert(1, ("mean", np.float32, (2, 1)))
+    model = one_node_model(op, feeds, outputs, domain="", opset=14, axis=-1, epsilon=1e-5)
+    lowered = lower_training_ops(model)
+    assert [n.op_type for n in lowered.graph.node] == [op]
+    assert_close(current_runtime.run(lowered, feeds), run_training_build(model, feeds), 1e-6, op)
+
+
 def test_what_the_engine_runs_itself_stays():
     feeds = {"buffer": values((3,)), "gradient": values((3,)), "reset": np.array(False)}
     model = one_node_model("InPlaceAccumulatorV2", feeds, [("flag", np.bool_, ()), ("out", np.float32, (3,))])

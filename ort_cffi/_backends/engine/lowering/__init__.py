@@ -21,7 +21,8 @@ import onnx
 from onnx import helper
 
 from ort_cffi._backends.engine.lowering.registry import (
-    CONTRIB_TARGETS, MICROSOFT, RULES, Emitter, LoweringError, UnsupportedTrainingOpError, infer_types)
+    CONTRIB_TARGETS, MICROSOFT, RULES, RUNTIME_DEFAULT_DOMAIN, Emitter, LoweringError, UnsupportedTrainingOpError,
+    infer_types)
 
 # run by the engine itself on its own state, not by the session's graph
 KEPT_FOR_THE_ENGINE = frozenset({"InPlaceAccumulatorV2", "AdamWOptimizer", "SGDOptimizerV2"})
@@ -58,7 +59,7 @@ def needs_lowering(node: onnx.NodeProto, opset: int) -> bool:
     if node.domain == MICROSOFT:
         return node.op_type not in KEPT_FOR_THE_ENGINE and node.op_type not in CONTRIB_TARGETS
     if node.domain in ("", "ai.onnx"):
-        return not _is_standard(node.op_type, opset)
+        return node.op_type not in RUNTIME_DEFAULT_DOMAIN and not _is_standard(node.op_type, opset)
     return False
 
 

@@ -24,6 +24,9 @@ MICROSOFT = "com.microsoft"
 # Inference contrib operators a lowering may target: each has a CPU kernel in ONNX Runtime 1.19.2 and 1.31.1
 # (tests/engine/test_lowering_targets.py runs each on both).
 CONTRIB_TARGETS = frozenset({"FusedMatMul", "Gelu", "FastGelu", "BiasGelu", "QuickGelu"})
+# Default-domain operators that ONNX lacks below some opset but ONNX Runtime's inference builds register there
+# themselves, 1.19.2 and 1.31.1 alike (LayerNormalization before opset 17): they run as they are.
+RUNTIME_DEFAULT_DOMAIN = frozenset({"LayerNormalization", "SimplifiedLayerNormalization"})
 
 
 class LoweringError(ValueError):
@@ -333,5 +336,5 @@ def make_tensor_type(elem_type: int, shape: Optional[Sequence[Dim]]) -> onnx.Typ
     return helper.make_tensor_type_proto(elem_type, None if shape is None else list(shape))
 
 
-__all__ = ["CONTRIB_TARGETS", "Emitter", "LoweringError", "MICROSOFT", "RULES", "Rule", "TensorProto",
+__all__ = ["CONTRIB_TARGETS", "RUNTIME_DEFAULT_DOMAIN", "Emitter", "LoweringError", "MICROSOFT", "RULES", "Rule", "TensorProto",
            "UnsupportedTrainingOpError", "attribute", "infer_types", "lowers", "make_tensor_type"]
