@@ -24,11 +24,14 @@ and the exported model must give the eval model's logits. The run is recorded in
 
 ``reference OUT.npz`` makes the same run on the host's training build (x86_64, ONNX Runtime 1.19.2), and
 ``compare A.npz B.npz`` checks that the two runs agree: every step's loss, the final parameters, the accuracy.
+``compare-trainer`` does the same for two runs of ``ort-cffi-train`` on the embedded example (the demo's code
+path: a linear schedule, checkpoints, the inference export), from their ``metrics.json``.
 
     python check_aarch64.py loader 1.31.1
     python check_aarch64.py train aarch64.npz          # under qemu
     python check_aarch64.py reference x86_64.npz       # on the host, in .venv
     python check_aarch64.py compare aarch64.npz x86_64.npz
+    python check_aarch64.py compare-trainer AARCH64_OUT X86_64_OUT   # two ort-cffi-train --out folders
 """
 from __future__ import annotations
 
@@ -210,6 +213,34 @@ def compare(engine_run: Path, reference_run: Path, tolerance: float = 1e-5) -> N
           f"the validation accuracy agrees within two images ({float(engine['end_accuracy']):.4f}, {float(reference['end_accuracy']):.4f})")
 
 
+def compare_trainer(engine_out: Path, reference_out: Path, tolerance: float = 1e-5) -> None:
+    """ort-cffi-train's runs of the embedded example (the demo's first command): on the engine here, on the training
+    build on the host. Its metrics.json records the backend, every step's loss and learning rate (a linear schedule
+    with warm-up), each epoch's validation, and the exported inference model's accuracy."""
+    import json
+
+    engine, reference = (json.loads((out / "metrics.json").read_text()) for out in (engine_out, reference_out))
+    print(f"ort-cffi-train: {engine['runtime']} against {reference['runtime']}")
+    check(engine["runtime"]["backend"] == "engine", "ort-cffi-train ran on the engine")
+    check(reference["runtime"]["backend"] == "training-api", "the reference ran on the training build")
+    check(len(engine["steps"]) == len(reference["steps"]) > 0, f"both made {len(reference['steps'])} steps")
+    losses, reference_losses = (np.array([step["loss"] for step in run["steps"]]) for run in (engine, reference))
+    relative = np.abs(losses - reference_losses) / np.maximum(np.abs(reference_losses), 1e-12)
+    worst = int(np.argmax(relative))
+    check(float(relative[worst]) <= tolerance, f"every step's loss agrees within {tolerance:g} relative "
+          f"(worst: step {worst + 1}, {relative[worst]:.2g})")
+    rates, reference_rates = (np.array([step["lr"] for step in run["steps"]]) for run in (engine, reference))
+    check(np.allclose(rates, reference_rates, rtol=1e-6), "the schedule gave the same learning rates")
+    accuracy, reference_accuracy = engine["inference"]["val_accuracy"], reference["inference"]["val_accuracy"]
+    check(accuracy >= 0.9, f"the exported model's validation accuracy is {accuracy:.4f} (at least 0.9)")
+    with np.load(DIGITS / "digits.npz") as data:
+        images = len(data["val_labels"])
+    check(abs(accuracy - reference_accuracy) * images <= 2, f"within two images of the training build's "
+          f"({reference_accuracy:.4f})")
+    for name in ("best_checkpoint", "last_checkpoint", "inference_model.onnx"):
+        check((engine_out / name).exists(), f"it wrote {name}")
+
+
 def main() -> None:
     started = time.perf_counter()
     print(f"Python {platform.python_version()} on {platform.machine()} ({sys.executable})")
@@ -221,6 +252,8 @@ def main() -> None:
         train(Path(sys.argv[2]))
     elif len(sys.argv) == 4 and sys.argv[1] == "compare":
         compare(Path(sys.argv[2]), Path(sys.argv[3]))
+    elif len(sys.argv) == 4 and sys.argv[1] == "compare-trainer":
+        compare_trainer(Path(sys.argv[2]), Path(sys.argv[3]))
     else:
         raise SystemExit(__doc__.split("\n\n")[-1])
     print(f"{time.perf_counter() - started:.1f} s in this process")

@@ -3,7 +3,7 @@
 # under qemu-user on a Linux x86_64 machine. No aarch64 training build of ONNX Runtime exists, so this is how
 # training on ARM is checked here. CI runs it after scripts/newest_pythons.sh has made its Debian sid root.
 #
-#   scripts/check_aarch64.sh            # get what is missing, then run the four parts below
+#   scripts/check_aarch64.sh            # get what is missing, then run the five parts below
 #
 # What it gets (each kept under .cache/aarch64, or $ORT_CFFI_AARCH64_CACHE; a second run downloads nothing):
 # - qemu-aarch64 from Debian sid's qemu-user (11.x, statically linked): downloaded with the apt of the sid
@@ -22,7 +22,10 @@
 #    the validation loss falls and its accuracy rises to 0.9, the exported model gives the eval model's logits.
 # 3. compare: the same run on the host's training build (x86_64, 1.19.2, in .venv), step by step: the losses
 #    and the final parameters agree within 1e-5 relative (measured: 4e-7).
-# 4. tests: tests/facade/test_facade.py, the Java ports in tests/java (TrainingTest with ONNX Runtime's Java
+# 4. trainer: ort-cffi-train on the embedded example for 3 epochs (the demo's code path: a linear schedule with
+#    warm-up, checkpoints, the inference export), here and on the host's training build: every step's loss
+#    agrees within 1e-5 relative, the learning rates are the same, the exported model's accuracy is 0.9 or more.
+# 5. tests: tests/facade/test_facade.py, the Java ports in tests/java (TrainingTest with ONNX Runtime's Java
 #    test data: $ORT_CFFI_JAVA_TESTDATA, else ../shared/testdata/ort-java-training; OnnxTensorTest and the
 #    others) and tests/native/test_raw_capi.py. Left out (LEFT_OUT below): the tests marked
 #    needs_onnxruntime_python (none in these files today), which need ONNX Runtime's training Python layer;
@@ -30,10 +33,10 @@
 #    Java port's two exhaustive fp16/bf16 round trips, pure Python that the x86_64 legs run, for time.
 # The rest of the suite is left out for time: under emulation a training step of the digits MLP takes 30-40 ms
 # (1-2 ms natively), and these tests take about 10 times as long as natively. Measured on a 2-core machine
-# shared with other work (2026-12-07), the whole leg: with .cache/aarch64 filled, 2 min 23 s at load average
-# 3.4 (loader 11 s, training 14 s, compare 1 s, tests 116 s for 109 tests); from an empty cache, 3 min 40 s at
-# load average 5 (getting qemu, Python and the wheels 30 s, tests 166 s). At load average 11, 80 of these tests
-# took 184-267 s: on a busy machine expect up to about 7 minutes. CI's budget for the leg is 10 minutes.
+# shared with other work (2026-12-07), the whole leg with .cache/aarch64 filled: 4 min 30 s at load average 5
+# (loader 13 s, training 25 s, compare 1 s, trainer 35 s, tests 194 s for 109 tests); filling the cache adds
+# 30-60 s. At load average 11, 80 of these tests took 184-267 s: on a busy machine expect up to about 8 minutes.
+# CI's budget for the leg is 10 minutes.
 #
 # Needs root (the sid root), Debian's package archive and PyPI; exits non-zero when anything fails, after
 # running every part, with each part's time.
@@ -209,6 +212,18 @@ compare_with_training_build() {
     && env -u PYTHONPATH "$ROOT/.venv/bin/python" scripts/check_aarch64.py compare "$RUNS/aarch64.npz" "$RUNS/x86_64.npz"
 }
 part compare compare_with_training_build
+# ort-cffi-train on the embedded example, as scripts/demo.sh runs it, here and on the host's training build
+# (through the command's entry point: ort_cffi is on PYTHONPATH here, not installed).
+TRAIN=('import sys, ort_cffi_commands; sys.argv[0] = "ort-cffi-train"; sys.exit(ort_cffi_commands.train())'
+  --epochs 3 --no-plot --no-progress)
+trainer_alike() {
+  [ -x "$ROOT/.venv/bin/python" ] || { echo "no .venv with the training build here: run scripts/test.sh first" >&2; return 1; }
+  timeout 600 "$WRAPPER" -c "${TRAIN[@]}" --out "$RUNS/aarch64-train" || return
+  env -u PYTHONPATH -u ORT_CFFI_CACHE_DIR ORT_CFFI_BACKEND=training-api "$ROOT/.venv/bin/python" -c "${TRAIN[@]}" \
+    --out "$RUNS/x86_64-train" >/dev/null 2> >(grep -v "CleanUnusedInitializers" >&2) || return
+  env -u PYTHONPATH "$ROOT/.venv/bin/python" scripts/check_aarch64.py compare-trainer "$RUNS/aarch64-train" "$RUNS/x86_64-train"
+}
+part trainer trainer_alike
 part tests timeout 900 "$WRAPPER" -m pytest -q -p no:cacheprovider -m "not needs_onnxruntime_python" \
   "${deselected[@]}" "${TESTS[@]}"
 say "aarch64 under qemu, engine on onnxruntime $ORT_VERSION: $((SECONDS - started)) s in all"
