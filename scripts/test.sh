@@ -12,6 +12,10 @@
 #                                         # sid root of scripts/newest_pythons.sh (needs root)
 #   ORT_CFFI_TEST_SCOPE=core ...          # the loader, raw-layer, facade, Java-port and artifact tests
 #
+# On 3.13 and later it then runs the facade and Java-port tests once more on ort_cffi's engine, over
+# onnxruntime 1.31.1: the interpreter's own wheel, installed by pip (3.13, 3.14), or where pip has none (3.15)
+# the C library `ort-cffi-runtime install --inference` fetches. ORT_CFFI_ENGINE_TESTS=0 leaves that run out.
+#
 # It ends by saying which interpreter ran and which tests were left out on it, and why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -138,4 +142,39 @@ if [ "$SCOPE" = all ]; then
 else
   REASONS+=("everything outside the core tests (the federated, trainer, docs and guarantees tests among them): $SCOPE_WHY")
   "$VENV_PY" -m pytest "${SELECT[@]}" "${CORE_TESTS[@]}" "$@"
+fi
+
+# ort_cffi's engine on the current inference build, where no training wheel installs (3.13 and later): the
+# facade and Java-port tests (and the fetch of --inference), less what only the training build can run.
+CURRENT_ORT=1.31.1
+ENGINE_TESTS=(
+  tests/facade/test_facade.py tests/facade/test_tensor_types.py tests/facade/test_input_signatures.py
+  tests/java/test_java_additions.py tests/java/test_training_java.py tests/java/test_onnx_tensor_java.py
+  tests/apps/test_runtime_inference.py
+)
+case $PY_VERSION in 3.9|3.10|3.11|3.12) ENGINE=0 ;; *) ENGINE=${ORT_CFFI_ENGINE_TESTS:-1} ;; esac
+if [ "$ENGINE" = 1 ]; then
+  # The interpreter's own onnxruntime wheel, installed by pip into a folder of its own (it would replace the
+  # stored training build's Python layer in the venv) and put on PYTHONPATH: the loader finds it as an installed
+  # wheel. Where pip has none for this interpreter, the C library is fetched into a store of the run's own.
+  engine_env=(ORT_CFFI_BACKEND= ORT_CFFI_LIBRARY= ORT_CFFI_RUNTIME= ORT_CFFI_RUNTIME_DIR="$PWD/.cache/runtime-store-$PY_VERSION-engine")
+  target=.cache/ort-inference-$CURRENT_ORT-py$PY_VERSION
+  if [ -f "$target/.complete" ] || { rm -rf "$target"; pip_install --no-deps --only-binary=:all: --target "$target" "onnxruntime==$CURRENT_ORT" && touch "$target/.complete"; }; then
+    engine_env+=(PYTHONPATH="$PWD/$target")
+    ENGINE_RUNTIME="the onnxruntime $CURRENT_ORT wheel pip installs for Python $PY_VERSION"
+  else
+    rm -rf "$target"
+    env "${engine_env[@]}" "$VENV/bin/ort-cffi-runtime" install --inference --version "$CURRENT_ORT"
+    engine_env+=(ORT_CFFI_RUNTIME=inference)
+    ENGINE_RUNTIME="the onnxruntime $CURRENT_ORT C library fetched by ort-cffi-runtime install --inference (pip has no wheel for Python $PY_VERSION)"
+  fi
+  echo "=== the engine tests on $ENGINE_RUNTIME ==="
+  env "${engine_env[@]}" "$VENV_PY" -c "
+import sys, ort_cffi
+from ort_cffi.capi import get_runtime
+runtime = get_runtime()
+print(f'ONNX Runtime {runtime.version} ({runtime.kind}) from {runtime.library}; backend: {ort_cffi.backend()}')
+sys.exit(0 if ort_cffi.backend() == 'engine' and runtime.version == '$CURRENT_ORT' and not runtime.renamed else 'not the engine on $CURRENT_ORT')"
+  env "${engine_env[@]}" "$VENV_PY" -m pytest -m "not needs_training_build and not needs_onnxruntime_python and not needs_onnxruntime_generator" "${ENGINE_TESTS[@]}" "$@"
+  REASONS+=("on the engine (onnxruntime $CURRENT_ORT): all but the facade and Java-port tests, and the tests marked needs_training_build, needs_onnxruntime_python or needs_onnxruntime_generator (they ran on the training build above)")
 fi
