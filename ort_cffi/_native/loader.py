@@ -66,11 +66,11 @@ EXTENSION_GLOB = "onnxruntime_pybind11_state*.so"
 INFERENCE_LIBRARY_GLOBS = ("libonnxruntime.so.*", "libonnxruntime.*.dylib", "onnxruntime.dll")
 INFERENCE_WHEELS = ("onnxruntime", "onnxruntime-gpu")
 INSTALL_HINT = (
-    "`pip install onnxruntime` (any current CPython and platform: ort_cffi's engine trains on it); "
-    "on CPython 3.9-3.12, `pip install onnxruntime-training-cpu==1.19.2` (ort_cffi's `[cpu]` extra; "
-    "onnxruntime-training==1.19.2 for CUDA); on any interpreter, `ort-cffi-runtime install` (add --cuda for the CUDA build) fetches "
-    "the runtime into ort_cffi's cache; or point ORT_CFFI_LIBRARY at a libonnxruntime.so built with "
-    "--enable_training_apis"
+    "`pip install onnxruntime` (any current CPython and platform: ort_cffi's engine trains on it; ort_cffi's "
+    "`[onnxruntime]` extra); on CPython 3.9-3.12, `pip install onnxruntime-training-cpu==1.19.2` (ort_cffi's `[cpu]` extra; "
+    "onnxruntime-training==1.19.2 for CUDA); on any interpreter, `ort-cffi-runtime install --inference` fetches the current "
+    "build's C library, and `ort-cffi-runtime install` (add --cuda for the CUDA build) the training build, into ort_cffi's "
+    "cache; or point ORT_CFFI_LIBRARY at a libonnxruntime.so"
 )
 _IMAGE_FORMAT = 3  # bump when what the image cache records changes
 
