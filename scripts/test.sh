@@ -12,7 +12,7 @@
 #                                         # sid root of scripts/newest_pythons.sh (needs root)
 #   ORT_CFFI_TEST_SCOPE=core ...          # the loader, raw-layer, facade, Java-port and artifact tests
 #
-# On 3.13 and later it then runs the facade and Java-port tests once more on ort_cffi's engine, over
+# On 3.13 and later it then runs the facade, Java-port, artifact and trainer tests on ort_cffi's engine, over
 # onnxruntime 1.31.1: the interpreter's own wheel, installed by pip (3.13, 3.14), or where pip has none (3.15)
 # the C library `ort-cffi-runtime install --inference` fetches. ORT_CFFI_ENGINE_TESTS=0 leaves that run out.
 #
@@ -145,12 +145,13 @@ else
 fi
 
 # ort_cffi's engine on the current inference build, where no training wheel installs (3.13 and later): the
-# facade and Java-port tests (and the fetch of --inference), less what only the training build can run.
+# facade, Java-port, artifact and trainer tests (and the fetch of --inference), less what only the training
+# build can run.
 CURRENT_ORT=1.31.1
 ENGINE_TESTS=(
   tests/facade/test_facade.py tests/facade/test_tensor_types.py tests/facade/test_input_signatures.py
   tests/java/test_java_additions.py tests/java/test_training_java.py tests/java/test_onnx_tensor_java.py
-  tests/apps/test_runtime_inference.py
+  tests/apps/test_runtime_inference.py tests/apps/test_artifacts.py tests/apps/test_train_model.py tests/apps/test_python_map.py
 )
 case $PY_VERSION in 3.9|3.10|3.11|3.12) ENGINE=0 ;; *) ENGINE=${ORT_CFFI_ENGINE_TESTS:-1} ;; esac
 if [ "$ENGINE" = 1 ]; then
@@ -176,5 +177,5 @@ runtime = get_runtime()
 print(f'ONNX Runtime {runtime.version} ({runtime.kind}) from {runtime.library}; backend: {ort_cffi.backend()}')
 sys.exit(0 if ort_cffi.backend() == 'engine' and runtime.version == '$CURRENT_ORT' and not runtime.renamed else 'not the engine on $CURRENT_ORT')"
   env "${engine_env[@]}" "$VENV_PY" -m pytest -m "not needs_training_build and not needs_onnxruntime_python and not needs_onnxruntime_generator" "${ENGINE_TESTS[@]}" "$@"
-  REASONS+=("on the engine (onnxruntime $CURRENT_ORT): all but the facade and Java-port tests, and the tests marked needs_training_build, needs_onnxruntime_python or needs_onnxruntime_generator (they ran on the training build above)")
+  REASONS+=("on the engine (onnxruntime $CURRENT_ORT): all but the facade, Java-port, artifact and trainer tests, and the tests marked needs_training_build, needs_onnxruntime_python or needs_onnxruntime_generator (they ran on the training build above)")
 fi
