@@ -88,10 +88,10 @@ qemu_usable() {  # qemu_usable PATH: it runs, and is not the 7.x that crashes in
 fetch_qemu() {
   local newest=$ROOT/scripts/newest_pythons.sh sid inside=/tmp/ort_cffi-qemu-user deb
   say "qemu-aarch64: Debian sid's qemu-user, through the sid root's apt"
-  bash "$newest" make >/dev/null
   sid=$(bash "$newest" path)
-  # `run` enters the root with the host's DNS configuration; the package is only downloaded, not installed,
-  # so the root stays as newest_pythons.sh made it (apt's lists aside).
+  # `run` makes the root first where it is missing, and enters it with the host's DNS configuration (under a
+  # shared lock: `make` would wait for every other run to end). The package is only downloaded, not
+  # installed, so the root stays as newest_pythons.sh made it (apt's lists aside).
   bash "$newest" run python3.14 -- bash -c "apt-get -q update >/dev/null && rm -rf $inside && mkdir -p $inside \
     && cd $inside && apt-get -q download qemu-user" >&2 || die "could not download qemu-user in the sid root ($sid)"
   deb=$(ls "$sid$inside"/qemu-user_*.deb) || die "no qemu-user package in $sid$inside"
