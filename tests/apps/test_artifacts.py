@@ -183,7 +183,7 @@ def test_ort_cffis_builder_writes_onnx_runtimes_files_but_the_training_graph(tmp
     assert made.versions["generator"] == "ort_cffi"
 
 
-@pytest.mark.needs_training_build  # the builder picks other forms for the engine: the bytes differ there
+@pytest.mark.needs_training_build  # its model is the training build's export (the engine exports other bytes)
 def test_the_digits_artifacts_are_3_11s_on_every_interpreter(tmp_path: Path, digits_model: Path) -> None:
     """ort_cffi's builder, in every interpreter: the digits model's checkpoint, eval and optimizer models are
     the bytes ONNX Runtime's generator makes on 3.11 with the training wheel, and its training model is the
