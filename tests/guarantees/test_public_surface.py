@@ -31,9 +31,9 @@ FACES = {
     ],
     "ort_cffi.runtime": [
         "FLAVOURS", "NATIVE_PREFIX", "RuntimeInstallError", "check_loads", "choose_wheel", "describe_choice",
-        "download_wheel", "glibc_version", "has_generator", "install", "install_wheel", "loader_choice", "machine",
-        "prepare_generator", "prepared_changes", "published_wheels", "row_of_wheel", "store_dir", "stored_generator",
-        "stored_runtimes",
+        "download_wheel", "glibc_version", "has_generator", "has_training_build", "install", "install_wheel",
+        "loader_choice", "machine", "prepare_generator", "prepared_changes", "published_wheels", "row_of_wheel",
+        "store_dir", "stored_generator", "stored_runtimes",
     ],
     "ort_cffi.api": [
         "CheckpointState", "InferenceSession", "LinearLRScheduler", "Module", "NodeArg", "Optimizer", "OrtValue",
