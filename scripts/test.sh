@@ -12,9 +12,10 @@
 #                                         # sid root of scripts/newest_pythons.sh (needs root)
 #   ORT_CFFI_TEST_SCOPE=core ...          # the loader, raw-layer, facade, Java-port and artifact tests
 #
-# On 3.13 and later it then runs the facade, Java-port, artifact and trainer tests on ort_cffi's engine, over
-# onnxruntime 1.31.1: the interpreter's own wheel, installed by pip (3.13, 3.14), or where pip has none (3.15)
-# the C library `ort-cffi-runtime install --inference` fetches. ORT_CFFI_ENGINE_TESTS=0 leaves that run out.
+# On 3.11 and on 3.13 and later it then runs the facade, Java-port, Python-API, misuse, artifact and trainer tests
+# on ort_cffi's engine, over onnxruntime 1.31.1: the interpreter's own wheel, installed by pip into a folder of its
+# own (3.11, 3.13, 3.14), or where pip has none (3.15) the C library `ort-cffi-runtime install --inference`
+# fetches. ORT_CFFI_ENGINE_TESTS=0 leaves that run out.
 #
 # It ends by saying which interpreter ran and which tests were left out on it, and why.
 set -euo pipefail
@@ -149,12 +150,15 @@ fi
 # build can run.
 CURRENT_ORT=1.31.1
 ENGINE_TESTS=(
-  tests/facade/test_facade.py tests/facade/test_tensor_types.py tests/facade/test_input_signatures.py
+  tests/facade/test_facade.py tests/facade/test_tensor_types.py tests/facade/test_input_signatures.py tests/facade/test_beyond_java.py
   tests/java/test_java_additions.py tests/java/test_training_java.py tests/java/test_onnx_tensor_java.py
   tests/apps/test_runtime_inference.py tests/apps/test_artifacts.py tests/apps/test_train_model.py tests/apps/test_python_map.py
+  tests/apps/test_python_api.py tests/apps/test_python_api_semantics.py tests/guarantees/test_bad_input.py
 )
 case $PY_VERSION in
-  3.9|3.10|3.11|3.12) ENGINE=0 ;;  # the training wheel installs there (3.11's whole suite runs tests/engine)
+  # 3.11 runs them as well, beside its whole suite on the training build (which takes in tests/engine, the
+  # engine against the training build step by step): the same tests on both backends.
+  3.9|3.10|3.12) ENGINE=0 ;;
   *) ENGINE=${ORT_CFFI_ENGINE_TESTS:-1}
      [ "$ENGINE" = 1 ] || REASONS+=("the tests on the engine over onnxruntime $CURRENT_ORT: ORT_CFFI_ENGINE_TESTS=$ENGINE") ;;
 esac

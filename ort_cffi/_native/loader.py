@@ -236,16 +236,23 @@ def find_inference_wheel() -> tuple[Optional[RuntimeFile], list[str]]:
 def installed_version(site_dir: Path, name: str) -> Optional[str]:
     """The version of distribution ``name`` installed in ``site_dir``: from its ``.dist-info`` folder's
     name (``{name}-{version}.dist-info``, with ``-`` written ``_``, as wheels install it), else from
-    importlib.metadata, which is slower to import (tens of milliseconds) and finds other layouts."""
+    importlib.metadata, which is slower to import (tens of milliseconds) and finds other layouts. A
+    distribution of that name installed elsewhere does not count: an ``onnxruntime`` folder put first on the
+    path (another build than the environment's) is not the environment's distribution."""
     found = sorted(site_dir.glob(f"{name.replace('-', '_')}-*.dist-info"))
     if len(found) == 1:
         return found[0].name[len(name) + 1 : -len(".dist-info")]
     from importlib import metadata
 
     try:
-        return metadata.version(name)
+        distribution = metadata.distribution(name)
     except metadata.PackageNotFoundError:
         return None
+    try:
+        here = Path(str(distribution.locate_file(""))).resolve() == site_dir.resolve()
+    except OSError:
+        here = False
+    return distribution.version if here else None
 
 
 def _fetched(runtime: StoredRuntime) -> RuntimeFile:
