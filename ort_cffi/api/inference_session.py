@@ -164,7 +164,8 @@ class InferenceSession:
 
     ``sess_options``: this module's ``SessionOptions`` or an ``ort_cffi.SessionOptions``. ``providers``: the
     CPU provider, and ``"CUDAExecutionProvider"`` where the CUDA build of the runtime is installed (the CPU
-    build refuses it, saying so); others are refused by name.
+    build refuses it, saying so); others the runtime lists as available are accepted and run nothing; the rest
+    are refused by name.
     """
 
     def __init__(self, path_or_bytes: Union[str, bytes, "os.PathLike[str]"], sess_options: Any = None,
@@ -173,11 +174,16 @@ class InferenceSession:
         self._model_path = path_or_bytes if isinstance(path_or_bytes, str) else None
         self._sess_options = sess_options
         names = [p[0] if isinstance(p, tuple) else p for p in (providers or [CPU_PROVIDER])]
-        unknown = [p for p in names if p not in (CPU_PROVIDER, CUDA_PROVIDER)]
+        # What the runtime lists as available is accepted, as ONNX Runtime accepts it: code passes
+        # get_available_providers() straight back, and 1.31.1's CPU build lists AzureExecutionProvider, which
+        # runs nothing of a local model. Models run on the CPU (and CUDA) providers.
+        unknown = [p for p in names if p not in (CPU_PROVIDER, CUDA_PROVIDER) and p not in get_available_providers()]
         if unknown:
             raise ValueError(f"execution providers {unknown}: ort_cffi runs {CPU_PROVIDER!r} (and "
-                             f"{CUDA_PROVIDER!r} with the CUDA build of the runtime)")
-        self._providers = names if CPU_PROVIDER in names else names + [CPU_PROVIDER]
+                             f"{CUDA_PROVIDER!r} with the CUDA build of the runtime), and accepts what the runtime "
+                             f"lists as available ({', '.join(get_available_providers())})")
+        running = [p for p in names if p in (CPU_PROVIDER, CUDA_PROVIDER)]
+        self._providers = running if CPU_PROVIDER in running else running + [CPU_PROVIDER]
         made = sess_options is None or isinstance(sess_options, SessionOptions)
         if sess_options is None:
             options = _JavaSessionOptions()

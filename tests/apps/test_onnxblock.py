@@ -214,6 +214,7 @@ def test_a_training_block_trains_and_its_checkpoint_round_trips(tmp_path: Path) 
         onnxblock.load_checkpoint_to_model(tmp_path / "missing", restored)
 
 
+@pytest.mark.needs_training_build  # runs the training graph in an inference session: its kernels are the training build's
 def test_a_training_block_differentiates_a_graph_input_and_builds_with_nothing_marked(tmp_path: Path) -> None:
     """As ONNX Runtime's own onnxblock tests do: requires_grad on a graph input gives it a gradient buffer and
     output; with nothing marked the block builds, with no parameters. The training model runs in an
@@ -458,6 +459,7 @@ def test_a_pass_through_loss_keeps_a_model_whose_first_output_is_the_loss(tmp_pa
 
 # --- InferenceSession --------------------------------------------------------------------------------------
 
+@pytest.mark.needs_training_build  # opens an optimizer model, whose operator only the training build registers
 def test_the_inference_session_runs_as_onnx_runtimes(tmp_path: Path) -> None:
     path = tmp_path / "model.onnx"
     onnx.save(regression_model(), str(path))
