@@ -40,6 +40,8 @@ def _normalise(name: str, where: str) -> str:
 def use_backend(name: str) -> None:
     """Choose the backend for this process: ``"training-api"``, ``"engine"`` or ``"auto"``.
 
+    Java: none (ort_cffi addition).
+
     Raises:
         ValueError: An unknown name, or another backend already runs in this process (it is decided once).
     """
@@ -59,7 +61,19 @@ def requested_backend() -> str:
 
 
 def training_table() -> Any:
-    """The ``OrtTrainingApi`` table of the process's backend (decided on the first call)."""
+    """The ``OrtTrainingApi`` table of the process's backend (decided on the first call).
+
+    Java: none (the raw C API).
+
+    Returns:
+        The training build's table (cffi functions), or ort_cffi's engine's (Python functions with the same 33
+            names and C signatures, returning ``OrtStatus*``), shared: nobody owns it and nothing closes it; it
+            stays valid until the process ends.
+
+    Raises:
+        TrainingApiUnavailableError: The training-api backend was asked for and the runtime has no training API.
+        RuntimeNotFoundError: No runtime was found.
+    """
     global _table, _chosen
     table = _table
     if table is not None:
@@ -89,7 +103,10 @@ def training_table() -> Any:
 
 def backend() -> str:
     """Which backend runs training in this process: ``"training-api"`` or ``"engine"`` (deciding it now if no
-    training object was made yet)."""
+    training object was made yet).
+
+    Java: none (ort_cffi addition).
+    """
     training_table()
     assert _chosen is not None
     return _chosen

@@ -82,3 +82,24 @@ def test_a_checkpoint_saved_on_one_backend_resumes_on_the_other(tmp_path: Path) 
         trained, resumed = np.load(before), np.load(after)
         assert np.array_equal(trained, resumed), f"saved on the {saver}, loaded on the {loader}"
         assert not np.array_equal(trained, np.load(str(before) + ".start.npy")), "the saving run did not train"
+
+
+def test_the_raw_layer_reaches_the_engines_table_on_an_inference_build() -> None:
+    """capi.training_table() is the backend's OrtTrainingApi: raw calls work on an inference build too."""
+    child("""
+from ort_cffi.capi import ffi, get_runtime, training_table, check_status
+from ort_cffi import OrtEnvironment, backend
+assert get_runtime().training_api is None and backend() == "engine"
+table = training_table()
+check_status(table.SetSeed(7))
+out = ffi.new("OrtCheckpointState**")
+check_status(table.LoadCheckpoint(b"%s", out), "LoadCheckpoint")
+table.ReleaseCheckpointState(out[0])
+status = table.LoadCheckpoint(b"/nonexistent/checkpoint", out)
+try:
+    check_status(status)
+except Exception as error:
+    assert "nonexistent" in str(error), error
+else:
+    raise AssertionError("a missing checkpoint loaded")
+""" % str(DIGITS / "checkpoint").encode().decode(), {"ORT_CFFI_LIBRARY": str(current_library()), "ORT_CFFI_BACKEND": ""})

@@ -21,7 +21,7 @@ FACADE = [
 ]
 FACES = {
     "ort_cffi": FACADE,
-    "ort_cffi.capi": ["API_VERSION", "Runtime", "check_status", "ffi", "get_runtime", "load_runtime"],
+    "ort_cffi.capi": ["API_VERSION", "Runtime", "check_status", "ffi", "get_runtime", "load_runtime", "training_table"],
     "ort_cffi.artifacts": [
         "ArtifactsError", "ArtifactsInputError", "ENV_PYTHON", "GENERATOR_PACKAGES", "GeneratedArtifacts", "Generator",
         "GeneratorUnavailableError", "LossType", "MANIFEST", "ModelLike", "OptimType", "Parameter", "TensorSpec",
