@@ -15,6 +15,10 @@ parameters, one intra-op thread each:
 
 Reported: the median time per step of each and the paired ratio a/c (same round), median and p25-p75.
 Only ratios are meant to be compared: this machine is shared and noisy.
+
+Run as a script it compares ort_cffi's builder with ONNX Runtime's generator (``compare_generators``), and with
+``--backends`` the engine (over 1.19.2 and over the current inference build in .cache) with the training build
+on the same artifacts (``compare_backends``: a fresh child per backend and round; docs/guides/performance.md).
 """
 from __future__ import annotations
 
