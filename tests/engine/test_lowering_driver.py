@@ -3,7 +3,6 @@ the inference contrib operators it may target, which every build from 1.19.2 to 
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from lowering_check import (assert_close, check_lowering, current_runtime,  # noqa: F401  (a fixture)
                             one_node_model, run_training_build)

@@ -97,7 +97,6 @@ def conv_grad(node: onnx.NodeProto, emit: Emitter) -> None:
     kernel: Optional[List[int]] = list(attribute(node, "kernel_shape", [])) or (w_dims[2:] if w_dims else None)
     begin, end = _resolved_pads(node, emit, spatial, strides, dilations, kernel, x_sizes)
     spatial_axes = list(range(2, 2 + spatial))
-    swap = [1, 0] + spatial_axes
 
     if outputs[0]:
         written = False
