@@ -185,5 +185,5 @@ runtime = get_runtime()
 print(f'ONNX Runtime {runtime.version} ({runtime.kind}) from {runtime.library}; backend: {ort_cffi.backend()}')
 sys.exit(0 if ort_cffi.backend() == 'engine' and runtime.version == '$CURRENT_ORT' and not runtime.renamed else 'not the engine on $CURRENT_ORT')"
   env "${engine_env[@]}" "$VENV_PY" -m pytest -m "not needs_training_build and not needs_onnxruntime_python and not needs_onnxruntime_generator" "${ENGINE_TESTS[@]}" "$@"
-  REASONS+=("on the engine (onnxruntime $CURRENT_ORT): all but the facade, Java-port, artifact and trainer tests, and the tests marked needs_training_build, needs_onnxruntime_python or needs_onnxruntime_generator (they ran on the training build above)")
+  REASONS+=("on the engine (onnxruntime $CURRENT_ORT): all but the facade, Java-port, Python-API, misuse, artifact and trainer tests, and the tests marked needs_training_build, needs_onnxruntime_python or needs_onnxruntime_generator (they ran on the training build above)")
 fi
