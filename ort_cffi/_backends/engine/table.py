@@ -118,7 +118,7 @@ class EngineTrainingApi:
         def work() -> None:
             name = _text(path)
             if not os.path.exists(name):
-                raise FileNotFoundError(f"Load model from {name} failed. File doesn't exist")
+                raise FileNotFoundError(f"the checkpoint {name} does not exist")
             out[0] = self._states.add(EngineState(read_checkpoint(name)))
         return self._do(work)
 
