@@ -12,7 +12,6 @@ is (no private image: nothing in it needs renaming).
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -23,8 +22,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ort_cffi._facade.files import file_sha256
-from ort_cffi._facade.runtimes import MANIFEST, StoredRuntime, known_inference_runtimes, store_dir
+from ort_cffi._facade.runtimes import StoredRuntime, known_inference_runtimes, store_dir
 from ort_cffi.runtime.errors import RuntimeInstallError
+from ort_cffi.runtime.store_entry import publish
 
 INFERENCE_FLAVOURS = {"inference": "onnxruntime", "inference-gpu": "onnxruntime-gpu"}
 LIBRARY_PREFIX = "onnxruntime/capi/"
@@ -108,12 +108,6 @@ def install_library(wheel: Path, row: Dict[str, Any]) -> StoredRuntime:
             wheel=row["wheel"], wheel_sha256=row["wheel_sha256"], extension=row["library"], installed_ns=time.time_ns(),
             form="library",
         )
-        (staging / MANIFEST).write_text(json.dumps(runtime.manifest(), indent=1) + "\n")
-        old = root / f".{name}.old.{os.getpid()}"
-        if runtime.folder.exists():
-            os.replace(runtime.folder, old)
-        os.replace(staging, runtime.folder)
-        shutil.rmtree(old, ignore_errors=True)
-        return runtime
+        return publish(staging, runtime)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -15,7 +15,6 @@ a child process.
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
@@ -30,7 +29,6 @@ from typing import Any, Dict, List, Optional, Tuple
 from ort_cffi._facade.files import file_sha256
 from ort_cffi._facade.runtimes import (
     LIBRARY_ENV,
-    MANIFEST,
     SELECT_ENV,
     StoredRuntime,
     find_runtime_file,
@@ -39,6 +37,7 @@ from ort_cffi._facade.runtimes import (
     stored_runtimes,
 )
 from ort_cffi.runtime.errors import RuntimeInstallError
+from ort_cffi.runtime.store_entry import publish
 from ort_cffi.runtime.generator import has_generator, keep_generator
 from ort_cffi.runtime.inference import (
     INFERENCE_FLAVOURS,
@@ -165,13 +164,7 @@ def install_wheel(wheel: Path, row: Dict[str, Any]) -> StoredRuntime:
             version=row["version"], wheel=row["wheel"], wheel_sha256=row["wheel_sha256"], extension=extension,
             installed_ns=time.time_ns(),
         )
-        (staging / MANIFEST).write_text(json.dumps(runtime.manifest(), indent=1) + "\n")
-        old = root / f".{name}.old.{os.getpid()}"
-        if runtime.folder.exists():
-            os.replace(runtime.folder, old)
-        os.replace(staging, runtime.folder)
-        shutil.rmtree(old, ignore_errors=True)
-        return runtime
+        return publish(staging, runtime)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
