@@ -69,21 +69,21 @@ class Optimizer:
 
 
 class LinearLRScheduler:
-    """Changes an `Optimizer`'s learning rate linearly: up from 0 to `initial_lr` over `warmup_step_count`
-    optimizer steps, then down to 0 at `total_step_count`.
+    """Changes an `Optimizer`'s learning rate linearly, giving ONNX Runtime's Python layer's rates step for step.
 
-    Each `step()` sets the rate to `initial_lr * factor(n)`, n the optimizer steps taken so far; factor is
-    `n / warmup` during the warmup, then `max(0, (total - n) / (total - warmup))`. Created, it applies
-    factor(n) at once (0 before any step with a warmup), as ONNX Runtime's does.
-
-    ONNX Runtime: `onnxruntime.training.api.LinearLRScheduler`. Its Python layer passes the two step counts to
-    its native scheduler the wrong way round (warmup as total and total as warmup); ort_cffi uses them as
-    named, as the C API and the Java binding do.
+    ONNX Runtime: `onnxruntime.training.api.LinearLRScheduler`. That layer hands its two counts to the native
+    scheduler in the other order: the native scheduler warms up over `total_step_count` steps and decays to 0
+    at `warmup_step_count`. Code written for it is tuned to those rates, so ort_cffi gives the same: with n
+    the optimizer steps taken so far, W = `total_step_count` and T = `warmup_step_count`, each `step()` sets
+    the rate to `initial_lr * factor(n)`, factor being `n / max(1, W)` while n < W, then
+    `max(0, (T - n) / max(1, T - W))`. Created, it applies factor(n) at once (0 before any step with a warmup).
+    The Java-shaped facade (`OrtTrainingSession.registerLinearLRScheduler`) and the C API take the counts as
+    named; docs/guides/porting-python.md says so.
 
     Args:
         optimizer: The `Optimizer` whose learning rate to change.
-        warmup_step_count: Optimizer steps of the warmup (an int >= 0).
-        total_step_count: Optimizer steps of the whole training (an int >= 0).
+        warmup_step_count: The first count, as ONNX Runtime's layer takes it (an int >= 0).
+        total_step_count: The second count, as ONNX Runtime's layer takes it (an int >= 0).
         initial_lr: The learning rate at the end of the warmup.
 
     Raises:
@@ -96,7 +96,8 @@ class LinearLRScheduler:
             raise TypeError(f"optimizer must be an Optimizer, not {type(optimizer).__name__}")
         self._optimizer = optimizer
         session = optimizer._session()
-        session.registerLinearLRScheduler(warmup_step_count, total_step_count, initial_lr)
+        # ONNX Runtime's layer passes (warmup, total) where its native scheduler takes (total, warmup)
+        session._register_linear_schedule(total_step_count, warmup_step_count, initial_lr)
         session.schedulerStep()  # ONNX Runtime's native scheduler applies the factor when it is created
 
     def step(self) -> None:

@@ -40,14 +40,14 @@ _child = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_child)
 onnx, onnxruntime, artifacts = _child.import_generator()
 from onnxruntime.training import onnxblock
-from onnxruntime.training.api import CheckpointState, Module, Optimizer
+from onnxruntime.training.api import CheckpointState, LinearLRScheduler, Module, Optimizer
 from onnxruntime import InferenceSession
 from onnxruntime.capi import _pybind_state as C
 """,
     "ort_cffi": """
 import onnx
 from ort_cffi.training import artifacts, onnxblock
-from ort_cffi.training.api import CheckpointState, Module, Optimizer
+from ort_cffi.training.api import CheckpointState, LinearLRScheduler, Module, Optimizer
 from ort_cffi.api import InferenceSession
 import ort_cffi.api as C
 """,
@@ -357,6 +357,37 @@ result = {"losses": losses, "changed": not np.array_equal(before, state.paramete
           "outputs": model.output_names(), "logits": list(logits.shape)}
 """
 
+# ONNX Runtime's docs and the desktop notebook's training loop with a linear schedule: what a port sees is the
+# rate ONNX Runtime's layer gives, step for step (its layer hands warmup and total to the native scheduler in
+# the other order, and ported code is tuned to that).
+SCHEDULE = """
+onnx_model = onnx.load(MODEL)
+artifacts.generate_artifacts(
+    onnx_model,
+    requires_grad=[param.name for param in onnx_model.graph.initializer],
+    loss=artifacts.LossType.CrossEntropyLoss,
+    optimizer=artifacts.OptimType.AdamW,
+    artifact_directory=OUT)
+
+state = CheckpointState.load_checkpoint(os.path.join(OUT, "checkpoint"))
+model = Module(os.path.join(OUT, "training_model.onnx"), state, os.path.join(OUT, "eval_model.onnx"))
+optimizer = Optimizer(os.path.join(OUT, "optimizer_model.onnx"), model)
+before = state.parameters["fc1.weight"].data.copy()
+rates, losses = {}, []
+for warmup, total in ((2, 4), (1, 2), (0, 3), (3, 3), (4, 2)):
+    scheduler = LinearLRScheduler(optimizer, warmup, total, 0.1)
+    seen = [optimizer.get_learning_rate()]
+    for data, target in zip(train_x, train_y):
+        losses.append(float(model(data, target)))
+        optimizer.step()
+        scheduler.step()
+        model.lazy_reset_grad()
+        seen.append(optimizer.get_learning_rate())
+    rates[f"{warmup}/{total}"] = seen
+result = {"losses": losses, "rates": rates,
+          "changed": not np.array_equal(before, state.parameters["fc1.weight"].data)}
+"""
+
 # name -> (the model it runs on, written for a runtime, and the example's code)
 EXAMPLES: Dict[str, Tuple[Callable[[Path, str], str], str]] = {
     "desktop method 1": (lambda path, _: mlp(path), DESKTOP_METHOD_1),
@@ -365,6 +396,7 @@ EXAMPLES: Dict[str, Tuple[Callable[[Path, str], str], str]] = {
     "ios custom CELoss": (lambda path, _: mlp(path, second_output=True), IOS),
     "weighted average loss": (lambda path, _: two_heads(path), WEIGHTED_AVERAGE),
     "model's own loss": (own_loss, OWN_LOSS),
+    "linear schedule": (lambda path, _: mlp(path), SCHEDULE),
 }
 
 

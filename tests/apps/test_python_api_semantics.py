@@ -275,8 +275,9 @@ def test_cuda_goes_through_the_cuda_execution_provider():
             Module(TINY / "training_model.onnx", state, device="cuda", session_options=options)
 
 
-def test_the_scheduler_counts_warmup_and_total_as_named():
-    """ONNX Runtime's Python layer swaps the two counts; ort_cffi follows the names (and the C API)."""
+def test_the_scheduler_gives_onnx_runtimes_python_rates():
+    """ONNX Runtime's Python layer hands the two counts to its native scheduler the other way round; ported code
+    is tuned to the rates that gives (tests/apps/test_onnxruntime_ports.py compares them with ONNX Runtime's)."""
     state = CheckpointState.load_checkpoint(TINY / "checkpoint")
     model = Module(TINY / "training_model.onnx", state)
     optimizer = Optimizer(TINY / "optimizer_model.onnx", model)
@@ -288,7 +289,7 @@ def test_the_scheduler_counts_warmup_and_total_as_named():
         optimizer.step()
         scheduler.step()
         rates.append(optimizer.get_learning_rate())
-    assert np.allclose(rates, [0.0, 0.05, 0.1, 0.05, 0.0])
+    assert np.allclose(rates, [0.0, 0.025, 0.05, 0.075, 0.0])
 
 
 def test_a_nominal_state_fills_from_a_buffer_and_then_trains():

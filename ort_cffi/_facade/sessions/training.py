@@ -455,6 +455,15 @@ class OrtTrainingSession(NativeHandle):
                 raise OrtException.invalid_argument(f"{what} must be a non-negative int, got {value!r}")
         if int(warmupSteps) > int(totalSteps):
             raise OrtException.invalid_argument(f"warmupSteps ({warmupSteps}) is larger than totalSteps ({totalSteps})")
+        self._register_linear_schedule(warmupSteps, totalSteps, initialLearningRate)
+
+    def _register_linear_schedule(self, warmupSteps: int, totalSteps: int, initialLearningRate: float) -> None:
+        """`registerLinearLRScheduler` with any order of the two counts, as the runtime takes them: a warmup
+        past the total decays to 0 at once after the warmup. ort_cffi.api needs it, since ONNX Runtime's
+        Python layer passes its counts the other way round."""
+        for what, value in (("warmupSteps", warmupSteps), ("totalSteps", totalSteps)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= INT64_MAX:
+                raise OrtException.invalid_argument(f"{what} must be a non-negative int, got {value!r}")
         if isinstance(initialLearningRate, bool) or not isinstance(initialLearningRate, numbers.Real):
             raise OrtException.invalid_argument("initialLearningRate must be a float")
         with self._lock:
