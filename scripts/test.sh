@@ -139,6 +139,9 @@ if [ ${#LEFT_OUT[@]} -gt 0 ]; then
 fi
 if [ "$SCOPE" = all ]; then
   "$VENV_PY" -m mypy ort_cffi
+  # the same code as Windows and macOS see it: no machine of either runs here, so this is their static check
+  "$VENV_PY" -m mypy --platform win32 ort_cffi
+  "$VENV_PY" -m mypy --platform darwin ort_cffi
   "$VENV_PY" -m pytest "${SELECT[@]}" "$@"  # no arguments: every test (pytest.ini's testpaths)
 else
   REASONS+=("everything outside the core tests (the federated, trainer, docs and guarantees tests among them): $SCOPE_WHY")

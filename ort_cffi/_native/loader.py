@@ -33,7 +33,6 @@ The version checks that need the declared tables are made in ``tables``, which l
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import hashlib
 import json
@@ -45,6 +44,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
+from ort_cffi._native.dynlib import find_symbol, interpreter_exports, open_library
 from ort_cffi._native.errors import RuntimeLoadError, RuntimeNotFoundError, StaleCacheError
 from ort_cffi._native.ffi import ffi
 from ort_cffi._native.files import file_sha256
@@ -76,49 +76,6 @@ _IMAGE_FORMAT = 3  # bump when what the image cache records changes
 
 # The dynamic loader's own calls, through ctypes: three libc functions do not justify parsing C
 # declarations at every start (cffi's parser costs tens of milliseconds; see _ffi.py).
-_RTLD_NOW = 2
-_RTLD_LOCAL = 0
-_RTLD_DEFAULT = None  # dlsym's "every global symbol of the process" (a NULL handle)
-
-
-def _open_libdl() -> Any:
-    for name in (None, "libdl.so.2"):  # glibc >= 2.34 has dlopen in libc itself
-        library = ctypes.CDLL(name)
-        if hasattr(library, "dlopen"):
-            break
-    library.dlopen.argtypes, library.dlopen.restype = [ctypes.c_char_p, ctypes.c_int], ctypes.c_void_p
-    library.dlsym.argtypes, library.dlsym.restype = [ctypes.c_void_p, ctypes.c_char_p], ctypes.c_void_p
-    library.dlerror.argtypes, library.dlerror.restype = [], ctypes.c_char_p
-    return library
-
-
-_libdl = _open_libdl()
-
-
-def _dlerror() -> str:
-    err = _libdl.dlerror()
-    return err.decode(errors="replace") if err else "unknown error"
-
-
-def _dlopen(path: str) -> int:
-    """A dlopen handle (RTLD_NOW | RTLD_LOCAL), kept for as long as the image is used."""
-    handle = _libdl.dlopen(path.encode(), _RTLD_NOW | _RTLD_LOCAL)
-    if not handle:
-        raise RuntimeLoadError(f"cannot load {path}: {_dlerror()}")
-    return int(handle)
-
-
-def _dlsym(handle: Optional[int], name: str) -> int:
-    """The address of ``name`` in ``handle`` (None: every global symbol), or 0."""
-    _libdl.dlerror()
-    return int(_libdl.dlsym(handle, name.encode()) or 0)
-
-
-def interpreter_exports(name: str) -> bool:
-    """Whether the running interpreter (the process's global symbols) provides ``name``."""
-    return _dlsym(_RTLD_DEFAULT, name) != 0
-
-
 def interpreter_name() -> str:
     return f"CPython {sys.version.split()[0]}" if sys.implementation.name == "cpython" else sys.version.split()[0]
 
@@ -167,8 +124,8 @@ def load_library(path: str | os.PathLike[str], *, refresh: bool = False) -> Load
         path = os.path.abspath(path)  # dlopen would search the library path for a name without a slash
         if os.path.basename(path).startswith("onnxruntime_pybind11_state"):
             return load_extension(RuntimeFile(Path(path), "extension", None, f"the runtime extension {path}"), refresh=refresh)
-    handle = _dlopen(path)  # a bare soname ("libonnxruntime.so.1.19.2") is searched where dlopen looks
-    get_api_base = _dlsym(handle, "OrtGetApiBase")
+    handle = open_library(path)  # a bare soname ("libonnxruntime.so.1.19.2") is searched where dlopen looks
+    get_api_base = find_symbol(handle, "OrtGetApiBase")
     if not get_api_base:
         raise RuntimeLoadError(f"{path} exports no OrtGetApiBase: it is not an ONNX Runtime shared library")
     api_base = ffi.cast("const OrtApiBase*(*)(void)", get_api_base)()
@@ -482,8 +439,8 @@ def load_extension(source: RuntimeFile, *, refresh: bool = False) -> LoadedImage
     """Map the private image of a wheel extension and locate its ``OrtApiBase``."""
     image, record = prepare_image(source, refresh=refresh)
     location = record["location"]
-    handle = _dlopen(str(image))
-    anchor = _dlsym(handle, location["anchor"])
+    handle = open_library(str(image))
+    anchor = find_symbol(handle, location["anchor"])
     if not anchor:
         raise StaleCacheError(f"{image} has no {location['anchor']}: not the file the cache describes")
     api_base_address = anchor - int(location["anchor_address"]) + int(location["api_base"])

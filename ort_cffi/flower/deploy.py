@@ -70,6 +70,8 @@ def flower_env(home: Path, extra: Optional[Mapping[str, str]] = None) -> Dict[st
 
 def _die_with_parent() -> None:  # pragma: no cover  (runs in the child, between fork and exec)
     """Linux: SIGKILL this child when the thread that started it exits, so a killed parent leaves no server."""
+    if sys.platform == "win32":
+        return
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
@@ -94,7 +96,9 @@ def _process_table() -> Dict[int, tuple[int, int]]:
 def _groups_below(pid: int) -> Set[int]:
     """The process groups of ``pid`` and of every process below it. Flower's SuperExec starts a
     session of its own, and the simulation's Ray processes live in it: when the SuperLink goes, they
-    are orphaned, not stopped, so they are stopped by group."""
+    are orphaned, not stopped, so they are stopped by group. Windows has no process groups to stop."""
+    if sys.platform == "win32":
+        return set()
     table = _process_table()
     children: Dict[int, List[int]] = {}
     for child, (parent, _) in table.items():
@@ -110,6 +114,8 @@ def _groups_below(pid: int) -> Set[int]:
 
 def _stop_groups(groups: Set[int], grace: float) -> None:
     """SIGTERM every process of ``groups``, then SIGKILL what is left after ``grace`` seconds."""
+    if sys.platform == "win32":  # no process groups there (_groups_below finds none)
+        return
     def alive() -> bool:
         return any(group in groups for _, group in _process_table().values())
 
@@ -166,6 +172,9 @@ def descendant_pids(pid: int) -> Set[int]:
     return found
 
 
+_KILL = getattr(signal, "SIGKILL", signal.SIGTERM)  # Windows has no SIGKILL: os.kill(pid, SIGTERM) terminates
+
+
 def kill_now(find: Callable[[], Set[int]], grace: float = 1.0, timeout: float = 1.5) -> Set[int]:
     """Stop the processes ``find`` returns, fast: SIGTERM to each, SIGKILL to what is left after ``grace``
     seconds, then SIGKILL to whatever ``find`` still returns (a process started meanwhile) until nothing is
@@ -189,7 +198,7 @@ def kill_now(find: Callable[[], Set[int]], grace: float = 1.0, timeout: float = 
         time.sleep(0.05)
     deadline = time.monotonic() + timeout
     while left and time.monotonic() < deadline:
-        send(left, signal.SIGKILL)
+        send(left, _KILL)
         time.sleep(0.05)
         left = alive()
     return left

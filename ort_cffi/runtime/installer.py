@@ -95,9 +95,13 @@ def has_training_build(arch: str) -> bool:
 
 def glibc_version() -> tuple[int, int]:
     """This system's glibc version; ``RuntimeInstallError`` on a system without glibc."""
+    no_glibc = RuntimeInstallError("ONNX Runtime's Linux wheels are manylinux builds and need glibc; this system has none")
+    # Windows has no os.confstr, and macOS knows no CS_GNU_LIBC_VERSION (os.confstr would raise ValueError)
+    if sys.platform == "win32" or "CS_GNU_LIBC_VERSION" not in os.confstr_names:
+        raise no_glibc
     name, _, version = (os.confstr("CS_GNU_LIBC_VERSION") or "").partition(" ")
     if name != "glibc":
-        raise RuntimeInstallError("ONNX Runtime's Linux wheels are manylinux builds and need glibc; this system has none")
+        raise no_glibc
     major, minor = version.split(".")[:2]
     return int(major), int(minor)
 
