@@ -7,6 +7,8 @@
   parameter an input ``<parameter>_grad.accumulation.buffer`` and a ``com.microsoft`` InPlaceAccumulatorV2
   adding ``<parameter>_grad`` into it (reset by the ``lazy_reset_grad`` input). Without the accumulator the
   session would run and report losses, and the parameters would never move;
+- where ``standard_forms`` is asked, the training operators that run faster written in standard operators
+  (``standard_forms``: the table of which, chosen by measurement on the training build);
 - rows of a parameter kept as they are (``frozen_rows``: an embedding's padding row, which torch's
   ``nn.Embedding(padding_idx=k)`` leaves untrained and its export does not record): their gradient is set to
   zero before it is accumulated (a ScatterND of zeros), so that no optimizer step moves them (AdamW's moments
@@ -15,7 +17,7 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -29,6 +31,7 @@ from ort_cffi.artifacts.builder.fusions import fuse_activations
 from ort_cffi.artifacts.builder.loss_blocks import Namer, add_loss
 from ort_cffi.artifacts.builder.lowering import lower_slow_kernels
 from ort_cffi.artifacts.builder.registry import MICROSOFT
+from ort_cffi.artifacts.builder.standard_forms import apply_standard_forms
 
 LAZY_RESET_GRAD = "lazy_reset_grad"
 GRADIENT_PROBE_PREFIX = "gradient_probe:"  # outputs that show a gradient (expose_gradients), not named *_grad
@@ -42,6 +45,7 @@ class TrainingModels:
     frozen: List[onnx.TensorProto]
     outputs: List[str]  # the loss, then the additional outputs
     names_drawn: int  # how many onnx::<token>::<n> names the loss block drew (the optimizer model names on)
+    standard_forms: Dict[str, int] = field(default_factory=dict)  # operator -> nodes written in standard form
 
 
 def _disable_training_mode(model: onnx.ModelProto) -> None:
@@ -178,11 +182,14 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
                  loss: Optional[str], loss_input_names: Optional[Sequence[str]] = None,
                  additional_output_names: Optional[Sequence[str]] = None,
                  expose_gradients: bool = False,
-                 frozen_rows: Optional[Mapping[str, Sequence[int]]] = None) -> TrainingModels:
+                 frozen_rows: Optional[Mapping[str, Sequence[int]]] = None,
+                 standard_forms: bool = False) -> TrainingModels:
     """Build the training and eval models of ``model`` (left unchanged). ``loss``: one of
     ``loss_blocks.LOSSES`` or None (the model's first output is the loss). ``expose_gradients``: the
     training model also outputs each parameter's gradient, as ``gradient_probe:<parameter>`` (for tests).
-    ``frozen_rows``: {trainable parameter: indices along its first axis} whose gradient is zero."""
+    ``frozen_rows``: {trainable parameter: indices along its first axis} whose gradient is zero.
+    ``standard_forms``: write the training operators that the table of ``standard_forms`` chose in their
+    standard form (False: ONNX Runtime's kernels everywhere, as its generator writes them)."""
     base = copy.deepcopy(model)
     inputs_to_loss = list(loss_input_names) if loss_input_names else [o.name for o in base.graph.output]
     namer = Namer()
@@ -258,4 +265,8 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     del graph.output[:]
     graph.output.extend(new_outputs)
     _drop_unread_constants(graph)
-    return TrainingModels(training, eval_model, trainable, frozen, outputs, namer.drawn)
+    written: Dict[str, int] = {}
+    if standard_forms:  # last: the gradient rules, fusions and declarations above see ONNX Runtime's operators
+        training, written, _ = apply_standard_forms(training)
+        _drop_needless_declarations(training.graph)
+    return TrainingModels(training, eval_model, trainable, frozen, outputs, namer.drawn, written)

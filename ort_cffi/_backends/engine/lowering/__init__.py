@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Dict, Iterator, List, Set, Tuple
+from typing import AbstractSet, Dict, Iterator, List, Optional, Set, Tuple
 
 import onnx
 from onnx import helper
@@ -32,8 +32,8 @@ for _family in pkgutil.iter_modules(__path__):
     if _family.name != "registry":
         importlib.import_module(f"{__name__}.{_family.name}")
 
-__all__ = ["KEPT_FOR_THE_ENGINE", "LoweringError", "UnsupportedTrainingOpError", "lower_training_ops",
-           "needs_lowering", "unlowerable_ops"]
+__all__ = ["KEPT_FOR_THE_ENGINE", "LoweringError", "UnsupportedTrainingOpError", "lower_chosen_ops",
+           "lower_training_ops", "lowered_op_types", "needs_lowering", "unlowerable_ops"]
 
 
 def default_opset(model: onnx.ModelProto) -> int:
@@ -123,8 +123,9 @@ def _known(model: onnx.ModelProto) -> Tuple[Dict[str, onnx.TypeProto], Dict[str,
 
 
 class _Lowering:
-    def __init__(self, model: onnx.ModelProto):
+    def __init__(self, model: onnx.ModelProto, only: Optional[AbstractSet[str]] = None):
         self.opset = default_opset(model)
+        self.only = only  # the operator types to lower (None: every training operator)
         self.taken: Set[str] = set()
         _names(model.graph, self.taken)
         self.types, self.data = _known(model)
@@ -140,7 +141,7 @@ class _Lowering:
         for node in graph.node:
             for sub in _subgraphs(node):
                 self.graph(sub)
-            if not needs_lowering(node, self.opset):
+            if not needs_lowering(node, self.opset) or (self.only is not None and node.op_type not in self.only):
                 if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1 \
                         and node.attribute[0].name == "value":
                     self.data[node.output[0]] = node.attribute[0].t
@@ -187,10 +188,11 @@ def _can_raise(model: onnx.ModelProto, opset: int, target: int) -> bool:
     return True
 
 
-def _lowered(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, List[Tuple[str, LoweringError]]]:
+def _lowered(model: onnx.ModelProto,
+             only: Optional[AbstractSet[str]] = None) -> Tuple[onnx.ModelProto, List[Tuple[str, LoweringError]]]:
     lowered = onnx.ModelProto()
     lowered.CopyFrom(model)
-    lowering = _Lowering(lowered)
+    lowering = _Lowering(lowered, only)
     lowering.graph(lowered.graph)
     return lowered, lowering.refused
 
@@ -216,6 +218,38 @@ def lower_training_ops(model: onnx.ModelProto) -> onnx.ModelProto:
         lowered, refused = _lowered(raised)
     if refused:
         raise UnsupportedTrainingOpError([op for op, _ in refused], [str(error) for _, error in refused])
+    _import_contrib_as_used(lowered)
+    return lowered
+
+
+def lowered_op_types() -> List[str]:
+    """The training operator types that have a lowering rule, sorted."""
+    return sorted(RULES)
+
+
+def lower_chosen_ops(model: onnx.ModelProto, op_types: AbstractSet[str]) -> Tuple[onnx.ModelProto, List[str]]:
+    """A new model in which the nodes of ``model`` whose operator type is in ``op_types`` (subgraphs included)
+    are written in standard operators, each by the rule the engine lowers it with; every other node stays as
+    it is, to run on the training build's kernels. ``model`` is not changed. A node its rule refuses stays as
+    it is too (where a newer opset is all it lacks, the import is raised if that is safe, as
+    ``lower_training_ops`` does). Returns the new model and the operator types left as they were, sorted."""
+    chosen = frozenset(op for op in op_types if op in RULES)
+    lowered, refused = _lowered(model, chosen)
+    needed = [error.needs_opset for _, error in refused]
+    opset = default_opset(model)
+    if refused and any(needed) and _can_raise(model, opset, max(n for n in needed if n)):
+        raised = onnx.ModelProto()
+        raised.CopyFrom(model)
+        for entry in raised.opset_import:
+            if entry.domain in ("", "ai.onnx"):
+                entry.version = RAISE_TO
+        lowered, refused = _lowered(raised, chosen)
+    _import_contrib_as_used(lowered)
+    return lowered, sorted({op for op, _ in refused})
+
+
+def _import_contrib_as_used(lowered: onnx.ModelProto) -> None:
+    """The com.microsoft opset imported where a node of that domain is left or was written, else not."""
     uses_contrib = any(n.domain == MICROSOFT for n in _nodes(lowered.graph))
     imports_contrib = any(entry.domain == MICROSOFT for entry in lowered.opset_import)
     if uses_contrib and not imports_contrib:  # a lowering wrote an inference contrib operator (FusedMatMul)
@@ -224,4 +258,3 @@ def lower_training_ops(model: onnx.ModelProto) -> onnx.ModelProto:
         kept = [entry for entry in lowered.opset_import if entry.domain != MICROSOFT]
         del lowered.opset_import[:]
         lowered.opset_import.extend(kept)
-    return lowered

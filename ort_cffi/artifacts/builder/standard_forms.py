@@ -1,0 +1,92 @@
+"""The standard forms the builder writes into a training model where ONNX Runtime's training kernel is slower.
+
+ort_cffi's builder differentiates a model as ONNX Runtime 1.19.2's generator does, into ``com.microsoft``
+training operators (LSTMGrad, GatherGrad, ...). Its training engine (docs/guides/runtime.md) writes each of
+them in standard ONNX operators when it makes a session, and for some operators that form runs faster than
+the training build's own kernel, on the training build too: LSTMGrad and GRUGrad compute the gradient one
+step and one batch row at a time, where the standard form makes the weight gradients batched matrix products
+over the whole sequence; GatherGrad's kernel is slower than one ScatterND that adds.
+
+Which operators get the standard form is a table, ``ort_cffi/data/standard_forms.json``: per operator, the
+form (``standard`` or ``kernel``) with the measurement that chose it (each case's size, the ratio of the
+standard form's time to the kernel's, the date, the machine, the runtime). ``scripts/measure_forms.py``
+measures both forms of each operator on the training build and rewrites it; an operator the table does not
+name keeps its kernel. The forms are the engine's own rules (``ort_cffi._facade.standard_forms``): one
+implementation of each, covered by the engine's finite-difference and kernel-agreement tests.
+
+The forms change the arithmetic's order, not what is computed: losses stay within 1e-5 relative of ONNX
+Runtime's artifacts over 100 steps (tests/builder/test_standard_forms.py), no longer bit for bit.
+``generate_artifacts(..., standard_forms=False)`` writes ONNX Runtime's kernels everywhere, for artifacts
+bit-identical to its generator's.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Dict, FrozenSet, List, Tuple
+
+import onnx
+
+from ort_cffi._facade.standard_forms import lower_chosen_ops, lowered_op_types
+
+TABLE = Path(__file__).resolve().parents[2] / "data" / "standard_forms.json"
+STANDARD, KERNEL = "standard", "kernel"
+
+
+class StandardFormsTableError(ValueError):
+    """The table of forms is not what ``scripts/measure_forms.py`` writes."""
+
+
+@lru_cache(maxsize=None)
+def table() -> Dict[str, Any]:
+    """The table of forms, as read (``{"about": ..., "forms": {operator: entry}}``)."""
+    try:
+        found = json.loads(TABLE.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise StandardFormsTableError(f"the table of standard forms {TABLE} cannot be read: {exc}") from None
+    forms = found.get("forms") if isinstance(found, dict) else None
+    if not isinstance(forms, dict):
+        raise StandardFormsTableError(f"the table of standard forms {TABLE} has no 'forms' mapping")
+    lowerable = set(lowered_op_types())
+    for op, entry in forms.items():
+        if not isinstance(entry, dict) or entry.get("form") not in (STANDARD, KERNEL):
+            raise StandardFormsTableError(f"{TABLE}: {op!r} has no form 'standard' or 'kernel': {entry!r}")
+        if entry["form"] == STANDARD and op not in lowerable:
+            raise StandardFormsTableError(f"{TABLE}: {op!r} is given the standard form, and no rule writes it")
+    return found
+
+
+def chosen_op_types() -> FrozenSet[str]:
+    """The training operators the builder writes in their standard form."""
+    return frozenset(op for op, entry in table()["forms"].items() if entry["form"] == STANDARD)
+
+
+def _count(model: onnx.ModelProto, op_types: FrozenSet[str]) -> Dict[str, int]:
+    counts: Dict[str, int] = {}
+
+    def walk(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            if node.op_type in op_types and node.domain == "com.microsoft":
+                counts[node.op_type] = counts.get(node.op_type, 0) + 1
+            for attribute in node.attribute:
+                for sub in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                    walk(sub)
+
+    walk(model.graph)
+    return counts
+
+
+def apply_standard_forms(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, Dict[str, int], List[str]]:
+    """``model`` (a training model) with each node of a chosen operator written in its standard form. Returns
+    the new model (``model`` itself where nothing was chosen), how many nodes of each operator were written,
+    and the chosen operators left as kernels because the rule refused a node of theirs (an attribute it does
+    not know): those keep ONNX Runtime's kernel, which runs them."""
+    chosen = chosen_op_types()
+    present = _count(model, chosen)
+    if not present:
+        return model, {}, []
+    lowered, kept = lower_chosen_ops(model, frozenset(present))
+    left = _count(lowered, frozenset(present))
+    written = {op: n - left.get(op, 0) for op, n in present.items() if n - left.get(op, 0)}
+    return lowered, written, kept
