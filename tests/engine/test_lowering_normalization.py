@@ -28,7 +28,8 @@ def test_batch_norm_internal(shape, opset, outputs, current_runtime):
                 ("saved_inv_std", np.float32, (channels,))][:outputs]
     model = one_node_model("BatchNormInternal", feeds, declared, opset=opset, epsilon=1e-3, momentum=0.8,
                            training_mode=int(outputs > 1))
-    check_lowering(model, feeds, current_runtime)
+    # from opset 14 on the lowering is BatchNormalization in training mode: the same CPU kernel, bit for bit
+    check_lowering(model, feeds, current_runtime, exact=opset >= 14)
 
 
 @pytest.mark.parametrize("shape", [(4, 3), (2, 3, 5), (2, 3, 4, 5), (2, 2, 3, 2, 3)])
