@@ -331,11 +331,18 @@ def constants_as_parameters(model, patterns):
                                                          "parameters" if len(chosen) > 1 else "a parameter")]
 
 
-def resolve(onnx, patterns, what, initializers, module_names):
+def resolve(onnx, patterns, what, initializers, module_names, skipped=None):
     """The floating-point initializers ``patterns`` select, as {name: exact}, where exact tells a plain
     name from a glob match. A pattern matches an initializer's name or the torch name its exporter renamed
     it from (``module_names``: initializer -> torch name). Refuses a pattern that matches nothing and a name
-    or pattern that selects only tensors that are not floating-point."""
+    or pattern that selects only tensors that are not floating-point.
+
+    ``skipped`` (a list), for requires_grad and frozen_params: names are taken as ONNX Runtime's generator
+    takes them, and what is passed over is said in ``skipped``: the name of an initializer that is not
+    floating-point (code that lists every initializer lists the exporter's int64 shapes too) and, for
+    frozen_params, a name or pattern that matches no initializer (a buffer the model computes) are passed
+    over; a plain name counts as a pattern's match, so that one no gradient reaches (a dropout ratio) is
+    left out rather than refused."""
     floats = [i.name for i in initializers if i.data_type in FLOAT_TYPES]
     by_name = dict((i.name, i) for i in initializers)
     shown = ["{} ({})".format(name, module_names[name]) if name in module_names else name for name in floats]
@@ -345,20 +352,30 @@ def resolve(onnx, patterns, what, initializers, module_names):
         if not any(c in pattern for c in GLOB_CHARACTERS):
             owners = [name for name in floats if module_names.get(name) == pattern] if pattern not in by_name else []
             for name in owners:  # a torch name: the tensors made from that parameter
-                chosen[name] = True
+                chosen[name] = skipped is None
             if owners:
                 continue
             initializer = by_name.get(pattern)
+            if initializer is None and skipped is not None and what == "frozen_params":
+                skipped.append((what, pattern, "no initializer of the model (a value it computes); nothing to freeze"))
+                continue
+            if initializer is not None and skipped is not None and initializer.data_type not in FLOAT_TYPES:
+                skipped.append((what, "{} ({})".format(pattern, type_name(onnx, initializer.data_type)),
+                                "not floating-point; kept as constants of the graphs"))
+                continue
             if initializer is None:
                 raise Refusal("pattern", "{} names {!r}, but the model has no initializer of that name (its "
                                          "floating-point initializers: {})".format(what, pattern, listed))
             if initializer.data_type not in FLOAT_TYPES:
                 raise Refusal("dtype", "{} names {!r}, a tensor of type {}: only floating-point parameters can be "
                                        "trained or frozen".format(what, pattern, type_name(onnx, initializer.data_type)))
-            chosen[pattern] = True
+            chosen[pattern] = skipped is None
             continue
         matched = [i for i in initializers if fnmatch.fnmatchcase(i.name, pattern)
                    or (i.name in module_names and fnmatch.fnmatchcase(module_names[i.name], pattern))]
+        if not matched and skipped is not None and what == "frozen_params":
+            skipped.append((what, pattern, "a pattern that matches no initializer of the model; nothing to freeze"))
+            continue
         if not matched:
             raise Refusal("pattern", "{} pattern {!r} matches no initializer of the model (its floating-point "
                                      "initializers: {})".format(what, pattern, listed))
@@ -370,6 +387,14 @@ def resolve(onnx, patterns, what, initializers, module_names):
         for name in matched_floats:
             chosen.setdefault(name, False)
     return chosen
+
+
+def skipped_order(skipped):
+    """The sort key that notes what ``resolve`` passed over in the order it was met."""
+    first = {}
+    for index, (option, _, reason) in enumerate(skipped):
+        first.setdefault((option, reason), index)
+    return lambda key: first[key]
 
 
 # --- the loss -----------------------------------------------------------------------------------------------
@@ -576,17 +601,21 @@ def generate(request, backend=None):
     graph_outputs = set(o.name for o in model.graph.output)
     torch_names = load_sibling("module_names")
     renamed = torch_names.module_names(onnx, model)  # torch's names of what its default exporter renamed
-    frozen = resolve(onnx, request.get("frozen_params") or [], "frozen_params", initializers, renamed)
+    # Names as ONNX Runtime's generator takes them (docs/guides/porting-python.md); what is passed over is noted.
+    skipped = []  # type: List[Tuple[str, str, str]]  # (option, name, why), noted by option and reason
+    frozen = resolve(onnx, request.get("frozen_params") or [], "frozen_params", initializers, renamed, skipped)
     if patterns is None:  # every parameter, not the numbers torch's default exporter wrote as initializers
         constants = torch_names.exporter_constants(onnx, model, renamed)
         wanted = dict((i.name, False) for i in initializers
                       if i.data_type in FLOAT_TYPES and i.name not in frozen and i.name not in constants)
     else:
-        wanted = resolve(onnx, patterns, "requires_grad", initializers, renamed)
+        wanted = resolve(onnx, patterns, "requires_grad", initializers, renamed, skipped)
         both = [name for name in wanted if name in frozen]
         if both:
             raise Refusal("options", "trainable and frozen at once: {} (requires_grad and frozen_params must not "
                                      "overlap)".format(", ".join(both)))
+    for option, reason in sorted(set((option, reason) for option, _, reason in skipped), key=skipped_order(skipped)):
+        notes.append("{}: {}: {}".format(option, ", ".join(n for o, n, r in skipped if (o, r) == (option, reason)), reason))
     left_out = {}
     for name, exact in list(wanted.items()):
         reason = no_gradient_reason(name, uses, graph_outputs)

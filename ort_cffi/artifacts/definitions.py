@@ -44,36 +44,74 @@ class GeneratorUnavailableError(ArtifactsError, RuntimeError):
 
 
 class LossType(enum.Enum):
-    """The loss added on top of the model's output; the member names are ONNX Runtime's ``LossType``, and
-    ``LossType(2)`` takes ONNX Runtime's values too (1 MSELoss, 2 CrossEntropyLoss, 3 BCEWithLogitsLoss, 4 L1Loss)."""
+    """The loss added on top of the model's output: ONNX Runtime's ``LossType``, its names and values
+    (``LossType(2)`` is CrossEntropyLoss). ort_cffi's names for them, ``option`` (``"cross-entropy"``, the
+    command line's ``--loss``, ``artifacts.json``), are taken too: ``LossType("cross-entropy")``."""
 
-    CrossEntropyLoss = "cross-entropy"
-    MSELoss = "mse"
-    BCEWithLogitsLoss = "bce-with-logits"
-    L1Loss = "l1"
+    MSELoss = 1
+    CrossEntropyLoss = 2
+    BCEWithLogitsLoss = 3
+    L1Loss = 4
+
+    @property
+    def option(self) -> str:
+        """ort_cffi's name of the loss: what ``--loss`` takes and ``artifacts.json`` records."""
+        return _LOSS_OPTIONS[self.name]
 
     @classmethod
     def _missing_(cls, value: object) -> Optional[LossType]:
-        return _by_onnx_runtime_value(cls, value, ("MSELoss", "CrossEntropyLoss", "BCEWithLogitsLoss", "L1Loss"))
+        return _by_option(cls, value, _LOSS_OPTIONS)
 
 
 class OptimType(enum.Enum):
-    """The optimizer of the optimizer model; the member names are ONNX Runtime's ``OptimType``, and
-    ``OptimType(1)`` takes ONNX Runtime's values too (1 AdamW, 2 SGD)."""
+    """The optimizer of the optimizer model: ONNX Runtime's ``OptimType``, its names and values
+    (``OptimType(1)`` is AdamW); ort_cffi's names (``option``: ``"adamw"``, ``"sgd"``) are taken too."""
 
-    AdamW = "adamw"
-    SGD = "sgd"
+    AdamW = 1
+    SGD = 2
+
+    @property
+    def option(self) -> str:
+        """ort_cffi's name of the optimizer: what ``--optimizer`` takes and ``artifacts.json`` records."""
+        return _OPTIM_OPTIONS[self.name]
 
     @classmethod
     def _missing_(cls, value: object) -> Optional[OptimType]:
-        return _by_onnx_runtime_value(cls, value, ("AdamW", "SGD"))
+        return _by_option(cls, value, _OPTIM_OPTIONS)
 
 
-def _by_onnx_runtime_value(kind: Any, value: object, names: Sequence[str]) -> Any:
-    """The member ONNX Runtime's enum numbers ``value`` (from 1, in ``names``' order), or None."""
-    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= len(names):
-        return kind[names[value - 1]]
+_LOSS_OPTIONS = {"CrossEntropyLoss": "cross-entropy", "MSELoss": "mse", "BCEWithLogitsLoss": "bce-with-logits",
+                 "L1Loss": "l1"}
+_OPTIM_OPTIONS = {"AdamW": "adamw", "SGD": "sgd"}
+
+
+def _by_option(kind: Any, value: object, options: Dict[str, str]) -> Any:
+    """The member ort_cffi's name ``value`` stands for (or the member's own name, in any case), or None."""
+    if isinstance(value, str):
+        for name, option in options.items():
+            if value.lower() in (option, name.lower()):
+                return kind[name]
     return None
+
+
+class Selection(enum.Enum):
+    """ort_cffi's former defaults of ``generate_artifacts``, asked for by name (its defaults are ONNX Runtime's):
+    ``ALL_PARAMETERS`` for ``requires_grad``, ``MODEL_OUTPUTS`` for ``additional_output_names``."""
+
+    ALL_PARAMETERS = "every floating-point parameter a gradient reaches, less frozen_params"
+    MODEL_OUTPUTS = "the model's own outputs"
+
+    def __repr__(self) -> str:
+        return f"ort_cffi.artifacts.{self.name}"
+
+
+# requires_grad=ALL_PARAMETERS: every floating-point initializer that a gradient reaches is trained, less
+# frozen_params and the numbers torch's default exporter writes as initializers (ONNX Runtime's None trains none).
+ALL_PARAMETERS = Selection.ALL_PARAMETERS
+# additional_output_names=MODEL_OUTPUTS: the training and eval models give the model's own outputs after the
+# loss (a ZipMap's class scores in its place), so that an inference model can be exported from the eval model
+# and accuracy read (ONNX Runtime's None gives the loss alone).
+MODEL_OUTPUTS = Selection.MODEL_OUTPUTS
 
 
 @dataclass(frozen=True)
@@ -236,7 +274,7 @@ def describe(made: GeneratedArtifacts, model: str, verbose: bool = False) -> Lis
     if made.loss is None:
         lines.append(f"loss:       none (the model's first output, {made.loss_input}, is the loss)")
     else:
-        lines.append(f"loss:       {made.loss.value} on {made.loss_input}")
+        lines.append(f"loss:       {made.loss.option} on {made.loss_input}")
     lines.append(f"optimizer:  {made.optimizer.name if made.optimizer else 'none (no optimizer model)'}")
     added = f" (added by the loss: {', '.join(made.added_inputs)})" if made.added_inputs else ""
     lines.append(f"training model inputs: {', '.join(str(s) for s in made.training_inputs)}{added}")

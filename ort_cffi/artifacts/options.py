@@ -3,6 +3,7 @@ made before the generator runs.
 """
 from __future__ import annotations
 
+import enum
 import hashlib
 import os
 from pathlib import Path
@@ -16,28 +17,27 @@ from ort_cffi._facade.files import file_sha256, probe_writes
 from ort_cffi.artifacts.definitions import ArtifactsInputError, LossType, ModelLike, OptimType
 
 
-def _enum_option(value: Any, kind: Any, what: str) -> Any:
-    """A LossType/OptimType member from a member, its value or name (any case), or an ONNX Runtime enum of
-    the same name; None and "none" give None."""
+def enum_option(value: Any, kind: Any, what: str) -> Any:
+    """A LossType/OptimType member from a member, ONNX Runtime's value (``LossType(2)``'s 2), ort_cffi's name
+    (``"cross-entropy"``) or the member's name (any case), or an ONNX Runtime enum of the same name; None and
+    "none" give None."""
     if value is None or (isinstance(value, str) and value.lower() == "none"):
         return None
     if isinstance(value, kind):
         return value
-    if isinstance(value, int) and not isinstance(value, bool):  # ONNX Runtime's numbers: LossType(2)'s value
+    if isinstance(value, (int, str)) and not isinstance(value, bool):
         try:
             return kind(value)
         except ValueError:
             pass
-    name = getattr(value, "name", value)  # onnxruntime.training.artifacts.LossType.MSELoss and the like
-    if isinstance(name, str):
-        for member in kind:
-            if name.lower() in (member.value, member.name.lower()):
-                return member
-    choices = ", ".join(m.value for m in kind)
-    if callable(getattr(value, "build", None)):  # an onnxblock.Block: ONNX Runtime's custom loss or optimizer
+    name = getattr(value, "name", None)  # onnxruntime.training.artifacts.LossType.MSELoss and the like
+    if isinstance(value, enum.Enum) and isinstance(name, str) and name in kind.__members__:
+        return kind[name]
+    choices = ", ".join(m.option for m in kind)
+    if callable(getattr(value, "build", None)):  # an onnxblock.Block: only generate_artifacts stacks it
         raise ArtifactsInputError(
-            f"{what} {type(value).__name__} is an onnxblock block: ort_cffi.training.artifacts.generate_artifacts "
-            f"(ONNX Runtime's generator, its defaults) takes blocks; this one takes {choices} (or None)")
+            f"{what} {type(value).__name__} is an onnxblock block: generate_artifacts takes blocks; this takes "
+            f"{choices} (or None)")
     raise ArtifactsInputError(f"unknown {what} {value!r}: choose {choices} (or None)")
 
 
@@ -80,14 +80,14 @@ def request_options(
     requests compare equal when they ask for the same artifacts. Raises what ``generate_artifacts`` does."""
     if not isinstance(prefix, str) or os.sep in prefix:
         raise ArtifactsInputError(f"prefix must be a file-name prefix without {os.sep!r}, not {prefix!r}")
-    loss_type = _enum_option(loss, LossType, "loss")
-    optim_type = _enum_option(optimizer, OptimType, "optimizer")
+    loss_type = enum_option(loss, LossType, "loss")
+    optim_type = enum_option(optimizer, OptimType, "optimizer")
     if class_axis is not None:
         if isinstance(class_axis, bool) or not isinstance(class_axis, int):
             raise TypeError(f"class_axis must be an int, not {type(class_axis).__name__}")
         if loss_type is not LossType.CrossEntropyLoss:
             raise ArtifactsInputError("class_axis says where the classes are for the cross-entropy loss; the loss "
-                                      f"here is {'none' if loss_type is None else loss_type.value}")
+                                      f"here is {'none' if loss_type is None else loss_type.option}")
         if not prepare:
             raise ArtifactsInputError("class_axis needs the loss's reading fitted (prepare=True, no --no-prepare)")
     chosen = chosen_generator(generator, python)
@@ -98,8 +98,8 @@ def request_options(
     options = {
         "requires_grad": _names(requires_grad, "requires_grad"),
         "frozen_params": _names(frozen_params, "frozen_params") or [],
-        "loss": None if loss_type is None else loss_type.value,
-        "optimizer": None if optim_type is None else optim_type.value,
+        "loss": None if loss_type is None else loss_type.option,
+        "optimizer": None if optim_type is None else optim_type.option,
         "additional_output_names": _names(additional_output_names, "additional_output_names"),
         "loss_input_names": _names(loss_input_names, "loss_input_names"),
         "nominal_checkpoint": bool(nominal_checkpoint),

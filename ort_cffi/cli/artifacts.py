@@ -10,7 +10,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ort_cffi import __version__
 from ort_cffi.artifacts import (
+    ALL_PARAMETERS,
     ENV_PYTHON,
+    MODEL_OUTPUTS,
     ArtifactsError,
     LossType,
     OptimType,
@@ -46,8 +48,8 @@ named by --python or ${ENV_PYTHON}, with ONNX Runtime's Python training layer (t
 wheel's on Python 3.8-3.12; on 3.13 the one `ort-cffi-runtime install` keeps).
 """
 
-LOSSES = [t.value for t in LossType] + ["none"]
-OPTIMIZERS = [t.value for t in OptimType] + ["none"]
+LOSSES = [t.option for t in LossType] + ["none"]
+OPTIMIZERS = [t.option for t in OptimType] + ["none"]
 SHOWN = 12  # trainable tensors listed one by one
 
 
@@ -67,7 +69,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help="rows of a trained parameter that stay as they are while the rest trains, along its "
                         "first axis: an embedding's padding row (torch's padding_idx, which the export loses), "
                         "e.g. 'embeddings.weight=0'; repeat for several parameters (ort_cffi's builder only)")
-    parser.add_argument("--loss", choices=LOSSES, default=LossType.CrossEntropyLoss.value,
+    parser.add_argument("--loss", choices=LOSSES, default=LossType.CrossEntropyLoss.option,
                         help="loss added on the model's output; none: the model's first output is the loss "
                         "(default: cross-entropy)")
     parser.add_argument("--loss-input", nargs="+", metavar="NAME",
@@ -76,7 +78,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--class-axis", type=int, metavar="AXIS",
                         help="the axis of the scores that holds the classes, for cross-entropy (default: found from "
                         "the operator that computes them, e.g. 2 for [N, T, vocabulary])")
-    parser.add_argument("--optimizer", choices=OPTIMIZERS, default=OptimType.AdamW.value, help="default: adamw")
+    parser.add_argument("--optimizer", choices=OPTIMIZERS, default=OptimType.AdamW.option, help="default: adamw")
     parser.add_argument("--outputs", nargs="*", metavar="NAME",
                         help="outputs the eval model gives next to the loss (default: the model's outputs; "
                         "--outputs alone: none)")
@@ -156,13 +158,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         made = generate_artifacts(
             args.model,
-            requires_grad=args.trainable,
+            # The command's own defaults (DESCRIPTION), asked of generate_artifacts, whose defaults are ONNX Runtime's
+            requires_grad=ALL_PARAMETERS if args.trainable is None else args.trainable,
             frozen_params=args.frozen,
             frozen_rows=_rows(args.frozen_rows),
             loss=args.loss,
             optimizer=args.optimizer,
             artifact_directory=args.out,
-            additional_output_names=args.outputs,
+            additional_output_names=MODEL_OUTPUTS if args.outputs is None else args.outputs,
             nominal_checkpoint=args.nominal_checkpoint,
             loss_input_names=args.loss_input,
             python=args.python,

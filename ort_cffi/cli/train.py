@@ -121,11 +121,11 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                        help="names or glob patterns of the parameters to train, by initializer name or torch "
                        "name (dynamo exports); default: all")
     model.add_argument("--frozen", nargs="+", metavar="PATTERN", help="parameters kept in the checkpoint, not trained")
-    model.add_argument("--loss", choices=[t.value for t in LossType] + ["none"], help="default: cross-entropy")
+    model.add_argument("--loss", choices=[t.option for t in LossType] + ["none"], help="default: cross-entropy")
     model.add_argument("--loss-input", nargs="+", metavar="NAME", help="the output the loss reads [and its input's name]")
     model.add_argument("--class-axis", type=int, metavar="AXIS",
                        help="the axis of the scores that holds the classes, for cross-entropy (default: found)")
-    model.add_argument("--optimizer", choices=[t.value for t in OptimType], help="default: adamw")
+    model.add_argument("--optimizer", choices=[t.option for t in OptimType], help="default: adamw")
     model.add_argument("--generator", choices=GENERATORS,
                        help="ort_cffi: its own gradient builder (the default); onnxruntime: ONNX Runtime's generator "
                        "(the default when --python is given)")

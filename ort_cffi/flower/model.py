@@ -217,7 +217,7 @@ class GlobalModel:
                 f"the eval model's only output is the loss ({self.loss_name!r}), so there is nothing to export "
                 "for inference after the last round: name the inference model's outputs with --export-outputs "
                 "(e.g. the original model's output; run-config key export-outputs), or make the artifacts with "
-                "generate_artifacts(..., additional_output_names=[...])")
+                "generate_artifacts(..., additional_output_names=[...]) or ort_cffi.artifacts.MODEL_OUTPUTS")
         check_export(self.paths["eval"], self.export_names, self.eval_outputs)
 
     def parameters(self) -> np.ndarray:

@@ -21,6 +21,8 @@ from ort_cffi import OrtEnvironment, OrtTrainingSession, SessionOptions, __versi
 from ort_cffi._facade import denormals
 from ort_cffi._facade.files import probe_writes
 from ort_cffi.artifacts import (
+    ALL_PARAMETERS,
+    MODEL_OUTPUTS,
     LossType,
     OptimType,
     artifacts_match,
@@ -402,8 +404,12 @@ class TrainingJob:
         if settings.overwrite and os.path.lexists(folder):  # the old ones stay until the pre-flight passed
             target, note = self.out / STAGED_ARTIFACTS, f"generated; they replace {folder} once the checks pass"
             shutil.rmtree(target, ignore_errors=True)  # left by a run that was killed
-        made = generate_artifacts(settings.model, options["requires_grad"], options["frozen_params"], options["loss"],
+        # generate_artifacts' defaults are ONNX Runtime's: the trainer's (every parameter, the model's outputs
+        # kept for accuracy and export) are asked for
+        trained = ALL_PARAMETERS if options["requires_grad"] is None else options["requires_grad"]
+        made = generate_artifacts(settings.model, trained, options["frozen_params"], options["loss"],
                                   options["optimizer"], target, loss_input_names=options["loss_input_names"],
+                                  additional_output_names=MODEL_OUTPUTS,
                                   overwrite=settings.overwrite, python=settings.python,
                                   generator=options["generator"], class_axis=settings.class_axis)
         return target, identity, describe(made, str(settings.model), settings.verbose) + [f"artifacts: {folder} ({note})"]

@@ -1,7 +1,7 @@
 """ONNX Runtime's ``onnxruntime.training`` package on ort_cffi, for code written for it: change
 ``onnxruntime.training`` to ``ort_cffi.training`` in the imports.
 
-- ``ort_cffi.training.artifacts``: ``generate_artifacts`` with ONNX Runtime's signature and defaults;
+- ``ort_cffi.training.artifacts``: ``ort_cffi.artifacts.generate_artifacts``, ONNX Runtime's signature and defaults;
 - ``ort_cffi.training.onnxblock``: the names of ``ort_cffi.onnxblock`` (also its ``blocks``, ``loss`` and
   ``optim``), where ONNX Runtime's code imports them from;
 - ``ort_cffi.training.api``: the names of ``ort_cffi.api`` (CheckpointState, Module, Optimizer, ...).

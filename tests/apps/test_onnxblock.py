@@ -388,8 +388,8 @@ def test_the_generator_refuses_what_ort_cffi_cannot_do_by_name(tmp_path: Path) -
         artifacts.generate_artifacts(model, ["w"], artifact_directory=tmp_path, custom_op_library="lib.so")
     with pytest.raises(RuntimeError, match="frozen and require gradient"):
         artifacts.generate_artifacts(model, ["w"], ["w"], artifact_directory=tmp_path)
-    with pytest.raises(RuntimeError, match="Unknown loss"):
-        artifacts.generate_artifacts(model, ["w"], loss="mse", artifact_directory=tmp_path)
+    with pytest.raises(RuntimeError, match="Unknown loss"):  # ort_cffi's names ("mse") are taken, others not
+        artifacts.generate_artifacts(model, ["w"], loss="hinge", artifact_directory=tmp_path)
     with pytest.raises(RuntimeError, match="additional output names"):
         artifacts.generate_artifacts(model, ["w"], loss=artifacts.LossType.MSELoss, artifact_directory=tmp_path,
                                      additional_output_names="y")  # type: ignore[arg-type]
@@ -403,8 +403,9 @@ def test_the_generator_refuses_what_ort_cffi_cannot_do_by_name(tmp_path: Path) -
 
 def test_ort_cffis_own_generator_takes_a_loss_block_too(tmp_path: Path) -> None:
     made = ort_cffi_artifacts.generate_artifacts(regression_model(), ["w", "b"], loss=onnxblock.loss.L1Loss(),
-                                                 artifact_directory=tmp_path)
-    assert made.eval_outputs[1:] == ("y",)  # ort_cffi's default: the model's outputs kept next to the loss
+                                                 optimizer="adamw", artifact_directory=tmp_path,
+                                                 additional_output_names=ort_cffi_artifacts.MODEL_OUTPUTS)
+    assert made.eval_outputs[1:] == ("y",)  # MODEL_OUTPUTS: the model's outputs kept next to the loss
     rng = np.random.default_rng(6)
     state = CheckpointState.load_checkpoint(str(made.checkpoint))
     module = Module(str(made.training_model), state, str(made.eval_model))
