@@ -59,6 +59,7 @@ def generate_artifacts(
     class_axis: Optional[int] = None,
     external_data_anywhere: bool = False,
     frozen_rows: Optional[Mapping[str, Union[int, Iterable[int]]]] = None,
+    standard_forms: bool = True,
     **extra_options: Any,
 ) -> GeneratedArtifacts:
     """Write the training artifacts of ``model`` into ``artifact_directory`` (created if missing; default: the
@@ -107,6 +108,11 @@ def generate_artifacts(
       operator that computes them).
     - ``frozen_rows``: {parameter: row indices along its first axis} that training leaves as they are while the
       rest trains: an embedding's padding row (docs/guides/models.md). ort_cffi's builder only.
+    - ``standard_forms`` (True): where ONNX Runtime's training kernel of an operator is measured slower than the
+      operator written in standard ONNX operators (the LSTM and GRU backward, the embedding's gradient; the
+      table ``ort_cffi/data/standard_forms.json``, docs/guides/performance.md), ort_cffi's builder writes that
+      form; losses then agree with ONNX Runtime's artifacts within float32 rounding, not bit for bit. False:
+      ONNX Runtime's kernels everywhere, the training model its generator writes. ort_cffi's builder only.
     - ``check`` (True): check that the artifacts load in the runtime, over a nominal checkpoint, and hold the
       checkpoint against the training model (a few MiB, not the parameters; docs/guides/performance.md).
     - ``overwrite`` (True, as ONNX Runtime replaces them): False refuses a folder whose ``artifacts.json``
@@ -167,7 +173,8 @@ def generate_artifacts(
     folder = None if artifact_directory is None else os.fsdecode(artifact_directory)
     keywords: Dict[str, Any] = dict(nominal_checkpoint=nominal_checkpoint, python=python, check=check, overwrite=overwrite,
                     prepare=prepare, generator=generator, class_axis=class_axis,
-                    external_data_anywhere=external_data_anywhere, frozen_rows=frozen_rows)
+                    external_data_anywhere=external_data_anywhere, frozen_rows=frozen_rows,
+                    standard_forms=standard_forms)
     if callable(getattr(loss, "build", None)):  # an onnxblock.Block: a custom loss, stacked on the model
         _log.info("Custom loss block provided: %s", type(loss).__name__)
         stacked = _with_loss_block(model, loss, loss_input_names, additional_output_names, external_data_anywhere)

@@ -75,6 +75,7 @@ def request_options(
     python: Any = None,
     class_axis: Optional[int] = None,
     frozen_rows: Any = None,
+    standard_forms: bool = True,
 ) -> Dict[str, Any]:
     """The generation options in the normal form ``artifacts.json`` records (JSON types only), so that two
     requests compare equal when they ask for the same artifacts. Raises what ``generate_artifacts`` does."""
@@ -110,6 +111,10 @@ def request_options(
     }
     if rows:  # recorded only when given: the options of artifacts made without it compare as before
         options["frozen_rows"] = rows
+    if not isinstance(standard_forms, bool):
+        raise TypeError(f"standard_forms must be True or False, not {type(standard_forms).__name__}")
+    if not standard_forms:  # recorded only when turned off, as frozen_rows (run_here's builder reads it)
+        options["standard_forms"] = False
     return options
 
 

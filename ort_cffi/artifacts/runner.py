@@ -161,7 +161,8 @@ def run_here(request: Dict[str, Any]) -> Dict[str, Any]:
     from ort_cffi.artifacts.builder.files import BuilderBackend
 
     try:
-        result: Dict[str, Any] = _child.generate(request, BuilderBackend())
+        # standard_forms: the request's options hold it only where it was turned off (options.request_options)
+        result: Dict[str, Any] = _child.generate(request, BuilderBackend(bool(request.get("standard_forms", True))))
     except _child.Refusal as refusal:
         raise ArtifactsInputError(str(refusal)) from None
     result["python"] = {"version": ".".join(str(v) for v in sys.version_info[:3]), "executable": sys.executable}

@@ -152,6 +152,7 @@ def write_artifacts(
     class_axis: Optional[int],
     external_data_anywhere: bool,
     frozen_rows: Optional[Mapping[str, Union[int, Iterable[int]]]],
+    standard_forms: bool = True,
 ) -> GeneratedArtifacts:
     """Write the training artifacts of ``model`` into ``artifact_directory`` (the current folder for None),
     the options in the normal form ``artifacts.json`` records (``options.request_options``): there
@@ -164,7 +165,7 @@ def write_artifacts(
     """
     options = request_options(requires_grad, frozen_params, loss, optimizer, prefix, additional_output_names,
                               nominal_checkpoint, loss_input_names, prepare, generator, python, class_axis,
-                              frozen_rows)
+                              frozen_rows, standard_forms)
     path, data, label = model_bytes_or_path(model)
     confine_external_data(path, data, label, external_data_anywhere)
     folder = Path(os.fsdecode(os.fspath(artifact_directory))) if artifact_directory is not None else Path.cwd()

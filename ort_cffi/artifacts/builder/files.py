@@ -32,17 +32,20 @@ def generate_artifacts(model: onnx.ModelProto, requires_grad: Sequence[str], fro
                        prefix: str = "", additional_output_names: Optional[Sequence[str]] = None,
                        nominal_checkpoint: bool = False, loss_input_names: Optional[Sequence[str]] = None,
                        weights: Optional[WeightStore] = None,
-                       frozen_rows: Optional[Mapping[str, Sequence[int]]] = None) -> Dict[str, Any]:
+                       frozen_rows: Optional[Mapping[str, Sequence[int]]] = None,
+                       standard_forms: bool = True) -> Dict[str, Any]:
     """Write the artifacts of ``model`` into ``artifact_directory``; ``loss`` and ``optimizer`` are ONNX
     Runtime's enum member names (``"CrossEntropyLoss"``, ``"AdamW"``) or None. Returns what was built.
     ``weights``: where the large initializers of ``model`` (stubs in it) were set aside as loaded.
     ``frozen_rows``: {trainable parameter: rows along its first axis that training leaves as they are}.
+    ``standard_forms``: the training operators measured faster in standard operators written so
+    (``standard_forms.py``); False: ONNX Runtime's kernels everywhere, the files its generator writes.
     Raises NoGradientError naming a node without a gradient, UnreachedError (a NoGradientError) listing the
     parameters no gradient reaches."""
     folder = Path(artifact_directory)
     built = build_models(model, list(requires_grad), list(frozen_params or []), loss,
                          list(loss_input_names) if loss_input_names else None, list(additional_output_names or []),
-                         frozen_rows=frozen_rows)
+                         frozen_rows=frozen_rows, standard_forms=standard_forms)
     _save(built.training, folder / f"{prefix}training_model.onnx", weights)
     _save(built.eval, folder / f"{prefix}eval_model.onnx", weights)
     trainable, frozen = (built.trainable, built.frozen) if weights is None else (
@@ -57,7 +60,7 @@ def generate_artifacts(model: onnx.ModelProto, requires_grad: Sequence[str], fro
         # Named on from the loss block's names, as ONNX Runtime's generator names it.
         _save(optimizer_model(optimizer, opset=opset or 17, name_counter=built.names_drawn + 1),
               folder / f"{prefix}optimizer_model.onnx")
-    return {"outputs": built.outputs}
+    return {"outputs": built.outputs, "standard_forms": built.standard_forms}
 
 
 class BuilderBackend:
@@ -66,7 +69,7 @@ class BuilderBackend:
 
     name = NAME
 
-    def __init__(self) -> None:
+    def __init__(self, standard_forms: bool = True) -> None:
         from ort_cffi import __version__
 
         self.onnx = onnx
@@ -74,6 +77,7 @@ class BuilderBackend:
         # What the builder differentiates itself: graph preparation leaves those operators as they are.
         self.native_ops = frozenset(r.op for r in registered() if r.domain in ("", "ai.onnx"))
         self.weights: Optional[WeightStore] = None
+        self.standard_forms = standard_forms  # the faster standard forms of training operators (standard_forms.py)
 
     def load_model(self, path: str, check: Optional[Callable[[onnx.ModelProto], None]] = None) -> onnx.ModelProto:
         """The model at ``path`` with its large initializers set aside (external data left on disk): the
@@ -92,7 +96,7 @@ class BuilderBackend:
                  loss_input_names: Optional[Sequence[str]],
                  frozen_rows: Optional[Mapping[str, Sequence[int]]] = None) -> None:
         generate_artifacts(model, requires_grad, frozen_params, loss, optimizer, out, prefix, additional_output_names,
-                           nominal_checkpoint, loss_input_names, self.weights, frozen_rows)
+                           nominal_checkpoint, loss_input_names, self.weights, frozen_rows, self.standard_forms)
 
     def unreached(self, error: BaseException) -> List[str]:
         """The parameters a failed generation could drop and retry without (no gradient reaches them)."""
