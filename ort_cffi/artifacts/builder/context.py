@@ -39,6 +39,13 @@ class GradientContext:
         self.model = model
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
         self.types = dict(types)
+        # Sequence-typed values (a list of tensors: SequenceEmpty, SplitToSequence, a Loop carrying one): their
+        # entry in ``types`` is their tensors' element type with unknown dims, so that no tensor helper takes
+        # one for a tensor of known shape; their gradients are sequences too (rules/sequences.py).
+        self.sequences: Set[str] = set()
+        for name, elem_type in sequence_types(model).items():
+            self.types.setdefault(name, (elem_type, None))
+            self.sequences.add(name)
         self.probes = [dict(p) for p in probes]  # sizes under made-up input sizes (probe_shapes.py)
         self.nodes: List[onnx.NodeProto] = []
         self._producers: Dict[str, onnx.NodeProto] = {}  # of what ``nodes`` compute, and what they read:
@@ -64,6 +71,7 @@ class GradientContext:
         what it emits is its own (``nodes``, ``initializers``)."""
         child = GradientContext(model, {**self.types, **types}, self.probes)
         child._taken = self._taken
+        child.sequences.update(self.sequences)
         child._taken.update(child._taken_by_model(model))
         local = {out for node in model.graph.node for out in node.output}
         child._known.update({k: v for k, v in self._known.items() if k not in local})
@@ -213,14 +221,29 @@ class GradientContext:
             return None
         return tuple(int(d) for d in dims)  # type: ignore[arg-type]
 
+    def is_sequence(self, name: str) -> bool:
+        """Whether ``name`` is a sequence of tensors (its gradient is one too)."""
+        return name in self.sequences
+
     def same_type(self, name: str, like: str) -> str:
         """Record that ``name`` has ``like``'s type and shape (a gradient has its value's); returns ``name``."""
+        if like in self.sequences:
+            self.sequences.add(name)
         if like in self.types:
             self.types.setdefault(name, self.types[like])
         for probe in self.probes:
             if like in probe:
                 probe.setdefault(name, probe[like])
         return name
+
+    def value_info(self, name: str, like: str) -> onnx.ValueInfoProto:
+        """A declaration of ``name`` with ``like``'s type: a tensor's, or a sequence's (a subgraph's inputs and
+        outputs, which a sequence gradient may be)."""
+        elem_type = self.elem_type(like)
+        if self.is_sequence(like):
+            return helper.make_tensor_sequence_value_info(name, elem_type, None)
+        dims = self.dims(like)
+        return helper.make_tensor_value_info(name, elem_type, None if dims is None else list(dims))
 
     def shape(self, name: str) -> str:
         """The shape of ``name`` as an int64 value: a constant when static, else a Shape node."""
@@ -381,6 +404,45 @@ def infer_types(model: onnx.ModelProto) -> Dict[str, Tuple[int, Dims]]:
             for attribute in node.attribute:
                 if attribute.name == "value":
                     found[node.output[0]] = (attribute.t.data_type, tuple(attribute.t.dims))
+    return found
+
+
+SEQUENCE_OPS = frozenset({"SequenceEmpty", "SequenceConstruct", "SequenceInsert", "SequenceErase", "SequenceAt",
+                          "SequenceLength", "SplitToSequence", "ConcatFromSequence", "SequenceMap"})
+
+
+def _holds_sequences(graph: onnx.GraphProto) -> bool:
+    """Whether ``graph`` or a subgraph of its nodes declares a sequence or runs a sequence operator."""
+    declared = list(graph.input) + list(graph.output) + list(graph.value_info)
+    if any(v.type.WhichOneof("value") == "sequence_type" for v in declared):
+        return True
+    for node in graph.node:
+        if node.op_type in SEQUENCE_OPS and node.domain in ("", "ai.onnx"):
+            return True
+        for attribute in node.attribute:
+            subgraphs = ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs)
+            if any(_holds_sequences(subgraph) for subgraph in subgraphs):
+                return True
+    return False
+
+
+def sequence_types(model: onnx.ModelProto) -> Dict[str, int]:
+    """name -> element type of every sequence-typed value shape inference can tell in the main graph (0 where
+    it cannot tell the element type). Shape inference runs only for a model that holds a sequence."""
+    if not _holds_sequences(model.graph):
+        return {}
+    from onnx import shape_inference
+
+    try:
+        inferred = shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # what the model itself declares
+        inferred = model
+    found: Dict[str, int] = {}
+    graph = inferred.graph
+    for value in list(graph.input) + list(graph.value_info) + list(graph.output):
+        if value.type.WhichOneof("value") == "sequence_type":
+            element = value.type.sequence_type.elem_type
+            found[value.name] = element.tensor_type.elem_type if element.WhichOneof("value") == "tensor_type" else 0
     return found
 
 

@@ -15,6 +15,7 @@ import onnx
 from ort_cffi.artifacts.builder import rules  # noqa: F401  (registers every rule)
 from ort_cffi.artifacts.builder.context import FLOATS, GradientContext, NodeView, NoGradientError
 from ort_cffi.artifacts.builder.registry import lookup
+from ort_cffi.artifacts.builder.rules.sequences import sum_sequences
 
 
 def graph_reads(graph: onnx.GraphProto) -> List[str]:
@@ -112,7 +113,9 @@ class Engine:
         if len(found) == 1 and final_name is None:
             return found[0]
         name = final_name or self.g.fresh(f"{value}_grad")
-        if len(found) > 1:
+        if len(found) > 1 and self.g.is_sequence(value):  # a sequence read twice: added element by element
+            sum_sequences(self.g, found, name, value)
+        elif len(found) > 1:
             self.g.node("Sum", found, [name])
         else:
             shared = any(found[0] in others for key, others in self._contributions.items() if key != value)

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 from ort_cffi.artifacts.builder.context import FLOATS, BuilderError, GradientContext, NodeView, infer_types
 from ort_cffi.artifacts.builder.registry import gradient
-from ort_cffi.artifacts.builder.rules.shape import zeros_like
+from ort_cffi.artifacts.builder.rules.sequences import sum_sequences, zeros_like_value
 
 Grads = List[Optional[str]]
 
@@ -35,9 +35,26 @@ def if_(g: GradientContext, node: NodeView) -> Grads:
 
 
 def _value_info(g: GradientContext, name: str, like: str) -> onnx.ValueInfoProto:
-    elem_type = g.elem_type(like)
-    dims = g.dims(like)
-    return helper.make_tensor_value_info(name, elem_type, None if dims is None else list(dims))
+    return g.value_info(name, like)
+
+
+def _needed(forward: Sequence[onnx.NodeProto], backward: Sequence[onnx.NodeProto],
+            results: Sequence[str]) -> List[onnx.NodeProto]:
+    """The recomputed ``forward`` nodes that the ``backward`` nodes or the ``results`` read, directly or
+    not, in order: the others would be computed for nothing, and a value the backward pass cannot have
+    (a sequence carried into a Loop's iteration, which no scan output stacks) must not be read."""
+    from ort_cffi.artifacts.builder.engine import node_inputs  # the engine imports every rule
+
+    read = set(results)
+    for node in backward:
+        read.update(node_inputs(node))
+    kept: List[onnx.NodeProto] = []
+    for node in reversed(forward):
+        if any(name in read for name in node.output if name):
+            kept.append(node)
+            read.update(node_inputs(node))
+    kept.reverse()
+    return kept
 
 
 def _rename(graph: onnx.GraphProto, mapping: Dict[str, str]) -> None:
@@ -111,9 +128,9 @@ def branch_backward(g: GradientContext, node: NodeView, branch: onnx.GraphProto,
         if name in found:
             results.append(found[name])
         else:  # a value this branch leaves alone, or reads only through shapes: no gradient from it
-            results.append(sub.op("Identity", zeros_like(sub, name)))
+            results.append(sub.op("Identity", zeros_like_value(sub, name)))
     _hoist_constants(g, sub)
-    return helper.make_graph(nodes + sub.nodes, g.fresh(f"{forward.name or 'branch'}_grad"), [],
+    return helper.make_graph(_needed(nodes, sub.nodes, results) + sub.nodes, g.fresh(f"{forward.name or 'branch'}_grad"), [],
                              [_value_info(sub, r, name) for r, name in zip(results, wanted)],
                              value_info=sub.value_infos)
 
@@ -192,7 +209,7 @@ def loop(g: GradientContext, node: NodeView) -> Grads:
     back.prelude += [helper.make_node("Identity", [back.t], [inputs[0]]),
                      helper.make_node("Identity", [back.true], [inputs[1]])]
     for k in range(len(carried)):  # the values carried into step t
-        back.prelude.append(helper.make_node("Gather", [stacked[k], back.t], [inputs[2 + k]], axis=0))
+        back.carried_into_step(inputs[2 + k], stacked[k], carried[k])
     differentiable = [k for k, name in enumerate(carried) if g.elem_type(name) in FLOATS]
     for k in differentiable:
         back.carry(inputs[2 + k], carried[k], back.outputs[1 + k], node.grad(k))
@@ -235,7 +252,7 @@ def scan(g: GradientContext, node: NodeView) -> Grads:
     back = _Backwards(g, node, body, steps)
     inputs = back.inputs
     for k in range(len(states)):
-        back.prelude.append(helper.make_node("Gather", [stacked[k], back.t], [inputs[k]], axis=0))
+        back.carried_into_step(inputs[k], stacked[k], states[k])
     for j in range(scanned_count):
         at = back.t if not input_directions[j] else back.step_in
         back.prelude.append(helper.make_node("Gather", [scanned[j], at], [inputs[len(states) + j]],
@@ -301,6 +318,17 @@ class _Backwards:
         self.prelude = [helper.make_node("Sub", [last_step, self.step_in], [self.t])]
         self.seeds: Dict[str, str] = {}
         self.carried: List[Tuple[str, str, str, Optional[str]]] = []  # (body input, like, grad in, initial)
+        self.unstacked: Dict[str, str] = {}  # body input -> the carried sequence it holds, not stacked
+
+    def carried_into_step(self, body_input: str, stacked: Optional[str], like: str) -> None:
+        """The value carried into step t: its slice of the forward node's stacked values. A sequence has no
+        such stack (a scan output is a tensor); its gradient needs none (``sequences``), and the backward body
+        is checked to read none (``run``)."""
+        if stacked is None:
+            self.g.same_type(body_input, like)
+            self.unstacked[body_input] = like
+        else:
+            self.prelude.append(helper.make_node("Gather", [stacked, self.t], [body_input], axis=0))
 
     def seed(self, value: str, gradient_value: str) -> None:
         if value in self.seeds:
@@ -323,6 +351,18 @@ class _Backwards:
         self.carried.append((body_input, like, grad_in, final_gradient))
         self.seed(body_output, grad_in)
 
+    def _check_unstacked(self, nodes: Sequence[onnx.NodeProto]) -> None:
+        from ort_cffi.artifacts.builder.engine import node_inputs  # the engine imports every rule
+
+        for node in nodes:
+            for name in node_inputs(node):
+                if name in self.unstacked:
+                    raise BuilderError(
+                        f"{self.node.describe()}: the gradient of its body's {node.op_type} node reads the sequence "
+                        f"{self.unstacked[name]!r} as it was carried into each iteration, and ort_cffi keeps no "
+                        "sequence per iteration (a Loop stacks only tensors); a body that only appends to the "
+                        "sequence, reads its length or reads the tensors it inserts, trains")
+
     def run(self, wanted_outer: Sequence[str], sliced: Sequence[str],
             likes: Sequence[str]) -> Tuple[List[str], List[str], List[str]]:
         """Emit the backward Loop. Returns the carried values' gradients (at the start), the sums of the
@@ -332,20 +372,28 @@ class _Backwards:
         sums_in = {name: g.same_type(g.fresh(f"{name}_grad_sum"), name) for name in wanted_outer}
         condition = len(self.outputs) - len(likes)  # a Loop body's first output, a Scan body has none
         outputs_info = [helper.make_tensor_value_info(o, TensorProto.BOOL, []) for o in self.outputs[:condition]]
-        outputs_info += [helper.make_tensor_value_info(o, g.elem_type(like), None)
+        outputs_info += [g.value_info(o, like) if g.is_sequence(like) else
+                         helper.make_tensor_value_info(o, g.elem_type(like), None)
                          for o, like in zip(self.outputs[condition:], likes)]
         targets = [c[0] for c in self.carried] + list(wanted_outer) + list(sliced)
         sub, nodes, found = differentiate(g, f"{self.copy.name or 'body'}_grad", self.prelude + list(self.copy.node),
                                           outputs_info, self.seeds, targets)
         results = [sub.op("Identity", self.true)]
         for body_input, _, _, _ in self.carried:
-            results.append(found.get(body_input) or sub.op("Identity", zeros_like(sub, body_input)))
+            results.append(found.get(body_input) or sub.op("Identity", zeros_like_value(sub, body_input)))
         for outer in wanted_outer:
-            results.append(sub.op("Add", sums_in[outer], found[outer]) if outer in found else
-                           sub.op("Identity", sums_in[outer]))
+            if outer not in found:
+                results.append(sub.op("Identity", sums_in[outer]))
+            elif sub.is_sequence(outer):  # a sequence of the enclosing graph read in the body
+                total = sub.fresh(f"{outer}_grad_sum")
+                results.append(sum_sequences(sub, [sums_in[outer], found[outer]], total, outer))
+            else:
+                results.append(sub.op("Add", sums_in[outer], found[outer]))
         for value in sliced:
-            results.append(found.get(value) or sub.op("Identity", zeros_like(sub, value)))
+            results.append(found.get(value) or sub.op("Identity", zeros_like_value(sub, value)))
         _hoist_constants(g, sub)
+        nodes = _needed(nodes, sub.nodes, results)
+        self._check_unstacked(nodes + sub.nodes)
         graph_inputs = ([helper.make_tensor_value_info(self.step_in, TensorProto.INT64, []),
                          helper.make_tensor_value_info(self.cond_in, TensorProto.BOOL, [])]
                         + [_value_info(g, c[2], c[1]) for c in self.carried]
@@ -356,7 +404,8 @@ class _Backwards:
                         for r, v in zip(results[len(result_likes):], sliced)]
         body = helper.make_graph(nodes + sub.nodes, g.fresh(f"{self.copy.name or 'body'}_grad"), graph_inputs,
                                  result_info, value_info=sub.value_infos)
-        initial = [c[3] or zeros_like(g, c[1]) for c in self.carried] + [zeros_like(g, o) for o in wanted_outer]
+        initial = ([c[3] or zeros_like_value(g, c[1]) for c in self.carried]
+                   + [zeros_like_value(g, o) for o in wanted_outer])
         loop_inputs: List[Optional[str]] = [self.steps, None]
         loop_inputs.extend(initial)
         ends = g.node("Loop", loop_inputs, len(initial) + len(sliced), body=body)
@@ -366,10 +415,10 @@ class _Backwards:
 
 
 def _stack_states(g: GradientContext, node: NodeView, body: onnx.GraphProto, first_state: int,
-                  extra_iteration_count: bool) -> Tuple[List[str], str]:
+                  extra_iteration_count: bool) -> Tuple[List[Optional[str]], str]:
     """Make the forward Loop or Scan (the training graph's node) also output, stacked over its iterations,
     the values carried into each iteration (and for a Loop the iteration numbers): new scan outputs of its
-    body, along axis 0, forwards."""
+    body, along axis 0, forwards. A carried sequence is not stacked (None): a scan output is a tensor."""
     carried = node.inputs[first_state:] if first_state else node.inputs[:len(node.inputs) - int(node.attr("num_scan_inputs"))]
     proto = node.proto
     declared = len(body.output) - (1 if first_state else 0)  # the final carried values, then the scan outputs
@@ -377,8 +426,11 @@ def _stack_states(g: GradientContext, node: NodeView, body: onnx.GraphProto, fir
         proto.output.append(g.fresh(f"{proto.name or proto.op_type}_unused_output"))
     body_inputs = [i.name for i in body.input]
     added = []
-    stacked = []
+    stacked: List[Optional[str]] = []
     for k, name in enumerate(carried):
+        if g.is_sequence(name):
+            stacked.append(None)
+            continue
         inner = g.fresh(f"{body_inputs[first_state + k]}_stacked")
         body.node.append(helper.make_node("Identity", [body_inputs[first_state + k]], [inner]))
         body.output.append(helper.make_tensor_value_info(inner, g.elem_type(name), None))
