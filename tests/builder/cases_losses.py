@@ -69,3 +69,39 @@ for op, short in (("SoftmaxCrossEntropyLoss", "softmax_ce"), ("NegativeLogLikeli
     found.append(symbolic)
 nll = CASES["NegativeLogLikelihoodLoss"]
 nll.append(loss_case("NegativeLogLikelihoodLoss", "nll_mean", (5, 4), "mean"))
+
+
+def log_prob_case(name: str, declared: Tuple[bool, bool], checked: List[str], scores_shape: Tuple[int, ...] = (5, 4),
+                  **attributes: object) -> Case:
+    """SoftmaxCrossEntropyLoss declaring the outputs ``declared`` marks (loss, log-probabilities; the loss is
+    not optional), the loss of the case reading ``checked`` of them: the gradient flows into the loss, the
+    log-probabilities, or both (the loss only: the cases above)."""
+    made = loss_case("SoftmaxCrossEntropyLoss", name, scores_shape, str(attributes.pop("reduction", "mean")),
+                     weighted=bool(attributes.pop("weighted", False)),
+                     ignore_index=attributes.pop("ignore_index", None))  # type: ignore[arg-type]
+    node = made.nodes[0]
+    node.output[0] = "y0" if declared[0] else ""
+    node.output[1] = "y1" if declared[1] else ""
+    made.outputs = list(checked)
+    return made
+
+
+CASES["SoftmaxCrossEntropyLoss"] += [
+    log_prob_case("softmax_ce_read_log_prob_only", (True, True), ["y1"]),
+    log_prob_case("softmax_ce_both_read_log_prob", (True, True), ["y1"], (2, 4, 3), reduction="sum", ignore_index=1),
+    log_prob_case("softmax_ce_both_read_both", (True, True), ["y0", "y1"], (6, 3), weighted=True, ignore_index=2),
+]
+
+
+def nll_after_log_softmax(name: str, reduction: str, ignore_index: Optional[int]) -> Case:
+    """torch's cross-entropy as its exporters write it: LogSoftmax, then NegativeLogLikelihoodLoss (one
+    output, the loss), the log-probabilities read by the case's loss as well."""
+    made = loss_case("NegativeLogLikelihoodLoss", name, (4, 5), reduction, weighted=True, ignore_index=ignore_index)
+    made.nodes[0].input[0] = "log_prob"
+    made.nodes.insert(0, helper.make_node("LogSoftmax", ["scores"], ["log_prob"], axis=1))
+    made.outputs = ["y0", "log_prob"]
+    return made
+
+
+nll += [nll_after_log_softmax("nll_after_log_softmax_mean", "mean", 3),
+        nll_after_log_softmax("nll_after_log_softmax_none", "none", None)]

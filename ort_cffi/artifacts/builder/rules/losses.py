@@ -33,17 +33,33 @@ def _declared_output(g: GradientContext, node: NodeView, index: int, hint: str) 
 
 @gradient("SoftmaxCrossEntropyLoss", inputs=(0,))
 def softmax_cross_entropy(g: GradientContext, node: NodeView) -> Grads:
-    """Reads the log-probabilities, the node's optional second output. The loss block declares it; a model's
-    own loss often does not (a transformers model given labels declares the loss alone): the training graph's
-    node then declares it under a fresh name, as ONNX Runtime's generator does. The eval model is copied
-    before the backward pass and keeps the node as written. Weights, ignore_index and every reduction are the
-    kernel's own attributes and inputs, passed on."""
-    log_prob = _declared_output(g, node, 1, "log_prob")
-    inputs = [node.dy(), log_prob, node.inputs[1]] + ([node.inputs[2]] if node.has_input(2) else [])
-    attributes = {"reduction": node.attr("reduction", "mean")}
-    if node.attr("ignore_index") is not None:
-        attributes["ignore_index"] = node.attr("ignore_index")
-    return [g.ms("SoftmaxCrossEntropyLossGrad", *inputs, **attributes)[0]]
+    """Whichever of its outputs the gradient flows into: the loss, the log-probabilities, or both (a model
+    may declare either alone, or read the log-probabilities further on); the two contributions are added.
+
+    The loss's through ONNX Runtime's kernel, which reads the log-probabilities, the node's optional second
+    output. The loss block declares it; a model's own loss often does not (a transformers model given labels
+    declares the loss alone): the training graph's node then declares it under a fresh name, as ONNX
+    Runtime's generator does. The eval model is copied before the backward pass and keeps the node as
+    written. Weights, ignore_index and every reduction are the kernel's own attributes and inputs, passed on.
+
+    The log-probabilities' (log_prob = x - logsumexp(x) over the class axis, 1): dX = dL - softmax(x) *
+    sum(dL) over that axis, in standard operators (ONNX Runtime's builder has no rule for this path)."""
+    parts = []
+    if node.grad(0) is not None:
+        log_prob = _declared_output(g, node, 1, "log_prob")
+        inputs = [node.dy(0), log_prob, node.inputs[1]] + ([node.inputs[2]] if node.has_input(2) else [])
+        attributes = {"reduction": node.attr("reduction", "mean")}
+        if node.attr("ignore_index") is not None:
+            attributes["ignore_index"] = node.attr("ignore_index")
+        parts.append(g.ms("SoftmaxCrossEntropyLossGrad", *inputs, **attributes)[0])
+    if node.grad(1) is not None:
+        d_log_prob = node.dy(1)
+        probabilities = g.op("Exp", node.outputs[1])
+        total = g.reduce_sum(d_log_prob, [1], keepdims=1)
+        parts.append(g.op("Sub", d_log_prob, g.op("Mul", probabilities, total)))
+    if not parts:
+        return [None]
+    return [g.same_type(parts[0] if len(parts) == 1 else g.op("Add", *parts), node.inputs[0])]
 
 
 @gradient("NegativeLogLikelihoodLoss", inputs=(0,))
