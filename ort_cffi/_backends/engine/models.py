@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 import onnx
 from onnx import helper
+
+from ort_cffi._backends.engine.optimizer import OptimizerSpec
 
 LAZY_RESET_GRAD = "lazy_reset_grad"
 GRADIENT_SUFFIXES = ("_grad.accumulation.buffer", "_grad.accumulation.out", "_grad")
@@ -166,6 +168,42 @@ def declared_shapes(model: onnx.ModelProto, names: Sequence[str]) -> Dict[str, T
     return found
 
 
+def fixed_shapes(model: onnx.ModelProto, names: Sequence[str]) -> Dict[str, Optional[List[int]]]:
+    """Each of ``names``' declared shape where every size is fixed, else None (``declared_shapes`` refuses it)."""
+    declared = {v.name: v for v in model.graph.input}
+    found: Dict[str, Optional[List[int]]] = {}
+    for name in names:
+        dims = declared[name].type.tensor_type.shape.dim
+        found[name] = [int(d.dim_value) for d in dims] if all(d.HasField("dim_value") for d in dims) else None
+    return found
+
+
+def external_files(path: str) -> List[str]:
+    """The external data files the model at ``path`` names, as paths (the ones ``load_model`` read)."""
+    from onnx.external_data_helper import ExternalDataInfo
+
+    model = onnx.load(path, load_external_data=False)
+    folder = os.path.dirname(os.path.abspath(path))
+    found: List[str] = []
+
+    def tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+        yield from graph.initializer
+        for node in graph.node:
+            for attribute in node.attribute:
+                if attribute.HasField("t"):
+                    yield attribute.t
+                yield from attribute.tensors
+                for sub in list(attribute.graphs) + ([attribute.g] if attribute.HasField("g") else []):
+                    yield from tensors(sub)
+
+    for tensor in tensors(model.graph):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            name = os.path.join(folder, ExternalDataInfo(tensor).location)
+            if name not in found:
+                found.append(name)
+    return found
+
+
 def _subgraph_reads(nodes: Sequence[onnx.NodeProto]) -> Set[str]:
     """Names read inside the nodes' subgraphs (an outer value a Loop or If body uses)."""
     found: Set[str] = set()
@@ -189,20 +227,6 @@ def eval_graph(model: onnx.ModelProto, parameters: Set[str]) -> EvalGraph:
     names = [v.name for v in model.graph.input]
     return EvalGraph(model, [n for n in names if n not in parameters], [v.name for v in model.graph.output],
                      [n for n in names if n in parameters])
-
-
-@dataclass
-class OptimizerSpec:
-    """The optimizer model's one operator and its attributes, which the engine computes itself."""
-
-    kind: str  # "AdamW" or "SGD"
-    alpha: float = 0.9
-    beta: float = 0.999
-    epsilon: float = 1e-8
-    weight_decay: float = 0.0
-    adam_mode: int = 0
-    correct_bias: int = 1
-    max_norm: Optional[float] = None  # InplaceClipGradNorm before the update
 
 
 OPTIMIZERS = {"AdamWOptimizer": "AdamW", "SGDOptimizerV2": "SGD"}

@@ -8,27 +8,36 @@ sessions of the loaded runtime, over state the engine owns.
   ``InPlaceAccumulatorV2`` does on the training build.
 - **The optimizer model** is read, not run: its operator and attributes say which update ``optimizer`` computes
   over the flat buffers.
+- **The models are prepared** (classified and lowered) by ``prepared``: from its cache, or in a child process
+  where this one has not imported onnx, so that a training process holds only the sessions and its state.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-import onnx
 
-from ort_cffi._backends.engine import models, optimizer, values
-from ort_cffi._backends.engine.models import OptimizerSpec
+from ort_cffi._backends.engine import optimizer, values
+from ort_cffi._backends.engine.optimizer import OptimizerSpec
+from ort_cffi._backends.engine.prepared import prepare
 from ort_cffi._backends.engine.state import EngineState
 from ort_cffi._native.tables import check_status, ffi, get_runtime
 
 ModelSource = Tuple[Optional[str], Optional[bytes]]
 
 
-def lower(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with its ``com.microsoft`` training operators written in standard ones."""
-    from ort_cffi._backends.engine.lowering import lower_training_ops
+@dataclass
+class GraphNames:
+    """How the engine runs one model: the user's inputs (in graph order: what a step takes, by position) and
+    outputs, the parameters it reads, and for the training model each trainable parameter's gradient output and
+    the accumulators' accumulated-buffer outputs, which the engine answers from its own buffer."""
 
-    return lower_training_ops(model)
+    user_inputs: List[str]
+    user_outputs: List[str]
+    parameter_inputs: List[str]
+    gradients: Dict[str, str] = field(default_factory=dict)
+    accumulated: Dict[str, str] = field(default_factory=dict)
 
 
 def _named(kind: str, source: ModelSource) -> str:
@@ -39,9 +48,8 @@ def _named(kind: str, source: ModelSource) -> str:
 class NativeSession:
     """One ``OrtSession`` of the loaded runtime, made from a model in memory."""
 
-    def __init__(self, env: Any, options: Any, model: onnx.ModelProto, what: str) -> None:
+    def __init__(self, env: Any, options: Any, data: bytes, what: str) -> None:
         self.what = what
-        data = model.SerializeToString()
         out = ffi.new("OrtSession**")
         check_status(get_runtime().api.CreateSessionFromArray(env, data, len(data), options, out),
                      f"creating a session of the {what}")
@@ -69,24 +77,27 @@ class Plan:
         self.n_in, self.n_out = len(inputs), len(outputs)
         self.user_inputs = user_inputs
         self.caller_outputs = list(caller_outputs)
+        # (the caller's index, the slot) of each output the runtime computes: what a step copies, made once
+        self._slots = [(i, slot) for i, slot in enumerate(self.caller_outputs) if slot is not None]
+        self._run = get_runtime().api.Run  # the runtime stays loaded while a session of it lives
 
     def run(self, run_options: Any, inputs: Any, n_in: int, outputs: Any, n_out: int, kind: str) -> None:
         if n_in != self.user_inputs:
             raise ValueError(f"the {kind} model takes {self.user_inputs} inputs, not {n_in}")
         if n_out != len(self.caller_outputs):
             raise ValueError(f"the {kind} model has {len(self.caller_outputs)} outputs, not {n_out}")
-        for i in range(n_in):
-            self.inputs[i] = inputs[i]
-        for i, slot in enumerate(self.caller_outputs):
-            if slot is not None:
-                self.outputs[slot] = outputs[i]
-        status = get_runtime().api.Run(self.session.ptr, run_options, self.input_names, self.inputs, self.n_in,
-                                       self.output_names, self.n_out, self.outputs)
-        for i, slot in enumerate(self.caller_outputs):  # what the runtime allocated is the caller's now
-            if slot is not None:
-                outputs[i] = self.outputs[slot]
-                self.outputs[slot] = ffi.NULL
-        check_status(status, f"running the {kind} model")
+        mine = self.outputs
+        if n_in:
+            self.inputs[0:n_in] = inputs[0:n_in]
+        for i, slot in self._slots:
+            mine[slot] = outputs[i]
+        status = self._run(self.session.ptr, run_options, self.input_names, self.inputs, self.n_in,
+                           self.output_names, self.n_out, mine)
+        for i, slot in self._slots:  # what the runtime allocated is the caller's now
+            outputs[i] = mine[slot]
+            mine[slot] = ffi.NULL
+        if status != ffi.NULL:
+            check_status(status, f"running the {kind} model")
 
 
 class EngineSession:
@@ -111,20 +122,20 @@ class EngineSession:
 
     def _build(self, env: Any, options: Any, state: EngineState, train: ModelSource,
                evaluation: Optional[ModelSource], optimizer_model: Optional[ModelSource]) -> None:
-        names = set(state.parameters)
-        trainable = {p.name for p in state.trainable()}
-        self.train = models.training_graph(models.load_model(*train, kind="training model"), names, trainable)
+        made = prepare(train, evaluation, optimizer_model, list(state.parameters),
+                       [p.name for p in state.trainable()], self.seed)
+        self.train = GraphNames(made.user_inputs, made.user_outputs, made.parameter_inputs, made.gradients,
+                                made.accumulated)
         if state.nominal:
-            state.adopt_shapes(models.declared_shapes(self.train.model, self.train.parameter_inputs))
-        self.spec: Optional[OptimizerSpec] = None
-        if optimizer_model is not None:
-            self.spec = models.optimizer_spec(models.load_model(*optimizer_model, kind="optimizer model"))
+            state.adopt_shapes(made.shapes_for_nominal_state())
+        self.spec: Optional[OptimizerSpec] = made.optimizer
+        if self.spec is not None:
             state.ensure_moments()
             state.learning_rate = state.initial_lr
-        self.eval: Optional[models.EvalGraph] = None
-        self.eval_source: Optional[ModelSource] = evaluation
+        self.eval: Optional[GraphNames] = None
+        self.eval_source: Optional[ModelSource] = evaluation  # read again to export, as 1.19.2 does
         if evaluation is not None:
-            self.eval = models.eval_graph(models.load_model(*evaluation, kind="eval model"), names)
+            self.eval = GraphNames(made.eval_user_inputs, made.eval_user_outputs, made.eval_parameter_inputs)
 
         # Every parameter either graph reads, lent once.
         self.parameter_values: Dict[str, Any] = {}
@@ -141,7 +152,7 @@ class EngineSession:
         self.scratch_values: List[Any] = []
         self.accumulate = False  # the first step overwrites, as after LazyResetGrad
 
-        train_session = self._session(env, options, self._runnable(self.train.model), _named("training", train))
+        train_session = self._session(env, options, made.training, _named("training", train))
         computed = [name for name in self.train.user_outputs if name not in self.train.accumulated]
         self.train_plan = Plan(
             train_session, self.train.user_inputs + self.train.parameter_inputs,
@@ -149,61 +160,60 @@ class EngineSession:
             len(self.train.user_inputs),
             [computed.index(name) if name in computed else None for name in self.train.user_outputs])
         self.first_gradient_slot = len(computed)
+        self.accumulated_outputs = [(i, self.train.accumulated[name]) for i, name in enumerate(self.train.user_outputs)
+                                    if name in self.train.accumulated]
         for i, name in enumerate(self.train.parameter_inputs):
             self.train_plan.inputs[len(self.train.user_inputs) + i] = self.parameter_values[name]
         self.eval_plan: Optional[Plan] = None
         if self.eval is not None:
-            eval_session = self._session(env, options, self._runnable(self.eval.model), _named("eval", self.eval_source or (None, None)))
+            assert made.evaluation is not None and evaluation is not None
+            eval_session = self._session(env, options, made.evaluation, _named("eval", evaluation))
             self.eval_plan = Plan(eval_session, self.eval.user_inputs + self.eval.parameter_inputs,
                                   self.eval.user_outputs, len(self.eval.user_inputs),
                                   list(range(len(self.eval.user_outputs))))
             for i, name in enumerate(self.eval.parameter_inputs):
                 self.eval_plan.inputs[len(self.eval.user_inputs) + i] = self.parameter_values[name]
         self.schedule: Optional[Tuple[int, int, float]] = None
-        self.optimizer_scratch: Optional[optimizer.Scratch] = None  # made on the first optimizer step
-
-    def _runnable(self, model: onnx.ModelProto) -> onnx.ModelProto:
-        lowered = lower(model)
-        if self.seed is not None:
-            models.seed_random_ops(lowered, self.seed)
-        return lowered
+        self._updates: List[optimizer.Update] = []  # made on the first optimizer step
 
     def _borrow(self, array: np.ndarray) -> Any:
         value = values.borrow(array)
         self._borrowed.append(value)
         return value
 
-    def _session(self, env: Any, options: Any, model: onnx.ModelProto, what: str) -> NativeSession:
+    def _session(self, env: Any, options: Any, model: bytes, what: str) -> NativeSession:
         session = NativeSession(env, options, model, what)
         self._sessions.append(session)
         return session
 
     # --- steps -------------------------------------------------------------------------------------------
     def train_step(self, run_options: Any, inputs: Any, n_in: int, outputs: Any, n_out: int) -> None:
-        self.state.require_values("run a training step")
+        if self.state.nominal:
+            self.state.require_values("run a training step")
         plan = self.train_plan
         reset = not self.accumulate
-        if reset:
-            targets = self.accumulator_values
-        else:
-            if self.scratch is None:
-                self.scratch = self.state.layout.allocate()
-                views = self.state.layout.views(self.scratch)
-                self.scratch_values = [self._borrow(views[p]) for p in self.gradient_params]
-            targets = self.scratch_values
-        first = self.first_gradient_slot
-        for j, value in enumerate(targets):
-            plan.outputs[first + j] = value
+        if reset != self._writes_accumulator:  # the gradient slots hold the other targets: point them here
+            if reset:
+                targets = self.accumulator_values
+            else:
+                if self.scratch is None:
+                    self.scratch = self.state.layout.allocate()
+                    views = self.state.layout.views(self.scratch)
+                    self.scratch_values = [self._borrow(views[p]) for p in self.gradient_params]
+                targets = self.scratch_values
+            first = self.first_gradient_slot
+            plan.outputs[first:first + len(targets)] = targets
+            self._writes_accumulator = reset
         plan.run(run_options, inputs, n_in, outputs, n_out, "training")
         if not reset:
             assert self.scratch is not None
             for dtype, buffer in self.gradients.items():
                 np.add(buffer, self.scratch[dtype], out=buffer)
         self.accumulate = True
-        for i, name in enumerate(self.train.user_outputs):
-            parameter = self.train.accumulated.get(name)
-            if parameter is not None:
-                outputs[i] = values.copy_out(self.gradient_views[parameter], outputs[i])
+        for i, parameter in self.accumulated_outputs:
+            outputs[i] = values.copy_out(self.gradient_views[parameter], outputs[i])
+
+    _writes_accumulator: Optional[bool] = None  # which targets the gradient slots hold: set on the first step
 
     def eval_step(self, run_options: Any, inputs: Any, n_in: int, outputs: Any, n_out: int) -> None:
         if self.eval_plan is None:
@@ -220,21 +230,29 @@ class EngineSession:
             raise ValueError("No optimizer session initialized.")
         state = self.state
         state.require_values("run an optimizer step")
-        moments = state.ensure_moments()
         if spec.max_norm is not None:
             optimizer.clip_by_total_norm(self.gradients, spec.max_norm)
-        if self.optimizer_scratch is None:
-            self.optimizer_scratch = optimizer.Scratch()
-        scratch = self.optimizer_scratch
+        if self._update_generation != state.generation:
+            self._set_up_updates(spec)
+        rate, step = state.learning_rate, state.step + 1
+        for update in self._updates:
+            update(rate, step)
+        state.step = step
+
+    _update_generation = -1
+
+    def _set_up_updates(self, spec: OptimizerSpec) -> None:
+        """The per-type updates over the state's buffers as they are now (made again if they are made anew)."""
+        state = self.state
+        state.ensure_moments()
+        updates = []
         for dtype, params in state.flat.items():
             if dtype != np.float32:
                 raise TypeError(f"the optimizer updates float32 parameters only; this state has {dtype} ones")
-            if spec.kind == "AdamW":
-                optimizer.adamw(spec, state.learning_rate, state.step + 1, params, self.gradients[dtype],
-                                moments["momentum0"][dtype], moments["momentum1"][dtype], scratch)
-            else:
-                optimizer.sgd(state.learning_rate, params, self.gradients[dtype], scratch)
-        state.step += 1
+            updates.append(optimizer.Update(spec, params, self.gradients[dtype],
+                                            state.moment_pairs[dtype] if spec.kind == "AdamW" else None))
+        self._updates = updates
+        self._update_generation = state.generation
 
     # --- learning rate --------------------------------------------------------------------------------------
     def set_learning_rate(self, rate: float) -> None:
@@ -307,11 +325,14 @@ class EngineSession:
 
     # --- export ----------------------------------------------------------------------------------------------
     def export(self, path: str, outputs: Sequence[str]) -> None:
-        if self.eval is None:
+        if self.eval is None or self.eval_source is None:
             raise ValueError("Eval model was not provided. Cannot export a model for inferencing.")
         self.state.require_values("export a model for inference")
-        # The eval model as the artifacts hold it (not lowered: an inference model keeps standard operators).
-        model = models.inference_model(self.eval.model, outputs,
+        from ort_cffi._backends.engine import models
+
+        # The eval model as the artifacts hold it (not lowered: an inference model keeps standard operators),
+        # read again from its file as the training build does (or from the bytes the session was given).
+        model = models.inference_model(models.load_model(*self.eval_source, kind="eval model"), outputs,
                                        {p.name: p.data for p in self.state.parameters.values()})
         models.save_model(model, path)
 

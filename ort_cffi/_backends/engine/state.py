@@ -73,11 +73,12 @@ class EngineState:
         self.learning_rate = DEFAULT_LEARNING_RATE
         self.step = 0
         self.moments: Optional[Dict[str, Dict[np.dtype, np.ndarray]]] = None
+        self.moment_pairs: Dict[np.dtype, np.ndarray] = {}
         group = checkpoint.optimizer_groups.get(GROUP) or next(iter(checkpoint.optimizer_groups.values()), None)
         if group is not None:
             self.initial_lr = self.learning_rate = float(np.float32(group.learning_rate))
             self.step = int(group.step)
-            self.moments = {moment: self.layout.allocate() for moment in MOMENTS}
+            self.moments = self._allocate_moments()
             for moment in MOMENTS:
                 moment_views = self.layout.views(self.moments[moment])
                 for name, per_parameter in group.moments.items():
@@ -85,7 +86,11 @@ class EngineState:
                         moment_views[name][...] = per_parameter[moment]
         self.live_sessions = 0  # parameters can be read and updated only while a session lives (as on 1.19.2)
 
+    # counts the times the flat buffers were made anew: what holds views of them (an optimizer's set-up) compares
+    generation = 0
+
     def _lay_out(self, trainable: Dict[str, np.ndarray], frozen: Dict[str, np.ndarray], copy: bool) -> None:
+        self.generation += 1
         self.layout = FlatLayout(trainable)
         self.flat = self.layout.allocate()
         views = self.layout.views(self.flat)
@@ -109,7 +114,7 @@ class EngineState:
                   for p in self.parameters.values() if not p.requires_grad}
         self._lay_out(trainable, frozen, copy=False)
         if self.moments is not None:
-            self.moments = {moment: self.layout.allocate() for moment in MOMENTS}
+            self.moments = self._allocate_moments()
 
     def require_values(self, doing: str) -> None:
         if self.nominal:
@@ -122,8 +127,16 @@ class EngineState:
 
     def ensure_moments(self) -> Dict[str, Dict[np.dtype, np.ndarray]]:
         if self.moments is None:
-            self.moments = {moment: self.layout.allocate() for moment in MOMENTS}
+            self.moments = self._allocate_moments()
         return self.moments
+
+    def _allocate_moments(self) -> Dict[str, Dict[np.dtype, np.ndarray]]:
+        """Both moments of a type in one [2, size] buffer (``moment_pairs``), each moment a row of it: the
+        optimizer updates the two with one vectorised operation where their arithmetic is alike."""
+        self.moment_pairs = {dtype: np.zeros((len(MOMENTS), size), dtype) for dtype, size in self.layout.sizes.items()}
+        self.generation += 1
+        return {moment: {dtype: pair[row] for dtype, pair in self.moment_pairs.items()}
+                for row, moment in enumerate(MOMENTS)}
 
     def checkpoint(self, include_optimizer: bool) -> Checkpoint:
         """The state as the codec writes it (views, not copies)."""

@@ -1,0 +1,352 @@
+"""The artifacts' models made ready for the engine, without onnx in the training process where that can be had.
+
+Making a session on the engine means reading the training, eval and optimizer models, classifying their inputs
+and outputs and lowering the training operators (``models``, ``lowering``): work done with the ``onnx`` package
+and its shape inference. Importing onnx and lowering in the training process cost 15-37 MiB of resident memory
+that stayed for the process's life (docs/internals/runtime.md, the engine), where the training build reads the
+same files in C++. So the result of that work, a ``Prepared`` (the lowered models as bytes and the names the
+session needs), is:
+
+- **read from a cache** keyed by the models' contents (a SHA-256 of each file, and of every external data file
+  they name), the parameters' names, the seed, and a version of the preparing code: the SHA-256 of this
+  module's, ``models``' and every ``lowering`` module's source and onnx's version. A changed lowering or a
+  changed file is a new key: nothing stale is reused. Errors are never cached: an operator with no lowering is
+  refused by name at every session creation, before anything runs.
+- **made in a short-lived child process** on a miss when this process has not imported onnx (the child imports
+  it, lowers, answers and exits, so its memory goes with it), and here when onnx is already imported (its cost
+  is paid) or a child cannot be started (an embedded interpreter): the answer is the same.
+
+``$ORT_CFFI_ENGINE_PREPARE`` (``auto``, ``child``, ``here``) overrides where the work is done; ``$ORT_CFFI_ENGINE_CACHE=0``
+turns the cache off; the cache lies in ort_cffi's cache folder (``$ORT_CFFI_CACHE_DIR``) under ``engine/``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ort_cffi._backends.engine.optimizer import OptimizerSpec
+
+ModelSource = Tuple[Optional[str], Optional[bytes]]
+PREPARE_ENV = "ORT_CFFI_ENGINE_PREPARE"
+CACHE_SWITCH_ENV = "ORT_CFFI_ENGINE_CACHE"
+MAGIC = b"ort_cffi engine prepared 1\n"
+KEEP_ENTRIES = 256  # the cache keeps the most recently used entries
+
+
+@dataclass
+class Prepared:
+    """What a session is made of: the runnable (lowered, seeded) models and the names the engine classifies."""
+
+    training: bytes
+    user_inputs: List[str]
+    user_outputs: List[str]
+    parameter_inputs: List[str]
+    gradients: Dict[str, str]  # trainable parameter -> its gradient output
+    accumulated: Dict[str, str]  # an accumulator's accumulated-buffer output -> its parameter
+    declared_shapes: Dict[str, Optional[List[int]]]  # parameter input -> its fixed declared shape, or None
+    optimizer: Optional[OptimizerSpec] = None
+    evaluation: Optional[bytes] = None
+    eval_user_inputs: List[str] = field(default_factory=list)
+    eval_user_outputs: List[str] = field(default_factory=list)
+    eval_parameter_inputs: List[str] = field(default_factory=list)
+    external: Dict[str, str] = field(default_factory=dict)  # external data file read -> its SHA-256
+
+    def shapes_for_nominal_state(self) -> Dict[str, Tuple[int, ...]]:
+        """The shapes a nominal checkpoint's parameters take; a symbolic or missing size is refused by name."""
+        found = {}
+        for name in self.parameter_inputs:
+            shape = self.declared_shapes.get(name)
+            if shape is None:
+                raise ValueError(f"the training model declares no fixed shape for the parameter {name!r}, which a "
+                                 "nominal checkpoint needs to know its size")
+            found[name] = tuple(shape)
+        return found
+
+
+# --- the work itself (needs onnx) ------------------------------------------------------------------------------
+def prepare_here(train: ModelSource, evaluation: Optional[ModelSource], optimizer_model: Optional[ModelSource],
+                 parameters: Sequence[str], trainable: Sequence[str], seed: Optional[int]) -> Prepared:
+    """Read, classify and lower the models in this process."""
+    from ort_cffi._backends.engine import models
+    from ort_cffi._backends.engine.lowering import lower_training_ops
+
+    external: Dict[str, str] = {}
+
+    def load(source: ModelSource, kind: str) -> Any:
+        model = models.load_model(*source, kind=kind)
+        if source[0] is not None:
+            for name in models.external_files(source[0]):
+                external[name] = _file_digest(name)
+        return model
+
+    def runnable(model: Any) -> bytes:
+        lowered = lower_training_ops(model)
+        if seed is not None:
+            models.seed_random_ops(lowered, seed)
+        return bytes(lowered.SerializeToString())
+
+    graph = models.training_graph(load(train, "training model"), set(parameters), set(trainable))
+    prepared = Prepared(b"", graph.user_inputs, graph.user_outputs, graph.parameter_inputs, graph.gradients,
+                        graph.accumulated, models.fixed_shapes(graph.model, graph.parameter_inputs))
+    if optimizer_model is not None:
+        prepared.optimizer = models.optimizer_spec(load(optimizer_model, "optimizer model"))
+    evaluated = None
+    if evaluation is not None:
+        evaluated = models.eval_graph(load(evaluation, "eval model"), set(parameters))
+        prepared.eval_user_inputs = evaluated.user_inputs
+        prepared.eval_user_outputs = evaluated.user_outputs
+        prepared.eval_parameter_inputs = evaluated.parameter_inputs
+    prepared.training = runnable(graph.model)
+    del graph
+    if evaluated is not None:
+        prepared.evaluation = runnable(evaluated.model)
+    prepared.external = external
+    return prepared
+
+
+# --- the entry point ------------------------------------------------------------------------------------------
+def prepare(train: ModelSource, evaluation: Optional[ModelSource], optimizer_model: Optional[ModelSource],
+            parameters: Sequence[str], trainable: Sequence[str], seed: Optional[int]) -> Prepared:
+    """A ``Prepared`` for these models: from the cache, else made (in a child or here) and cached."""
+    request = {"parameters": sorted(parameters), "trainable": sorted(trainable), "seed": seed}
+    folder = _cache_folder()
+    key = None
+    if folder is not None:
+        version = code_version()
+        if version is not None:
+            key = _key(version, request, [train, evaluation, optimizer_model])
+            found = _read_entry(folder / key)
+            if found is not None:
+                return found
+    sources = {"train": train, "evaluation": evaluation, "optimizer": optimizer_model}
+    where = os.environ.get(PREPARE_ENV, "auto").strip().lower() or "auto"
+    if where not in ("auto", "child", "here"):
+        raise ValueError(f"${PREPARE_ENV} is {where!r}: auto, child or here")
+    made = None
+    if where == "child" or (where == "auto" and "onnx" not in sys.modules):
+        made = _prepare_in_child(sources, request)
+    if made is None:
+        made = prepare_here(train, evaluation, optimizer_model, parameters, trainable, seed)
+    if folder is not None and key is not None:
+        _write_entry(folder, key, made)
+    return made
+
+
+# --- the child ------------------------------------------------------------------------------------------------
+def _prepare_in_child(sources: Dict[str, Optional[ModelSource]], request: Dict[str, Any]) -> Optional[Prepared]:
+    """The work done by a fresh interpreter; None where none could be started or it answered nothing (the caller
+    then does it here). A refusal (an operator with no lowering, a damaged file) is raised here as it was there."""
+    if not sys.executable or not Path(sys.executable).exists():
+        return None
+    header = dict(request, sources={k: (v[0] if v else None) for k, v in sources.items()},
+                  given=[k for k, v in sources.items() if v is not None])
+    blobs = {k: v[1] for k, v in sources.items() if v is not None and v[1] is not None}
+    package_root = str(Path(__file__).resolve().parents[3])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
+    import subprocess  # here: a process whose models are cached never needs it
+
+    try:
+        done = subprocess.run([sys.executable, "-c", "from ort_cffi._backends.engine.prepared import child_main; "
+                               "child_main()"], input=_encode(header, blobs), capture_output=True, env=env)
+    except OSError:
+        return None
+    if done.returncode != 0 or not done.stdout.startswith(MAGIC):
+        return None
+    answer, answer_blobs = _decode(done.stdout)
+    if "error" in answer:
+        raise _error(answer["error"])
+    return _from_header(answer, answer_blobs)
+
+
+def child_main() -> None:
+    """The child's side: a request on stdin, a ``Prepared`` or the error that refused it on stdout."""
+    header, blobs = _decode(sys.stdin.buffer.read())
+    sources: Dict[str, Optional[ModelSource]] = {
+        kind: ((header["sources"][kind], blobs.get(kind)) if kind in header["given"] else None)
+        for kind in ("train", "evaluation", "optimizer")}
+    train = sources["train"]
+    assert train is not None
+    try:
+        made = prepare_here(train, sources["evaluation"], sources["optimizer"], header["parameters"],
+                            header["trainable"], header["seed"])
+    except (ValueError, TypeError, KeyError, IndexError, FileNotFoundError, NotImplementedError,
+            RuntimeError) as error:
+        from ort_cffi._backends.engine.lowering import UnsupportedTrainingOpError
+
+        described: Dict[str, Any] = {"kind": type(error).__name__,
+                                     "message": str(error.args[0]) if error.args else str(error)}
+        if isinstance(error, UnsupportedTrainingOpError):
+            described["kind"], described["ops"] = "UnsupportedTrainingOpError", list(error.ops)
+        sys.stdout.buffer.write(_encode({"error": described}, {}))
+        return
+    sys.stdout.buffer.write(_encode(*_to_header(made)))
+
+
+_ERRORS = {"ValueError": ValueError, "TypeError": TypeError, "KeyError": KeyError, "IndexError": IndexError,
+           "FileNotFoundError": FileNotFoundError, "NotImplementedError": NotImplementedError}
+
+
+def _error(described: Dict[str, Any]) -> Exception:
+    """The child's refusal, raised here: the same type (a refused operator is a ``ValueError``, as
+    ``UnsupportedTrainingOpError`` is one, which this process cannot import without onnx) and the same words."""
+    return _ERRORS.get(described["kind"], ValueError if described["kind"] == "UnsupportedTrainingOpError"
+                       else RuntimeError)(described["message"])
+
+
+# --- the encoding (child answers and cache entries): a JSON header, then raw bytes ---------------------------
+def _encode(header: Dict[str, Any], blobs: Dict[str, bytes]) -> bytes:
+    offsets, offset = {}, 0
+    for name, blob in blobs.items():
+        offsets[name] = [offset, len(blob)]
+        offset += len(blob)
+    text = json.dumps(dict(header, blobs=offsets)).encode()
+    return b"".join([MAGIC, struct.pack("<Q", len(text)), text, *blobs.values()])
+
+
+def _decode(data: bytes) -> Tuple[Dict[str, Any], Dict[str, bytes]]:
+    if not data.startswith(MAGIC):
+        raise ValueError("not an answer of ort_cffi's engine")
+    start = len(MAGIC) + 8
+    (size,) = struct.unpack("<Q", data[len(MAGIC):start])
+    header = json.loads(data[start:start + size])
+    body = start + size
+    blobs = {}
+    for name, (offset, length) in header.pop("blobs").items():
+        blob = data[body + offset:body + offset + length]
+        if len(blob) != length:
+            raise ValueError("a cut-short answer")
+        blobs[name] = blob
+    return header, blobs
+
+
+def _to_header(made: Prepared) -> Tuple[Dict[str, Any], Dict[str, bytes]]:
+    header = asdict(made)
+    blobs = {"training": header.pop("training")}
+    evaluation = header.pop("evaluation")
+    if evaluation is not None:
+        blobs["evaluation"] = evaluation
+    return header, blobs
+
+
+def _from_header(header: Dict[str, Any], blobs: Dict[str, bytes]) -> Prepared:
+    header = dict(header)
+    spec = header.pop("optimizer")
+    return Prepared(training=blobs["training"], evaluation=blobs.get("evaluation"),
+                    optimizer=OptimizerSpec(**spec) if spec is not None else None, **header)
+
+
+# --- the cache ------------------------------------------------------------------------------------------------
+ENGINE_FILES = ("prepared.py", "models.py", "optimizer.py")
+
+
+def source_files() -> List[Path]:
+    """The source of the code that prepares: this module, ``models``, ``optimizer`` (the spec it reads) and
+    every ``lowering`` module."""
+    here = Path(__file__).resolve().parent
+    return [here / name for name in ENGINE_FILES] + sorted((here / "lowering").rglob("*.py"))
+
+
+@lru_cache(maxsize=1)
+def code_version() -> Optional[str]:
+    """SHA-256 of ``source_files()`` and onnx's version; None where a source file cannot be read (no caching
+    then)."""
+    digest = hashlib.sha256()
+    try:
+        digest.update(_onnx_version())
+        for path in source_files():
+            digest.update(str(path.relative_to(path.parents[1])).encode() + b"\0" + path.read_bytes() + b"\0")
+    except Exception:  # a frozen or zipped install, onnx missing: prepare every time
+        return None
+    return digest.hexdigest()
+
+
+def _onnx_version() -> bytes:
+    """onnx's version without importing it (or importlib.metadata, which costs 1 MiB): its ``version.py``,
+    which onnx's build writes; its distribution's metadata where that file is missing."""
+    from importlib.util import find_spec
+
+    spec = find_spec("onnx")
+    if spec is None or not spec.origin:
+        raise ImportError("onnx is not installed")
+    written = Path(spec.origin).with_name("version.py")
+    if written.is_file():
+        return written.read_bytes()
+    from importlib.metadata import version
+
+    return f"onnx {version('onnx')}".encode()
+
+
+def _cache_folder() -> Optional[Path]:
+    if os.environ.get(CACHE_SWITCH_ENV, "1").strip() == "0":
+        return None
+    from ort_cffi._native.store import cache_dir
+
+    return cache_dir() / "engine"
+
+
+def _file_digest(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _key(version: str, request: Dict[str, Any], sources: Sequence[Optional[ModelSource]]) -> str:
+    digest = hashlib.sha256(version.encode() + json.dumps(request, sort_keys=True).encode())
+    for source in sources:
+        if source is None:
+            digest.update(b"-")
+        elif source[1] is not None:
+            digest.update(b"bytes" + hashlib.sha256(source[1]).digest())
+        else:
+            assert source[0] is not None
+            # the folder too: a model's external data is named relative to it (the entry checks their contents)
+            digest.update(b"file" + _file_digest(source[0]).encode() + str(Path(source[0]).resolve().parent).encode())
+    return digest.hexdigest()
+
+
+def _read_entry(path: Path) -> Optional[Prepared]:
+    """The cached ``Prepared``; None if there is none, it cannot be read, or an external data file it was made
+    from has changed since."""
+    try:
+        data = path.read_bytes()
+        header, blobs = _decode(data)
+        made = _from_header(header, blobs)
+        for name, digest in made.external.items():
+            if _file_digest(name) != digest:
+                return None
+        os.utime(path)  # most recently used
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return made
+
+
+def _write_entry(folder: Path, key: str, made: Prepared) -> None:
+    """Write the entry whole or not at all (a temporary file renamed), then drop the least recently used ones
+    past ``KEEP_ENTRIES``; a cache that cannot be written is no error."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=folder, prefix=".writing-")
+        try:
+            with os.fdopen(handle, "wb") as f:
+                f.write(_encode(*_to_header(made)))
+            os.replace(temporary, folder / key)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+        entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
+        if len(entries) > KEEP_ENTRIES:
+            entries.sort(key=lambda p: p.stat().st_mtime)
+            for old in entries[:len(entries) - KEEP_ENTRIES]:
+                old.unlink(missing_ok=True)
+    except OSError:
+        pass
