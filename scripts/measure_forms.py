@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -52,6 +52,8 @@ class Case:
     feeds: Feeds
     measures: Tuple[str, ...]
     outputs: List[str] = field(default_factory=list)
+    batch: Optional[int] = None  # the batch size, where the form's gain depends on it
+    batch_of: Optional[Tuple[int, int]] = None  # where the batch is: (input of the measured node, axis)
 
 
 def _model(name: str, nodes: List[onnx.NodeProto], feeds: Feeds, outputs: Sequence[str],
@@ -86,7 +88,8 @@ def recurrent(op: str, steps: int, batch: int, inputs: int, hidden: int) -> Case
                                   domain=MICROSOFT, **attrs)]
     outputs = ["Y", "dX", "dW", "dR", "dB"]
     return Case(f"{op} T {steps}, batch {batch}, input {inputs}, hidden {hidden}",
-                _model(op, nodes, feeds, outputs), feeds, (f"{op}Training", f"{op}Grad"), outputs)
+                _model(op, nodes, feeds, outputs), feeds, (f"{op}Training", f"{op}Grad"), outputs, batch=batch,
+                batch_of=(0, 1))  # X [T, batch, input], the first input of both operators
 
 
 def gather_grad(rows: int, width: int, indices_shape: Tuple[int, ...], extra: Tuple[int, ...] = ()) -> Case:
@@ -160,8 +163,12 @@ def layer_norm_grad(rows: int, width: int) -> Case:
 CASES: List[Callable[[], Case]] = [
     lambda: recurrent("LSTM", 50, 32, 64, 128),
     lambda: recurrent("LSTM", 20, 16, 32, 48),
+    lambda: recurrent("LSTM", 20, 1, 32, 48),
+    lambda: recurrent("LSTM", 20, 4, 32, 48),
     lambda: recurrent("GRU", 50, 32, 64, 128),
     lambda: recurrent("GRU", 20, 16, 32, 48),
+    lambda: recurrent("GRU", 20, 1, 32, 48),
+    lambda: recurrent("GRU", 20, 4, 32, 48),
     lambda: gather_grad(1000, 128, (16, 64)),
     lambda: gather_grad(2000, 128, (8, 64)),
     lambda: gather_grad(3, 128, (), (64, 16)),
@@ -221,6 +228,23 @@ def measure(case: Case, op: str, rounds: int, repeats: int, threads: int) -> Dic
             "ratio": round(statistics.median(s / k for k, s in pairs), 3)}
 
 
+def choose(cases: List[Dict[str, Any]], margin: float, batch_of: Optional[Tuple[int, int]]) -> Dict[str, Any]:
+    """The form of one operator from its cases: standard where every case's ratio is at most ``margin``. Where
+    the cases give batch sizes, the standard form from the smallest measured batch from which every case of
+    that batch or larger is that much faster (``from_batch``; below it, and at a batch not known when the model
+    is built, the builder's choice is said in ort_cffi/artifacts/builder/standard_forms.py)."""
+    worst = max(float(c["ratio"]) for c in cases)
+    if worst <= margin:
+        return {"form": "standard", "worst_ratio": worst}
+    if batch_of is not None and all("batch" in c for c in cases):
+        for smallest in sorted({int(c["batch"]) for c in cases}):
+            above = max(float(c["ratio"]) for c in cases if int(c["batch"]) >= smallest)
+            if above <= margin:
+                return {"form": "standard", "worst_ratio": above, "from_batch": smallest,
+                        "batch_of": {"input": batch_of[0], "axis": batch_of[1]}}
+    return {"form": "kernel", "worst_ratio": worst}
+
+
 def machine() -> str:
     model = platform.processor() or platform.machine()
     try:
@@ -247,14 +271,18 @@ def main() -> None:
     load_before = os.getloadavg()
     print(f"ONNX Runtime {ort.__version__}; {args.threads} thread(s); median of {args.rounds} rounds of "
           f"{args.repeats} runs; load average {load_before}", flush=True)
-    found: Dict[str, List[Dict[str, object]]] = {}
+    found: Dict[str, List[Dict[str, Any]]] = {}
+    batch_of: Dict[str, Tuple[int, int]] = {}
     for make in CASES:
         case = make()
         for op in case.measures:
             if args.ops and op not in args.ops:
                 continue
             result = measure(case, op, args.rounds, args.repeats, args.threads)
-            found.setdefault(op, []).append(dict(case=case.label, **result))
+            found.setdefault(op, []).append(dict(case=case.label, **result,
+                                                 **({} if case.batch is None else {"batch": case.batch})))
+            if case.batch_of is not None:
+                batch_of[op] = case.batch_of
             print(f"  {op:<18} {case.label:<55} kernel {result['kernel_ms']:8.3f} ms  standard "
                   f"{result['standard_ms']:8.3f} ms  {result['ratio']:.2f}x", flush=True)
     table = json.loads(TABLE.read_text()) if TABLE.is_file() else {}
@@ -263,9 +291,8 @@ def main() -> None:
                 "threads": args.threads, "rounds": args.rounds, "repeats": args.repeats, "margin": args.margin,
                 "load_average": [round(v, 2) for v in load_before + os.getloadavg()]}
     for op, cases in found.items():
-        worst = max(float(c["ratio"]) for c in cases)  # type: ignore[arg-type]
-        forms[op] = {"form": "standard" if worst <= args.margin else "kernel", "worst_ratio": worst,
-                     "cases": cases, "measured": measured}
+        forms[op] = choose(cases, args.margin, batch_of.get(op))
+        forms[op].update(cases=cases, measured=measured)
     table = {
         "about": "Per ONNX Runtime training operator, the form ort_cffi's builder writes into training models: "
                  "'standard' (the engine's lowering, in standard ONNX operators) where every measured case ran "

@@ -128,9 +128,10 @@ class Comparison:
         return abs(self.analytic - self.numeric) <= atol + rtol * max(abs(self.analytic), abs(self.numeric))
 
 
-def check(c: Case, directions: int = 3, seed: int = 0) -> List[Comparison]:
+def check(c: Case, directions: int = 3, seed: int = 0, standard_forms: bool = False) -> List[Comparison]:
     """The directional derivatives of the case's loss along random directions in each parameter: from
-    ort_cffi's gradient graph (analytic) and from central differences of the forward model (numeric)."""
+    ort_cffi's gradient graph (analytic) and from central differences of the forward model (numeric).
+    ``standard_forms``: the gradient graph with the builder's chosen standard forms (build_models')."""
     from ort_cffi.artifacts.builder.checkpoint import write_checkpoint
     from ort_cffi.artifacts.builder.training_model import GRADIENT_PROBE_PREFIX, build_models
 
@@ -138,7 +139,8 @@ def check(c: Case, directions: int = 3, seed: int = 0) -> List[Comparison]:
     shapes = output_shapes(c)
     weights = {o: rng.uniform(-1, 1, shape).astype(dtype) for o, (shape, dtype) in shapes.items()}
     forward = forward_model(c, weights)
-    built = build_models(forward, list(c.params), [], None, None, None, expose_gradients=True)
+    built = build_models(forward, list(c.params), [], None, None, None, expose_gradients=True,
+                         standard_forms=standard_forms)
     env = OrtEnvironment.getEnvironment()
     feeds = {**c.data, **c.params}
     with tempfile.TemporaryDirectory() as folder:  # one train step of the training session gives the gradients

@@ -11,7 +11,12 @@ Which operators get the standard form is a table, ``ort_cffi/data/standard_forms
 form (``standard`` or ``kernel``) with the measurement that chose it (each case's size, the ratio of the
 standard form's time to the kernel's, the date, the machine, the runtime). ``scripts/measure_forms.py``
 measures both forms of each operator on the training build and rewrites it; an operator the table does not
-name keeps its kernel. The forms are the engine's own rules (``ort_cffi._facade.standard_forms``): one
+name keeps its kernel. Where the gain depends on the batch size (the recurrent gradients: at batch 1 the
+standard form's per-step operators cost as much as the kernel's work), the entry says from which batch
+(``from_batch``) and where the batch is (``batch_of``: the node's input and axis); a node whose batch is
+smaller keeps the kernel, and one whose batch is not known when the model is built (a symbolic batch axis)
+gets the standard form: training batches that small are rare, and the loss there is a few per cent, where
+the gain at training batches is 2 to 5 times. The forms are the engine's own rules (``ort_cffi._facade.standard_forms``): one
 implementation of each, covered by the engine's finite-difference and kernel-agreement tests.
 
 The forms change the arithmetic's order, not what is computed: losses stay within 1e-5 relative of ONNX
@@ -24,7 +29,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Dict, FrozenSet, List, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 import onnx
 
@@ -54,12 +59,37 @@ def table() -> Dict[str, Any]:
             raise StandardFormsTableError(f"{TABLE}: {op!r} has no form 'standard' or 'kernel': {entry!r}")
         if entry["form"] == STANDARD and op not in lowerable:
             raise StandardFormsTableError(f"{TABLE}: {op!r} is given the standard form, and no rule writes it")
+        if entry.get("from_batch") is not None and not isinstance(entry.get("batch_of"), dict):
+            raise StandardFormsTableError(f"{TABLE}: {op!r} gives from_batch and not where the batch is (batch_of)")
     return found
 
 
 def chosen_op_types() -> FrozenSet[str]:
     """The training operators the builder writes in their standard form."""
     return frozenset(op for op, entry in table()["forms"].items() if entry["form"] == STANDARD)
+
+
+def _dims(model: onnx.ModelProto) -> Dict[str, List[Optional[int]]]:
+    """The declared dimensions of the main graph's values (None where a dimension is symbolic or unknown)."""
+    graph = model.graph
+    found: Dict[str, List[Optional[int]]] = {t.name: [int(d) for d in t.dims] for t in graph.initializer}
+    for value in list(graph.input) + list(graph.value_info) + list(graph.output):
+        tensor = value.type.tensor_type
+        if value.type.HasField("tensor_type") and tensor.HasField("shape"):
+            found[value.name] = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+    return found
+
+
+def _batch_allows(entry: Dict[str, Any], node: onnx.NodeProto, dims: Dict[str, List[Optional[int]]]) -> bool:
+    """Whether ``node``'s batch lets the entry's standard form in: from ``from_batch`` on, or not known."""
+    smallest = entry.get("from_batch")
+    if smallest is None:
+        return True
+    where = entry["batch_of"]
+    name = node.input[where["input"]] if where["input"] < len(node.input) else ""
+    shape = dims.get(name)
+    batch = shape[where["axis"]] if shape is not None and where["axis"] < len(shape) else None
+    return batch is None or batch >= int(smallest)
 
 
 def _count(model: onnx.ModelProto, op_types: FrozenSet[str]) -> Dict[str, int]:
@@ -86,7 +116,9 @@ def apply_standard_forms(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, Dict[
     present = _count(model, chosen)
     if not present:
         return model, {}, []
-    lowered, kept = lower_chosen_ops(model, frozenset(present))
+    forms, dims = table()["forms"], _dims(model)
+    lowered, kept = lower_chosen_ops(model, frozenset(present),
+                                     lambda node: _batch_allows(forms[node.op_type], node, dims))
     left = _count(lowered, frozenset(present))
     written = {op: n - left.get(op, 0) for op, n in present.items() if n - left.get(op, 0)}
     return lowered, written, kept

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import AbstractSet, Dict, Iterator, List, Optional, Set, Tuple
+from typing import AbstractSet, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import onnx
 from onnx import helper
@@ -122,10 +122,13 @@ def _known(model: onnx.ModelProto) -> Tuple[Dict[str, onnx.TypeProto], Dict[str,
     return types, data
 
 
+NodeFilter = Callable[[onnx.NodeProto], bool]
+
+
 class _Lowering:
-    def __init__(self, model: onnx.ModelProto, only: Optional[AbstractSet[str]] = None):
+    def __init__(self, model: onnx.ModelProto, only: Optional[NodeFilter] = None):
         self.opset = default_opset(model)
-        self.only = only  # the operator types to lower (None: every training operator)
+        self.only = only  # which training operators' nodes to lower (None: every one)
         self.taken: Set[str] = set()
         _names(model.graph, self.taken)
         self.types, self.data = _known(model)
@@ -141,7 +144,7 @@ class _Lowering:
         for node in graph.node:
             for sub in _subgraphs(node):
                 self.graph(sub)
-            if not needs_lowering(node, self.opset) or (self.only is not None and node.op_type not in self.only):
+            if not needs_lowering(node, self.opset) or (self.only is not None and not self.only(node)):
                 if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1 \
                         and node.attribute[0].name == "value":
                     self.data[node.output[0]] = node.attribute[0].t
@@ -189,7 +192,7 @@ def _can_raise(model: onnx.ModelProto, opset: int, target: int) -> bool:
 
 
 def _lowered(model: onnx.ModelProto,
-             only: Optional[AbstractSet[str]] = None) -> Tuple[onnx.ModelProto, List[Tuple[str, LoweringError]]]:
+             only: Optional[NodeFilter] = None) -> Tuple[onnx.ModelProto, List[Tuple[str, LoweringError]]]:
     lowered = onnx.ModelProto()
     lowered.CopyFrom(model)
     lowering = _Lowering(lowered, only)
@@ -227,13 +230,19 @@ def lowered_op_types() -> List[str]:
     return sorted(RULES)
 
 
-def lower_chosen_ops(model: onnx.ModelProto, op_types: AbstractSet[str]) -> Tuple[onnx.ModelProto, List[str]]:
-    """A new model in which the nodes of ``model`` whose operator type is in ``op_types`` (subgraphs included)
-    are written in standard operators, each by the rule the engine lowers it with; every other node stays as
-    it is, to run on the training build's kernels. ``model`` is not changed. A node its rule refuses stays as
-    it is too (where a newer opset is all it lacks, the import is raised if that is safe, as
-    ``lower_training_ops`` does). Returns the new model and the operator types left as they were, sorted."""
-    chosen = frozenset(op for op in op_types if op in RULES)
+def lower_chosen_ops(model: onnx.ModelProto, op_types: AbstractSet[str],
+                     where: Optional[NodeFilter] = None) -> Tuple[onnx.ModelProto, List[str]]:
+    """A new model in which the nodes of ``model`` whose operator type is in ``op_types`` (subgraphs included),
+    and for which ``where(node)`` holds where it is given, are written in standard operators, each by the rule
+    the engine lowers it with; every other node stays as it is, to run on the training build's kernels.
+    ``model`` is not changed. A node its rule refuses stays as it is too (where a newer opset is all it lacks,
+    the import is raised if that is safe, as ``lower_training_ops`` does). Returns the new model and the
+    operator types left as they were, sorted."""
+    types = frozenset(op for op in op_types if op in RULES)
+
+    def chosen(node: onnx.NodeProto) -> bool:
+        return node.op_type in types and (where is None or where(node))
+
     lowered, refused = _lowered(model, chosen)
     needed = [error.needs_opset for _, error in refused]
     opset = default_opset(model)
