@@ -52,6 +52,11 @@ CASES = {
     "2d_depthwise_stride": ((2, 4, 9, 9), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
     "1d_depthwise": ((2, 5, 11), (5, 1, 5), {"group": 5, "pads": [2, 1]}),
     "3d_groups_dilation": ((1, 4, 6, 7, 6), (4, 2, 2, 2, 3), {"group": 2, "dilations": [2, 1, 1], "pads": [0, 1, 1, 1, 0, 1]}),
+    # the patches from X's phases (one stride along both axes): with dilation, uneven pads, sizes that are
+    # not a multiple of the stride, a kernel larger than the stride
+    "2d_stride_dilation": ((2, 3, 13, 11), (4, 3, 3, 2), {"strides": [2, 2], "dilations": [2, 1], "pads": [1, 2, 0, 1]}),
+    "2d_stride3_kernel4": ((2, 5, 14, 10), (6, 5, 4, 4), {"strides": [3, 3], "pads": [1, 0, 2, 1]}),
+    "2d_groups_stride_dilation": ((2, 6, 12, 12), (4, 3, 3, 3), {"group": 2, "strides": [2, 2], "dilations": [2, 2]}),
 }
 
 
@@ -68,9 +73,9 @@ def explicit_pads(x_shape, w_shape, attributes):
     return dict({k: v for k, v in attributes.items() if k != "auto_pad"}, pads=begin + end)
 
 
-@pytest.fixture(params=["patches", "conv"])
+@pytest.fixture(params=["patches", "columns", "conv"])
 def weight_form(request, monkeypatch):
-    """Each of dW's two forms (the lowering picks the faster for the shapes: both must be right everywhere)."""
+    """Each of dW's three forms (the lowering picks the fastest for the shapes: each must be right everywhere)."""
     monkeypatch.setattr(convolution, "weight_gradient_form", lambda *_: request.param)
     return request.param
 
@@ -262,11 +267,18 @@ def test_average_pool_grad_3d_matches_finite_differences(count_include_pad, curr
 
 
 def test_the_faster_weight_form_is_picked_by_the_shapes():
-    """Pointwise convolutions and layers of several outputs per group take the patches; depthwise ones the
-    Conv, and so does a weight whose shape is not known."""
-    assert convolution.weight_gradient_form([1, 1], [64, 32, 1, 1], 1) == "patches"
-    assert convolution.weight_gradient_form([3, 3], [64, 32, 3, 3], 1) == "patches"
-    assert convolution.weight_gradient_form([4, 4], [16, 16, 4, 4], 1) == "patches"
-    assert convolution.weight_gradient_form([3, 3], [96, 1, 3, 3], 96) == "conv"
-    assert convolution.weight_gradient_form([1, 1], [96, 1, 1, 1], 96) == "patches"
-    assert convolution.weight_gradient_form([3, 3], None, 1) == "conv"
+    """The rule measured in convolution.weight_gradient_form: pointwise convolutions and layers of several
+    input channels per group take the patches; few input channels per group (RGB, strided depthwise) the
+    columns; tiny maps, large kernels over small maps, and a weight whose shape is not known the Conv."""
+    form = convolution.weight_gradient_form
+    assert form([1, 1], [64, 32, 1, 1], 1, 64, [2, 2]) == "patches"
+    assert form([3, 3], [64, 32, 3, 3], 1, 64, [1, 1]) == "patches"
+    assert form([3, 3], [64, 32, 3, 3], 1) == "patches"  # sizes known only at run time
+    assert form([4, 4], [16, 16, 4, 4], 1, 256, [2, 2]) == "patches"
+    assert form([4, 4], [32, 16, 4, 4], 1, 64, [2, 2]) == "conv"
+    assert form([3, 3], [16, 3, 3, 3], 1, 1024, [1, 1]) == "columns"
+    assert form([3, 3], [48, 1, 3, 3], 48, 64, [2, 2]) == "columns"
+    assert form([3, 3], [48, 1, 3, 3], 48, 64, [1, 1]) == "patches"
+    assert form([3, 3], [144, 1, 3, 3], 144, 4, [1, 1]) == "conv"
+    assert form([1, 1], [96, 1, 1, 1], 96, 4, [1, 1]) == "patches"
+    assert form([3, 3], None, 1) == "conv"

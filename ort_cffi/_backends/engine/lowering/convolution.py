@@ -5,7 +5,7 @@ The forms were measured against the training kernels on the zoo's CNNs (docs/int
 for 1-D, 2-D and 3-D, groups, strides, pads, dilations and ``auto_pad``."""
 from __future__ import annotations
 
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -115,8 +115,18 @@ def conv_grad(node: onnx.NodeProto, emit: Emitter) -> None:
             _crop_to(emit, full, spatial, strides, begin, emit.shape_of(x, 2), outputs[0])
 
     if outputs[1]:
-        if kernel is not None and emit.opset >= 13 and weight_gradient_form(kernel, w_dims, group) == "patches":
-            _weight_gradient_by_patches(emit, dy, x, w, group, strides, dilations, kernel, begin, end, outputs[1])
+        y_count = None
+        if x_sizes is not None and kernel is not None:
+            y_count = int(np.prod([(size + b + e - ((k - 1) * d + 1)) // s + 1 for size, b, e, k, d, s
+                                   in zip(x_sizes, begin, end, kernel, dilations, strides)]))
+        form = weight_gradient_form(kernel, w_dims, group, y_count, strides) \
+            if kernel is not None and emit.opset >= 13 else "conv"
+        if form == "columns" and w_dims is not None and kernel is not None:
+            _weight_gradient_by_columns(emit, dy, x, w_dims[1] * group, group, strides, dilations, kernel, begin,
+                                        end, outputs[1])
+        elif form in ("patches", "columns") and kernel is not None:
+            _weight_gradient_by_patches(emit, dy, x, w, group, strides, dilations, kernel, begin, end, x_sizes,
+                                        outputs[1])
         else:
             _weight_gradient_by_conv(emit, dy, x, w, group, strides, dilations, kernel, begin, end, x_sizes,
                                      outputs[1])
@@ -191,50 +201,163 @@ def average_pool_grad(node: onnx.NodeProto, emit: Emitter) -> None:
              node.output[0])
 
 
-def weight_gradient_form(kernel: List[int], w_dims: Optional[List[int]], group: int) -> str:
-    """Which form computes dW faster ("patches" or "conv"; measured on the zoo's CNNs on 1.31.1, minimum CPU
-    time of a step over 60: segnet 21.7 -> 19.0 ms and resnet_training 30.3 -> 29.8 ms with the patches for
-    every layer but the depthwise ones). The patches cost one copy of X per kernel position and run GEMMs as
-    wide as the channels per group; the Conv runs GEMMs as wide as the kernel has positions, which pays where
-    a group has one output or a few (depthwise layers)."""
-    outputs_per_group = w_dims[0] // group if w_dims else 0
-    return "patches" if int(np.prod(kernel)) == 1 or outputs_per_group >= 4 else "conv"
+def weight_gradient_form(kernel: List[int], w_dims: Optional[List[int]], group: int,
+                         output_size: Optional[int] = None, strides: Optional[List[int]] = None) -> str:
+    """Which form computes dW fastest: "patches", "columns" or "conv", for a kernel of ``kernel``'s sizes, W of
+    ``w_dims`` ([M, Cg, kernel...]), ``output_size`` positions per image in dY (None: not known before run time).
+    Measured against each other and against the training build's ConvGrad on the zoo's layer shapes (batch
+    16, one thread, the minimum of 60 runs each, interleaved; the table, dated, is in docs/internals/runtime.md
+    §11; the machine was loaded, so only large differences decided):
+
+    - "conv" where dY's maps are tiny (16 positions or fewer: the deep layers of a MobileNet, 144 depthwise
+      channels over 2x2: 0.19 ms, the patches 0.56), or a kernel of 16 positions or more over maps of 64
+      (segnet's 4x4 kernels with stride 2 on 8x8: 0.48 ms, the patches 0.60): the Conv's GEMMs are as wide as
+      the kernel, and the patches' copies cost more than they save.
+    - "columns" where a group has few input channels and several outputs (Cg <= 4, a first layer over RGB:
+      3x3 over 3 channels on 32x32, 0.54 ms, the patches 1.39: their GEMMs are as narrow as Cg), and for
+      strided layers whose groups have few outputs (depthwise with stride 2 on 16x16: 0.63 ms, the patches
+      0.84, the Conv 0.72). Depthwise without a stride keeps the patches (8x8: 0.54 ms, the columns 0.60).
+    - "patches" elsewhere, and for 1x1 kernels, whose one patch is X itself (a 3x3 layer of 64 outputs over 32
+      channels on 8x8: 0.76 ms, the columns 1.08, the Conv 1.23)."""
+    if w_dims is None:
+        return "conv"
+    positions = int(np.prod(kernel))
+    if positions == 1:
+        return "patches"
+    strided = strides is not None and any(s > 1 for s in strides)
+    if output_size is not None and (output_size <= 16 or (positions >= 16 and output_size <= 64)):
+        return "conv"
+    depthwise = w_dims[0] // group < 4  # few outputs per group
+    if (w_dims[1] <= 4 and not depthwise) or (strided and depthwise):
+        return "columns"
+    return "patches"
 
 
 def _weight_gradient_by_patches(emit: Emitter, dy: str, x: str, w: str, group: int, strides: List[int],
                                 dilations: List[int], kernel: List[int], begin: List[int], end: List[int],
-                                output: str) -> None:
+                                x_sizes: Optional[List[int]], output: str) -> None:
     """dW[m, c, k] = sum over n and positions y of dY[n, m, y] * X[n, group(m) c, y s + k d - begin], ConvGrad's
-    im2col and GEMM one kernel position at a time: the position's patch of X (a strided Slice of the padded X,
-    its channels first) is a [group, Cg, N * Y] matrix, dY a [group, Mg, N * Y] one, and FusedMatMul multiplies
+    im2col and GEMM one kernel position at a time: the position's patch of X (a Slice of the padded X, its
+    channels first) is a [group, Cg, N * Y] matrix, dY a [group, Mg, N * Y] one, and FusedMatMul multiplies
     the second by the first transposed into dW's [group, Mg, Cg] at that position. (One GEMM over all the
-    positions' patches, concatenated, was slower: the copy of them all costs more than the wider GEMM saves.)"""
+    positions' patches, concatenated, was slower: the copy of them all costs more than the wider GEMM saves.)
+
+    With a stride (2-D, the same along both axes, sizes known), a Slice with steps would copy element by
+    element: the patches are taken from X's phases instead (``_flat_patches``; segnet's 4x4 kernels with
+    stride 2, 16 channels over 32x32: 1.97 ms with stepped Slices, 1.24 so). Without a stride the stepped
+    Slices' rows are already runs, and the flat form was no faster (0.79 ms against 0.76 on 8x8 maps)."""
     spatial = len(kernel)
     spatial_axes = list(range(2, 2 + spatial))
-    channels_first = emit.one("Transpose", [x], perm=[1, 0] + spatial_axes)  # [C, N, spatial]
-    if any(begin + end):
-        channels_first = emit.one("Pad", [channels_first, emit.const(_ints([0, 0] + begin + [0, 0] + end))])
-    # a kernel position's Slice: from k * d, (Y - 1) * s + 1 long, every s
-    reach = emit.one("Add", [emit.one("Mul", [emit.shape_of(dy, 2), emit.const(_ints(strides))]),
-                             emit.const(_ints([1 - s for s in strides]))])
-    axes, steps = emit.const(_ints(spatial_axes)), emit.const(_ints(strides))
+    positions = list(np.ndindex(*kernel))
+    if x_sizes is not None and spatial == 2 and strides[0] == strides[1] > 1 and len(positions) > 1:
+        dy_first, patch = _flat_patches(emit, dy, x, strides, dilations, kernel, begin, end, x_sizes)
+    else:
+        dy_first = emit.one("Transpose", [dy], perm=[1, 0] + spatial_axes)
+        patch = _stepped_patches(emit, dy, x, strides, dilations, begin, end)
     outputs_per_group = emit.one("Div", [emit.shape_of(w, 0, 1), emit.const(_ints([group]))])  # Mg
-    rows = emit.one("Reshape", [emit.one("Transpose", [dy], perm=[1, 0] + spatial_axes),
-                                emit.one("Concat", [emit.const(_ints([group])), outputs_per_group,
-                                                    emit.const(_ints([-1]))], axis=0)])  # [g, Mg, N * Y]
+    rows = emit.one("Reshape", [dy_first, emit.one("Concat", [emit.const(_ints([group])), outputs_per_group,
+                                                              emit.const(_ints([-1]))], axis=0)])  # [g, Mg, N * Y]
     per_group = emit.one("Concat", [emit.const(_ints([group])), emit.shape_of(w, 1, 2), emit.const(_ints([-1]))],
                          axis=0)  # [g, Cg, -1]
-    positions = list(np.ndindex(*kernel))
     products = []
     for position in positions:  # one GEMM per kernel position: no copy of all the patches at once
-        starts = _ints(p * d for p, d in zip(position, dilations))
-        part = emit.one("Slice", [channels_first, emit.const(starts), emit.one("Add", [reach, emit.const(starts)]),
-                                  axes, steps])  # [C, N, Y...]
-        columns = emit.one("Reshape", [part, per_group])  # [g, Cg, N * Y]
+        columns = emit.one("Reshape", [patch(position), per_group])  # [g, Cg, N * Y]
         product = emit.one("FusedMatMul", [rows, columns], domain="com.microsoft", transB=1)  # [g, Mg, Cg]
         products.append(emit.unsqueeze(product, [3]) if len(positions) > 1 else product)
     stacked = emit.one("Concat", products, axis=3) if len(positions) > 1 else products[0]  # [g, Mg, Cg, K]
     emit.one("Reshape", [stacked, emit.one("Shape", [w])], output)
+
+
+def _stepped_patches(emit: Emitter, dy: str, x: str, strides: List[int], dilations: List[int], begin: List[int],
+                     end: List[int]) -> Callable[[Tuple[int, ...]], str]:
+    """A kernel position's patch of X, [C, N, Y...]: a Slice of the padded X (channels first) from k * d,
+    (Y - 1) * s + 1 long, every s."""
+    spatial = len(strides)
+    spatial_axes = list(range(2, 2 + spatial))
+    channels_first = emit.one("Transpose", [x], perm=[1, 0] + spatial_axes)  # [C, N, spatial]
+    if any(begin + end):
+        channels_first = emit.one("Pad", [channels_first, emit.const(_ints([0, 0] + begin + [0, 0] + end))])
+    reach = emit.one("Add", [emit.one("Mul", [emit.shape_of(dy, 2), emit.const(_ints(strides))]),
+                             emit.const(_ints([1 - s for s in strides]))])
+    axes, steps = emit.const(_ints(spatial_axes)), emit.const(_ints(strides))
+
+    def patch(position: Tuple[int, ...]) -> str:
+        starts = _ints(p * d for p, d in zip(position, dilations))
+        return emit.one("Slice", [channels_first, emit.const(starts), emit.one("Add", [reach, emit.const(starts)]),
+                                  axes, steps])
+
+    return patch
+
+
+def _flat_patches(emit: Emitter, dy: str, x: str, strides: List[int], dilations: List[int], kernel: List[int],
+                  begin: List[int], end: List[int], x_sizes: List[int]) -> Tuple[str, Callable[[Tuple[int, ...]], str]]:
+    """(dY channels first, padded as below; a kernel position's patch of X), each patch one contiguous run per
+    channel and image, [C, N, L], so that its Slice copies long runs: ONNX Runtime's Slice copies a run per
+    output row, and a patch's rows are as short as dY's width (16 floats cost as much as a long run).
+
+    X is padded, channels first, and its spatial axes flattened: a position's patch starts at its offset and
+    runs Y0 rows of the padded width, so it also holds the columns past dY's width. dY, padded with zeros
+    to the same width (each axis but the first), makes those columns add nothing to the GEMM. With stride s
+    (2-D, the same along both axes) X is first split by SpaceToDepth into its s * s phases ([C, s * s * N,
+    H / s, W / s]): position k * d is phase (k d) % s at offset (k d) // s, again with steps of 1. One extra
+    row of zeros at the end keeps every run inside the tensor."""
+    spatial = len(kernel)
+    stride = strides[0]
+    y_sizes = [(size + b + e - ((k - 1) * d + 1)) // s + 1
+               for size, b, e, k, d, s in zip(x_sizes, begin, end, kernel, dilations, strides)]
+    padded = [size + b + e for size, b, e in zip(x_sizes, begin, end)]
+    # each axis a multiple of the stride, and one more row (of the phases) on the first
+    rounded = [-(-p // stride) * stride for p in padded]
+    rounded[0] += stride
+    channels_first = emit.one("Transpose", [x], perm=[1, 0] + list(range(2, 2 + spatial)))  # [C, N, spatial]
+    pads = _ints([0, 0] + begin + [0, 0] + [e + r - p for e, r, p in zip(end, rounded, padded)])
+    channels_first = emit.one("Pad", [channels_first, emit.const(pads)])
+    phases = stride * stride if stride > 1 else 1
+    if stride > 1:
+        channels_first = emit.one("SpaceToDepth", [channels_first], blocksize=stride)  # [C, s * s * N, H/s, W/s]
+    sizes = [r // stride for r in rounded]  # the padded sizes of one phase
+    flat = emit.one("Reshape", [channels_first, emit.const(_ints([0, phases, -1, int(np.prod(sizes))]))])
+    run = y_sizes[0] * int(np.prod(sizes[1:]))
+    steps_of = [int(np.prod(sizes[i + 1:])) for i in range(spatial)]  # a step along each axis, in the run
+    axes = emit.const(_ints([1, 3]))
+
+    def patch(position: Tuple[int, ...]) -> str:
+        reached = [p * d for p, d in zip(position, dilations)]
+        phase = (reached[0] % stride) * stride + reached[1] % stride if stride > 1 else 0
+        first = sum((r // stride) * step for r, step in zip(reached, steps_of))
+        return emit.one("Slice", [flat, emit.const(_ints([phase, first])), emit.const(_ints([phase + 1, first + run])),
+                                  axes])  # [C, 1, N, run]
+
+    dy_first = emit.one("Transpose", [dy], perm=[1, 0] + list(range(2, 2 + spatial)))  # [M, N, Y...]
+    widen = [0] + [s - y for s, y in zip(sizes[1:], y_sizes[1:])]
+    if any(widen):
+        dy_first = emit.one("Pad", [dy_first, emit.const(_ints([0] * (2 + spatial) + [0, 0] + widen))])
+    return dy_first, patch
+
+
+def _one_hot_kernel(channels: int, kernel: List[int]) -> np.ndarray:
+    """[C * K, 1, kernel...]: output channel c * K + j of a Conv with group C copies position j of channel c's
+    window, so that the Conv's output is X's im2col columns, channel-major as dW lays them out."""
+    positions = int(np.prod(kernel))
+    eye = np.eye(positions, dtype=np.float32).reshape([positions, 1] + list(kernel))
+    return np.tile(eye, [channels, 1] + [1] * len(kernel))
+
+
+def _weight_gradient_by_columns(emit: Emitter, dy: str, x: str, channels: int, group: int, strides: List[int],
+                                dilations: List[int], kernel: List[int], begin: List[int], end: List[int],
+                                output: str) -> None:
+    """dW from X's im2col columns made by one Conv (group C, a one-hot kernel: ``_one_hot_kernel``), [N, C * K,
+    Y...], then one batched FusedMatMul per image, dY [N, g, Mg, Y] by the columns [N, g, Cg * K, Y] transposed,
+    summed over the batch: ConvGrad's own im2col and GEMM per image, as wide as Cg * K."""
+    positions = int(np.prod(kernel))
+    ones = emit.cast_like(emit.const(_one_hot_kernel(channels, kernel)), x)
+    columns = emit.one("Conv", [x, ones], group=channels, strides=strides, dilations=dilations, pads=begin + end)
+    columns = emit.one("Reshape", [columns, emit.const(_ints([0, group, channels // group * positions, -1]))])
+    rows = emit.one("Reshape", [dy, emit.one("Concat", [emit.const(_ints([0, group, -1])),
+                                                        emit.shape_of(columns, 3, 4)], axis=0)])  # [N, g, Mg, Y]
+    product = emit.one("FusedMatMul", [rows, columns], domain="com.microsoft", transB=1)  # [N, g, Mg, Cg * K]
+    summed = emit.reduce("ReduceSum", product, [0], keepdims=False)
+    emit.one("Reshape", [summed, emit.const(_ints([-1, channels // group] + list(kernel)))], output)
 
 
 def _weight_gradient_by_conv(emit: Emitter, dy: str, x: str, w: str, group: int, strides: List[int],
