@@ -126,3 +126,35 @@ def test_an_embedding_bag_trains_on_both_backends(make, tmp_path: Path) -> None:
         assert np.allclose(record["losses"], reference["losses"], rtol=1e-5, atol=1e-6), \
             f"{name}: losses {record['losses']} against the training build's {reference['losses']}"
         assert np.allclose(record["after"], reference["after"], rtol=1e-4, atol=1e-6), name
+
+
+def test_a_loop_reading_back_the_sequence_it_carries_is_refused_by_name() -> None:
+    """Each iteration reads the last element of the sequence it carries: the backward pass would need that
+    sequence as it was at every iteration, which no scan output can stack. Refused, saying so."""
+    from ort_cffi.artifacts.builder.context import BuilderError
+    from ort_cffi.artifacts.builder.training_model import build_models
+
+    body = helper.make_graph([
+        helper.make_node("SequenceAt", ["built", "last"], ["previous"]),
+        helper.make_node("Mul", ["previous", "p"], ["next_row"]),
+        helper.make_node("SequenceInsert", ["built", "next_row"], ["built_next"]),
+        helper.make_node("Identity", ["cond"], ["cond_out"])], "reads_back",
+        [helper.make_tensor_value_info("iteration", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("built", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("built_next", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("SequenceConstruct", ["x"], ["first"]),
+             helper.make_node("Loop", ["steps", ""], ["rows"], body=body),
+             helper.make_node("ConcatFromSequence", ["rows"], ["stacked"], axis=0),
+             helper.make_node("ReduceSum", ["stacked"], ["loss"], keepdims=0)]
+    nodes[1].input.append("first")
+    graph = helper.make_graph(nodes, "reads_back", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+                              [numpy_helper.from_array(np.full((1, 3), 0.5, np.float32), "p"),
+                               numpy_helper.from_array(np.array(3, np.int64), "steps"),
+                               numpy_helper.from_array(np.array(-1, np.int64), "last")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(BuilderError, match="carried into each iteration") as raised:
+        build_models(model, ["p"], [], None)
+    assert "'first'" in str(raised.value) and "SequenceAt" in str(raised.value), str(raised.value)

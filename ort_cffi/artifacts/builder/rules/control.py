@@ -360,8 +360,9 @@ class _Backwards:
                     raise BuilderError(
                         f"{self.node.describe()}: the gradient of its body's {node.op_type} node reads the sequence "
                         f"{self.unstacked[name]!r} as it was carried into each iteration, and ort_cffi keeps no "
-                        "sequence per iteration (a Loop stacks only tensors); a body that only appends to the "
-                        "sequence, reads its length or reads the tensors it inserts, trains")
+                        "sequence per iteration (a Loop stacks only tensors); a body that inserts tensors into the "
+                        "sequence it carries (SequenceInsert) trains, one that reads its elements back or erases "
+                        "them does not")
 
     def run(self, wanted_outer: Sequence[str], sliced: Sequence[str],
             likes: Sequence[str]) -> Tuple[List[str], List[str], List[str]]:

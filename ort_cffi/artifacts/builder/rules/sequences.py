@@ -86,9 +86,10 @@ class _Body:
 
 
 def _rebuilt(g: GradientContext, sequences: Sequence[str], elem_type: int, hint: str,
-             element: Callable[["_Body", List[str]], str]) -> str:
-    """A new sequence as long as ``sequences[0]``: element i is ``element(body, [SequenceAt(s, i) for s in
-    sequences])``, appended in a Loop that carries the sequence built so far."""
+             element: Callable[["_Body", List[str]], str], output: Optional[str] = None) -> str:
+    """A new sequence (named ``output``, else a fresh name) as long as ``sequences[0]``: element i is
+    ``element(body, [SequenceAt(s, i) for s in sequences])``, appended in a Loop that carries the sequence
+    built so far."""
     body = _Body(g, hint)
     built_in, built_out = g.fresh(f"{hint}/built"), g.fresh(f"{hint}/built_out")
     body.inputs.append(helper.make_tensor_sequence_value_info(built_in, elem_type, None))
@@ -97,7 +98,7 @@ def _rebuilt(g: GradientContext, sequences: Sequence[str], elem_type: int, hint:
                                        name=g.fresh(f"{hint}/SequenceInsert")))
     body.outputs.append(helper.make_tensor_sequence_value_info(built_out, elem_type, None))
     empty = g.op("SequenceEmpty", dtype=elem_type)
-    return g.node("Loop", [_length(g, sequences[0]), "", empty], 1, body=body.graph())[0]
+    return g.node("Loop", [_length(g, sequences[0]), "", empty], [output] if output else 1, body=body.graph())[0]
 
 
 def zeros_like_sequence(g: GradientContext, sequence: str) -> str:
@@ -126,9 +127,7 @@ def sum_sequences(g: GradientContext, values: Sequence[str], name: str, like: st
     def add(body: _Body, items: List[str]) -> str:
         return body.add("Sum", items)
 
-    total = _rebuilt(g, values, elem_type, f"{like}_grad_sum", add)
-    g.node("Identity", [total], [name])
-    return g.same_type(name, like)
+    return g.same_type(_rebuilt(g, values, elem_type, f"{like}_grad_sum", add, output=name), like)
 
 
 @gradient("SequenceConstruct")
