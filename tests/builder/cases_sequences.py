@@ -3,7 +3,7 @@ SplitToSequence, SequenceEmpty and SequenceInsert), changed (SequenceInsert, Seq
 from the front and the back, int32 and int64, given or left out) and read back into tensors (SequenceAt,
 ConcatFromSequence, stacked or not), elements of different lengths, a sequence read twice (its gradients added
 element by element), a Loop that appends to a sequence it carries (as torch's default exporter writes
-``nn.EmbeddingBag``) and a Loop whose body reads a sequence of the enclosing graph."""
+``nn.EmbeddingBag``), and a Loop body and If branches that read a sequence of the enclosing graph."""
 from __future__ import annotations
 
 from typing import Dict, List
@@ -159,11 +159,28 @@ def loop_reading_outer_sequence() -> Case:
     return Case("loop_reads_outer_sequence", nodes, {"p": p, "h0": f32(3)})
 
 
+def if_reading_sequence(taken: bool) -> Case:
+    """An If whose then branch reads element 1 of a sequence of the enclosing graph and whose else branch
+    reads none: the sequence's gradient is the then branch's, or a sequence of zeros from the else branch."""
+    then_branch = helper.make_graph([const("then_at", np.array(1, np.int64)),
+                                     helper.make_node("SequenceAt", ["pieces", "then_at"], ["then_row"]),
+                                     helper.make_node("Mul", ["then_row", "q"], ["then_out"])], "then",
+                                    [], [helper.make_tensor_value_info("then_out", TensorProto.FLOAT, None)])
+    else_branch = helper.make_graph([helper.make_node("Mul", ["q", "q"], ["else_out"])], "else",
+                                    [], [helper.make_tensor_value_info("else_out", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("SplitToSequence", ["p"], ["pieces"], axis=0, keepdims=0),
+             helper.make_node("Greater", ["c", "zero"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y0"], then_branch=then_branch, else_branch=else_branch)]
+    data = {"c": np.array(1.0 if taken else -1.0, np.float32), "zero": np.array(0.0, np.float32)}
+    return Case(f"if_reads_sequence_{'then' if taken else 'else'}", nodes, {"p": f32(3, 4), "q": f32(4)}, data)
+
+
 CASES: Dict[str, List[Case]] = {  # keyed by an operator of the case's own graph (the Loops': of the enclosing one)
     "SequenceConstruct": [construct_and_concat()],
     "ConcatFromSequence": [split_squeezed_and_stacked(), split_even_keepdims(),
                            loop_appending("loop_appends_to_sequence", 3)],
-    "SplitToSequence": [split_ragged(), loop_reading_outer_sequence()],
+    "SplitToSequence": [split_ragged(), loop_reading_outer_sequence(), if_reading_sequence(True),
+                        if_reading_sequence(False)],
     "SequenceAt": [at_data_position()],
     "SequenceInsert": [appended_to_empty(), insert_and_erase("insert_back_erase_front", np.int32(-1), np.int64(0)),
                        insert_and_erase("insert_front_erase_back", np.int64(1), np.int64(-2))],
