@@ -130,6 +130,12 @@ POOLS = {
     "2d_ceil": ((1, 2, 9, 8), {"kernel_shape": [3, 2], "strides": [2, 3], "ceil_mode": 1}),
     "1d": ((2, 3, 11), {"kernel_shape": [3], "strides": [2], "pads": [1, 0]}),
     "3d": ((1, 2, 5, 6, 4), {"kernel_shape": [2, 3, 2], "strides": [2, 2, 1]}),
+    # windows apart (MaxUnpool): padded, with sizes the windows do not cover, ceil_mode, dilated, gaps between
+    "2d_apart_pads": ((2, 3, 9, 7), {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 0, 0, 1]}),
+    "2d_apart_ceil": ((1, 2, 9, 7), {"kernel_shape": [2, 3], "strides": [2, 3], "ceil_mode": 1}),
+    "2d_apart_dilated_gaps": ((2, 2, 11, 10), {"kernel_shape": [2, 2], "strides": [3, 4], "dilations": [2, 1]}),
+    "1d_apart": ((2, 3, 12), {"kernel_shape": [3], "strides": [3]}),
+    "3d_apart": ((1, 2, 4, 6, 4), {"kernel_shape": [2, 2, 2], "strides": [2, 2, 2]}),
 }
 
 
