@@ -1,6 +1,7 @@
 """An ``nn.EmbeddingBag`` classifier as torch's default exporter writes it (a Loop appending each bag's row to a
 sequence, ConcatFromSequence after it) trains through ort_cffi's artifacts: on the training build and on the
-engine, each run in a child process (one runtime per process), the same artifacts and batches. Two models: the
+engine (over 1.19.2 and over the current inference build, as tests/engine runs it), each run in a child
+process (one runtime per process), the same artifacts and batches. Two models: the
 exporter's own file (tests/data/embedding_bag_dynamo.onnx, made by scripts/export_embedding_bag.py, its bags'
 mean with an empty bag handled by an If), and the same structure written here with onnx.helper.
 """
@@ -17,13 +18,13 @@ import onnx
 import pytest
 from conftest import ROOT
 from onnx import TensorProto, helper, numpy_helper
+from test_engine_training import backends
 
 from ort_cffi.artifacts import LossType, OptimType, generate_artifacts
 
 DATA = ROOT / "tests" / "data"
 RUN = ROOT / "tests" / "support" / "_engine_run.py"
 VOCABULARY, WIDTH, CLASSES = 12, 4, 3
-BACKENDS = {"training build": "training-api", "engine": "engine"}
 STEPS = 6
 
 
@@ -94,13 +95,12 @@ def dataset(path: Path) -> Path:
     return path
 
 
-def train(artifacts: Path, data: Path, out: Path, backend: str) -> Dict[str, np.ndarray]:
+def train(artifacts: Path, data: Path, out: Path, name: str, env: Dict[str, str]) -> Dict[str, np.ndarray]:
     """STEPS steps of the whole batch (--batch larger than any input: every input is fed whole)."""
     proc = subprocess.run([sys.executable, str(RUN), str(artifacts), str(data), str(STEPS), str(out), "--batch", "1000",
-                           "--lr", "0.05"], env={**os.environ, "OMP_NUM_THREADS": "1", "ORT_CFFI_BACKEND": backend,
-                                                  "ORT_CFFI_LIBRARY": ""},
+                           "--lr", "0.05"], env={**os.environ, "OMP_NUM_THREADS": "1", **env},
                           capture_output=True, text=True, timeout=600, cwd=str(ROOT))
-    assert proc.returncode == 0, f"{backend}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, f"{name}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
     return dict(np.load(out))
 
 
@@ -115,12 +115,12 @@ def test_an_embedding_bag_trains_on_both_backends(make, tmp_path: Path) -> None:
     training = onnx.load(str(made.training_model))
     assert "SplitToSequence" in {n.op_type for n in training.graph.node}  # ConcatFromSequence's gradient
     data = dataset(tmp_path / "bags.npz")
-    runs = {name: train(tmp_path / "artifacts", data, tmp_path / f"{backend}.npz", backend)
-            for name, backend in BACKENDS.items()}
+    runs = {name: train(tmp_path / "artifacts", data, tmp_path / f"run{k}.npz", name, env)
+            for k, (name, env) in enumerate(backends().items())}
     reference = runs["training build"]
-    for name, backend in BACKENDS.items():
-        record = runs[name]
-        assert str(record["backend"]) == backend
+    assert str(reference["backend"]) == "training-api"
+    for name, record in runs.items():
+        assert str(record["backend"]) == ("training-api" if name == "training build" else "engine"), name
         assert np.max(np.abs(record["after"] - record["before"])) > 0, f"{name}: the parameters did not move"
         assert record["losses"][-1] < record["losses"][0], f"{name}: the loss did not fall: {record['losses']}"
         assert np.allclose(record["losses"], reference["losses"], rtol=1e-5, atol=1e-6), \
