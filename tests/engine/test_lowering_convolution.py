@@ -137,6 +137,7 @@ POOLS = {
     "1d_apart": ((2, 3, 12), {"kernel_shape": [3], "strides": [3]}),
     "3d_apart": ((1, 2, 4, 6, 4), {"kernel_shape": [2, 2, 2], "strides": [2, 2, 2]}),
 }
+AVERAGE_POOLS = sorted(c for c in POOLS if "dilations" not in POOLS[c][1])  # AveragePool has them from opset 19
 
 
 def pool_model(op, x_shape, attributes, with_forward):
@@ -185,7 +186,7 @@ def average_pool_gradient(dy, x_shape, kernel, strides, pads, count_include_pad)
     return dx.astype(np.float32)
 
 
-@pytest.mark.parametrize("case", sorted(POOLS))
+@pytest.mark.parametrize("case", AVERAGE_POOLS)
 @pytest.mark.parametrize("count_include_pad", [0, 1])
 def test_average_pool_grad(case, count_include_pad, current_runtime):
     x_shape, attributes = POOLS[case]
