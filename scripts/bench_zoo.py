@@ -45,11 +45,13 @@ def _summary(values: List[float]) -> Dict[str, float]:
 
 
 def _generate(name: str, folder: Path) -> Any:
-    from ort_cffi.artifacts import generate_artifacts
+    from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts
 
     model = json.loads((ZOO_DIR / "zoo.json").read_text())["models"][name]
-    return generate_artifacts(ZOO_DIR / model["file"], loss=model["loss"], loss_input_names=[model["loss_reads"]],
-                              artifact_directory=folder / name), np.load(ZOO_DIR / model["dataset"]["file"])
+    made = generate_artifacts(ZOO_DIR / model["file"], ALL_PARAMETERS, loss=model["loss"], optimizer="adamw",
+                              loss_input_names=[model["loss_reads"]], additional_output_names=MODEL_OUTPUTS,
+                              artifact_directory=folder / name)
+    return made, np.load(ZOO_DIR / model["dataset"]["file"])
 
 
 def _loops(made: Any, data: Any, C: Any, keep: List[Any]) -> Dict[str, tuple]:
@@ -163,10 +165,12 @@ def print_zoo(zoo: dict) -> None:
 GENERATORS = ("ort_cffi", "onnxruntime")
 CHILD_GENERATE = """
 import json, resource, sys, time
-from ort_cffi.artifacts import generate_artifacts
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts
 kwargs = json.loads(sys.argv[1])
 started = time.perf_counter()
-generate_artifacts(**kwargs)
+# ort_cffi's former defaults, asked for (generate_artifacts' own are ONNX Runtime's); the run's options override them
+generate_artifacts(**dict(dict(requires_grad=ALL_PARAMETERS, loss="cross-entropy", optimizer="adamw",
+                               additional_output_names=MODEL_OUTPUTS), **kwargs))
 seconds = time.perf_counter() - started
 # VmHWM, not ru_maxrss: this process's own peak (ru_maxrss keeps the parent's size at fork across exec)
 own = int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])

@@ -1334,7 +1334,7 @@ def baseline(out: Path, only: Optional[Sequence[str]]) -> None:
     temporary folder, and record ok or the error's first line; also whether the model runs for inference."""
     import onnxruntime
 
-    from ort_cffi.artifacts import ArtifactsError, generate_artifacts
+    from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, ArtifactsError, generate_artifacts
 
     manifest = json.loads((out / MANIFEST).read_text())
     for name, entry in manifest["models"].items():
@@ -1345,7 +1345,8 @@ def baseline(out: Path, only: Optional[Sequence[str]]) -> None:
         with tempfile.TemporaryDirectory(prefix=f"zoo-{name}-") as tmp:
             try:
                 # the model as exported (prepare=False): what ONNX Runtime's generator itself says of it
-                made = generate_artifacts(path, artifact_directory=Path(tmp) / "artifacts", generator="onnxruntime",
+                made = generate_artifacts(path, ALL_PARAMETERS, optimizer="adamw", artifact_directory=Path(tmp) / "artifacts",
+                                          additional_output_names=MODEL_OUTPUTS, generator="onnxruntime",
                                           prepare=False, **options)
                 said = {"result": "ok", "training_inputs": [str(s) for s in made.training_inputs],
                         "trainable_tensors": len(made.trainable), "eval_outputs": list(made.eval_outputs)}

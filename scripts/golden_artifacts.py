@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "tests" / "data" / "golden_mlp.onnx"  # 12-8-3 MLP: fc1.weight, fc1.bias, fc2.weight, fc2.bias
 
-# Each configuration twice: as ort_cffi's arguments (its defaults and patterns) and as the explicit
+# Each configuration twice: as ort_cffi's arguments (its former defaults, ort_cffi_options, and patterns) and as the explicit
 # arguments ONNX Runtime's generate_artifacts needs for the same artifacts.
 CONFIGURATIONS = {
     "defaults+nominal": (
@@ -51,6 +51,18 @@ def reference(out: Path, options: dict) -> None:
     artifacts.generate_artifacts(str(MODEL), artifact_directory=str(out), **options)
 
 
+def ort_cffi_options(name: str) -> dict:
+    """The ort_cffi arguments of configuration ``name``, with what it leaves to ort_cffi's former defaults asked
+    for by name (generate_artifacts' own defaults are ONNX Runtime's): every parameter, cross-entropy, AdamW,
+    the model's outputs kept."""
+    sys.path.insert(0, str(ROOT))
+    from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS
+
+    former = {"requires_grad": ALL_PARAMETERS, "loss": "cross-entropy", "optimizer": "adamw",
+              "additional_output_names": MODEL_OUTPUTS}
+    return dict(former, **CONFIGURATIONS[name][0])
+
+
 def ours(out: Path, options: dict) -> None:
     sys.path.insert(0, str(ROOT))
     from ort_cffi.artifacts import generate_artifacts
@@ -62,8 +74,8 @@ def main() -> int:
     which = sys.argv[1] if len(sys.argv) > 1 else ""
     if which == "one":  # one configuration into one folder, in this fresh process
         _, _, how, name, out = sys.argv
-        ort_cffi_options, ort_options = CONFIGURATIONS[name]
-        reference(Path(out), ort_options) if how == "reference" else ours(Path(out), ort_cffi_options)
+        ort_options = CONFIGURATIONS[name][1]
+        reference(Path(out), ort_options) if how == "reference" else ours(Path(out), ort_cffi_options(name))
         return 0
     if which not in ("reference", "ort_cffi"):
         print(__doc__, file=sys.stderr)

@@ -27,7 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 from test_shape_training import branching, looping, scanning
 from test_zoo import TRAINABLE, ZOO, ZOO_DIR, generate
 
-from ort_cffi.artifacts import generate_artifacts
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts
 
 INT64_MAX = 2 ** 63 - 1
 OPEN_SESSIONS = r"""
@@ -170,7 +170,9 @@ def test_the_builders_artifacts_draw_no_warning_of_their_own(tmp_path: Path) -> 
         opened += [("model", ZOO_DIR / ZOO[name]["file"]), ("artifacts", tmp_path / name)]
     for name, build in BUILT.items():
         onnx.save(build(), tmp_path / f"{name}.onnx")
-        generate_artifacts(tmp_path / f"{name}.onnx", artifact_directory=tmp_path / name, loss_input_names=["logits"])
+        generate_artifacts(tmp_path / f"{name}.onnx", artifact_directory=tmp_path / name, loss_input_names=["logits"],
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
         opened += [("model", tmp_path / f"{name}.onnx"), ("artifacts", tmp_path / name)]
     onnx.save(with_unread_initializer(), tmp_path / "control.onnx")
     opened.append(("model", tmp_path / "control.onnx"))

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Dict
 
 import numpy as np
 import onnx
@@ -21,7 +22,9 @@ from ort_cffi.cli import artifacts as artifacts_cli
 from ort_cffi.artifacts import _child as child
 from ort_cffi.artifacts.options import GENERATORS
 from ort_cffi.artifacts import (
+    ALL_PARAMETERS,
     ENV_PYTHON,
+    MODEL_OUTPUTS,
     ArtifactsInputError,
     GeneratorUnavailableError,
     LossType,
@@ -164,7 +167,7 @@ def hashes(folder: Path) -> dict:
 @pytest.mark.needs_onnxruntime_generator
 def test_golden_hashes_of_onnx_runtimes_own_generator(tmp_path: Path, name: str) -> None:
     assert sha256(golden_artifacts.MODEL) == GOLDEN_MODEL_SHA256
-    ours, _ = golden_artifacts.CONFIGURATIONS[name]
+    ours = golden_artifacts.ort_cffi_options(name)
     made = generate_artifacts(golden_artifacts.MODEL, artifact_directory=tmp_path, generator="onnxruntime", **ours)
     assert hashes(tmp_path) == GOLDEN[name]
     assert all(ALLOWED_NOTE.fullmatch(note) for note in made.notes), made.notes
@@ -175,7 +178,7 @@ def test_ort_cffis_builder_writes_onnx_runtimes_files_but_the_training_graph(tmp
     """ort_cffi's own generator, on every interpreter: the checkpoint, nominal checkpoint, eval and optimizer
     models are byte for byte ONNX Runtime's golden files; the training model is its own (its losses equal ONNX
     Runtime's: tests/builder/test_generate.py)."""
-    ours, _ = golden_artifacts.CONFIGURATIONS[name]
+    ours = golden_artifacts.ort_cffi_options(name)
     made = generate_artifacts(golden_artifacts.MODEL, artifact_directory=tmp_path, **ours)
     written = hashes(tmp_path)
     assert {k: v for k, v in written.items() if k != "training_model.onnx"} == {
@@ -189,16 +192,24 @@ def test_the_digits_artifacts_are_3_11s_on_every_interpreter(tmp_path: Path, dig
     the bytes ONNX Runtime's generator makes on 3.11 with the training wheel, and its training model is the
     same file everywhere."""
     assert sha256(digits_model) == DIGITS_MODEL_SHA256
-    made = generate_artifacts(digits_model, artifact_directory=tmp_path)
+    made = generate_artifacts(digits_model, artifact_directory=tmp_path,
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert hashes(tmp_path) == dict(DIGITS_ARTIFACTS, **{"training_model.onnx": DIGITS_OWN_TRAINING_MODEL})
     assert not made.notes
     assert made.versions["executable"] == sys.executable and made.versions["generator"] == "ort_cffi"
 
 
 def test_path_bytes_and_model_proto_give_the_same_files(tmp_path: Path, digits_model: Path) -> None:
-    generate_artifacts(digits_model, artifact_directory=tmp_path / "path")
-    generate_artifacts(digits_model.read_bytes(), artifact_directory=tmp_path / "bytes")
-    generate_artifacts(onnx.load(str(digits_model)), artifact_directory=tmp_path / "proto")
+    generate_artifacts(digits_model, artifact_directory=tmp_path / "path",
+                       requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                       optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
+    generate_artifacts(digits_model.read_bytes(), artifact_directory=tmp_path / "bytes",
+                       requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                       optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
+    generate_artifacts(onnx.load(str(digits_model)), artifact_directory=tmp_path / "proto",
+                       requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                       optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert hashes(tmp_path / "path") == hashes(tmp_path / "bytes") == hashes(tmp_path / "proto")
     assert read_manifest(tmp_path / "path")["model"]["path"] == str(digits_model.resolve())
     assert read_manifest(tmp_path / "bytes")["model"]["path"] is None
@@ -207,8 +218,9 @@ def test_path_bytes_and_model_proto_give_the_same_files(tmp_path: Path, digits_m
 def test_this_process_imports_neither_onnxruntime_nor_torch(tmp_path: Path, digits_model: Path) -> None:
     proc = run_child(f"""
         import sys
-        from ort_cffi.artifacts import generate_artifacts
-        made = generate_artifacts({str(digits_model)!r}, artifact_directory={str(tmp_path)!r})
+        from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts
+        made = generate_artifacts({str(digits_model)!r}, ALL_PARAMETERS, loss="cross-entropy", optimizer="adamw",
+                                  artifact_directory={str(tmp_path)!r}, additional_output_names=MODEL_OUTPUTS)
         print(sorted(made.files), 'onnxruntime' in sys.modules, 'torch' in sys.modules, 'onnx' in sys.modules)
     """)
     # ort_cffi's builder works on the onnx protobuf here; ONNX Runtime's Python layer and torch stay out
@@ -218,12 +230,14 @@ def test_this_process_imports_neither_onnxruntime_nor_torch(tmp_path: Path, digi
 def test_the_check_needs_the_runtime_here(tmp_path: Path, digits_model: Path) -> None:
     """An interpreter that cannot load the runtime can still generate, unchecked (check=False)."""
     proc = run_child(f"""
-        from ort_cffi.artifacts import ArtifactsError, generate_artifacts
+        from ort_cffi.artifacts import ALL_PARAMETERS, ArtifactsError, generate_artifacts
         try:
-            generate_artifacts({str(digits_model)!r}, artifact_directory={str(tmp_path / 'a')!r})
+            generate_artifacts({str(digits_model)!r}, ALL_PARAMETERS, loss="cross-entropy", optimizer="adamw",
+                               artifact_directory={str(tmp_path / 'a')!r})
         except ArtifactsError as exc:
             print(exc)
-        made = generate_artifacts({str(digits_model)!r}, artifact_directory={str(tmp_path / 'b')!r}, check=False)
+        made = generate_artifacts({str(digits_model)!r}, ALL_PARAMETERS, loss="cross-entropy", optimizer="adamw",
+                                  artifact_directory={str(tmp_path / 'b')!r}, check=False)
         print(sorted(p.name for p in made.files.values()))
     """, env={"ORT_CFFI_LIBRARY": str(tmp_path / "nowhere" / "libonnxruntime.so")})
     lines = proc.stdout.splitlines()
@@ -239,7 +253,9 @@ def test_the_check_needs_the_runtime_here(tmp_path: Path, digits_model: Path) ->
 def test_digits_defaults(tmp_path: Path, digits_model: Path) -> None:
     """Every floating-point initializer trains; cross-entropy adds int64 labels; the eval model keeps logits."""
     out = tmp_path / "new" / "folder"  # created
-    made = generate_artifacts(digits_model, artifact_directory=out)
+    made = generate_artifacts(digits_model, artifact_directory=out,
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert [p.name for p in made.trainable] == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
     assert made.trainable_parameters == made.total_parameters == 64 * 64 + 64 + 10 * 64 + 10
     assert made.loss is LossType.CrossEntropyLoss and made.optimizer is OptimType.AdamW and made.loss_input == "logits"
@@ -284,12 +300,14 @@ def test_only_the_last_layer(tmp_path: Path, digits_model: Path, capsys: pytest.
 @pytest.mark.parametrize("loss, added", [("mse", "target float32 [N, 3]"), ("bce-with-logits", "target float32 [N, 3]"),
                                          ("l1", "target float32 [N, 3]"), (LossType.CrossEntropyLoss, "labels int64 [N]")])
 def test_each_loss(tmp_path: Path, loss: object, added: str) -> None:
-    made = generate_artifacts(mlp(tmp_path / "m.onnx"), loss=loss, optimizer="sgd", artifact_directory=tmp_path / "out")
+    made = generate_artifacts(mlp(tmp_path / "m.onnx"), loss=loss, optimizer="sgd", artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, additional_output_names=MODEL_OUTPUTS)
     assert str(made.training_inputs[-1]) == added and made.optimizer is OptimType.SGD
 
 
 def test_no_loss_when_the_first_output_is_the_loss(tmp_path: Path) -> None:
-    made = generate_artifacts(loss_model(tmp_path / "m.onnx"), loss=None, artifact_directory=tmp_path / "out")
+    made = generate_artifacts(loss_model(tmp_path / "m.onnx"), loss=None, artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert made.loss is None and made.loss_input == "loss" and made.added_inputs == ()
     assert made.eval_outputs == ("loss", "prediction")
     assert [s.name for s in made.training_inputs] == ["x", "target"]
@@ -297,14 +315,19 @@ def test_no_loss_when_the_first_output_is_the_loss(tmp_path: Path) -> None:
 
 def test_several_outputs_with_the_loss_input_named(tmp_path: Path) -> None:
     model = mlp(tmp_path / "m.onnx", outputs="logits+probabilities")
-    made = generate_artifacts(model, loss_input_names=["logits", "y"], artifact_directory=tmp_path / "out")
+    made = generate_artifacts(model, loss_input_names=["logits", "y"], artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert made.added_inputs == ("y",) and made.eval_outputs[1:] == ("logits", "probabilities")
-    made = generate_artifacts(model, loss_input_names="logits", additional_output_names=[], artifact_directory=tmp_path / "o2")
+    made = generate_artifacts(model, loss_input_names="logits", additional_output_names=[], artifact_directory=tmp_path / "o2",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy", optimizer="adamw")
     assert made.added_inputs == ("labels",) and len(made.eval_outputs) == 1
 
 
 def test_frozen_parameters_stay_in_the_checkpoint(tmp_path: Path) -> None:
-    made = generate_artifacts(mlp(tmp_path / "m.onnx"), frozen_params="fc1.*", artifact_directory=tmp_path / "out")
+    made = generate_artifacts(mlp(tmp_path / "m.onnx"), frozen_params="fc1.*", artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert [p.name for p in made.trainable] == ["fc2.weight", "fc2.bias"]
     assert [p.name for p in made.frozen] == ["fc1.weight", "fc1.bias"] and made.constants == ()
     env = OrtEnvironment.getEnvironment()
@@ -314,10 +337,13 @@ def test_frozen_parameters_stay_in_the_checkpoint(tmp_path: Path) -> None:
 
 def test_patterns_leave_out_what_no_gradient_reaches(tmp_path: Path) -> None:
     model = mlp(tmp_path / "m.onnx", dropout=True, int_initializer=True)
-    made = generate_artifacts(model, artifact_directory=tmp_path / "out")
+    made = generate_artifacts(model, artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert [p.name for p in made.trainable] == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
     assert made.left_out == {"drop.ratio": "it only feeds input 1 of a Dropout node, through which no gradient flows"}
-    made = generate_artifacts(model, requires_grad=["*"], artifact_directory=tmp_path / "out", overwrite=True)  # other options
+    made = generate_artifacts(model, requires_grad=["*"], artifact_directory=tmp_path / "out", overwrite=True,
+                              loss="cross-entropy", optimizer="adamw", additional_output_names=MODEL_OUTPUTS)  # other options
     assert len(made.trainable) == 4 and "drop.ratio" in made.left_out
 
 
@@ -336,19 +362,27 @@ def threshold_model(path: Path) -> Path:
 
 
 def test_what_the_gradient_builder_finds_unreachable(tmp_path: Path) -> None:
-    """A tensor the static check cannot judge: the gradient builder names it, the default leaves it out
-    and generates again (from a fresh name counter: the same files as without it), a plain name is refused."""
+    """A tensor the static check cannot judge: the gradient builder names it, ALL_PARAMETERS leaves it out
+    and generates again (from a fresh name counter: the same files as without it), and so does a plain name,
+    as code written for ONNX Runtime names the parameters it trains."""
     model = threshold_model(tmp_path / "m.onnx")
-    made = generate_artifacts(model, artifact_directory=tmp_path / "default")
+    made = generate_artifacts(model, artifact_directory=tmp_path / "default",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert [p.name for p in made.trainable] == ["w", "b"]
     assert made.left_out == {"thr": "no gradient reaches it from the loss"}
-    generate_artifacts(model, requires_grad=["w", "b"], artifact_directory=tmp_path / "named")
+    generate_artifacts(model, requires_grad=["w", "b"], artifact_directory=tmp_path / "named",
+                       loss="cross-entropy", optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert hashes(tmp_path / "default") == hashes(tmp_path / "named")
-    assert _refusal(tmp_path, model, requires_grad=["w", "thr"]) == "'thr' cannot be trained: no gradient reaches it from the loss"
+    named = generate_artifacts(model, requires_grad=["w", "thr"], artifact_directory=tmp_path / "thr",
+                               loss="cross-entropy", optimizer="adamw")
+    assert [p.name for p in named.trainable] == ["w"] and named.left_out == {"thr": "no gradient reaches it from the loss"}
 
 
 def test_a_newer_ir_version_is_brought_down(tmp_path: Path) -> None:
-    made = generate_artifacts(mlp(tmp_path / "m.onnx", ir=13), artifact_directory=tmp_path / "out")
+    made = generate_artifacts(mlp(tmp_path / "m.onnx", ir=13), artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert made.model_ir_version == 13 and made.ir_version == 10
     assert made.notes[0] == "IR version 13 brought down to 10"
     assert all(ALLOWED_NOTE.fullmatch(note) for note in made.notes[1:])  # onnx 1.18 (3.13) stamps its own too
@@ -368,45 +402,56 @@ def test_bring_down_the_generators_own_ir_version() -> None:
 
 def test_files_of_an_earlier_generation_are_replaced(tmp_path: Path) -> None:
     model = mlp(tmp_path / "m.onnx")
-    generate_artifacts(model, nominal_checkpoint=True, artifact_directory=tmp_path / "out")
+    generate_artifacts(model, nominal_checkpoint=True, artifact_directory=tmp_path / "out",
+                       requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                       optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert (tmp_path / "out" / "nominal_checkpoint").is_file()
-    generate_artifacts(model, optimizer=None, artifact_directory=tmp_path / "out", overwrite=True)  # other options: asked
+    generate_artifacts(model, optimizer=None, artifact_directory=tmp_path / "out", overwrite=True,
+                       requires_grad=ALL_PARAMETERS, loss="cross-entropy", additional_output_names=MODEL_OUTPUTS)  # other options: asked
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "artifacts.json", "checkpoint", "eval_model.onnx", "training_model.onnx"]
 
 
 def test_artifacts_of_another_model_or_options_are_not_replaced_unasked(tmp_path: Path, capsys) -> None:
-    """A folder of artifacts was replaced by any generation into it. Now only the same model with the same
-    options may be generated again; another model, other options, or artifact files that no artifacts.json
-    describes are refused before anything is written, unless overwrite=True (--overwrite)."""
+    """With overwrite=False (ort-cffi-artifacts without --overwrite) only the same model with the same options
+    may be generated again into a folder; another model, other options, or artifact files that no
+    artifacts.json describes are refused before anything is written. generate_artifacts' default replaces
+    them, as ONNX Runtime's does."""
     model, other = mlp(tmp_path / "m.onnx"), mlp(tmp_path / "other.onnx", opset=16)
     out = tmp_path / "out"
-    generate_artifacts(model, requires_grad="fc2.*", artifact_directory=out)
+    head = dict(requires_grad="fc2.*", loss="cross-entropy", optimizer="adamw", additional_output_names=MODEL_OUTPUTS,
+                artifact_directory=out, overwrite=False)
+    generate_artifacts(model, **head)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    generate_artifacts(model, requires_grad="fc2.*", artifact_directory=out)  # the same again: allowed, same bytes
+    generate_artifacts(model, **head)  # the same again: allowed, same bytes
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     with pytest.raises(ArtifactsInputError, match=rf"artifacts folder '{out}' holds the artifacts of another model "
                                                   rf"\({tmp_path / 'm.onnx'}\): they are not replaced unless asked. "
                                                   r"Pass overwrite=True \(--overwrite\)"):
-        generate_artifacts(other, requires_grad="fc2.*", artifact_directory=out)
+        generate_artifacts(other, **head)
     with pytest.raises(ArtifactsInputError, match=r"holds the artifacts of the same model with other options "
                                                   r"\(requires_grad \['fc2.\*'\] -> None\)"):
-        generate_artifacts(model, artifact_directory=out)
+        generate_artifacts(model, **dict(head, requires_grad=ALL_PARAMETERS))
     assert artifacts_cli.main([str(other), "--out", str(out)]) == 2
     assert "they are not replaced unless asked. Pass overwrite=True (--overwrite)" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing written
     (out / "artifacts.json").unlink()
     with pytest.raises(ArtifactsInputError, match=r"holds checkpoint, training_model.onnx, eval_model.onnx, "
                                                   r"optimizer_model.onnx, which no artifacts.json describes"):
-        generate_artifacts(model, requires_grad="fc2.*", artifact_directory=out)
+        generate_artifacts(model, **head)
     assert artifacts_cli.main([str(other), "--out", str(out), "--overwrite"]) == 0
+    assert read_manifest(out)["model"]["path"] == str((tmp_path / "other.onnx").resolve())
+    generate_artifacts(model, **dict(head, overwrite=True))  # ONNX Runtime's default: replaced
+    assert read_manifest(out)["model"]["path"] == str((tmp_path / "m.onnx").resolve())
+    generate_artifacts(other, ALL_PARAMETERS, loss="cross-entropy", artifact_directory=out)
     assert read_manifest(out)["model"]["path"] == str((tmp_path / "other.onnx").resolve())
 
 
 def test_artifacts_match(tmp_path: Path) -> None:
     model = mlp(tmp_path / "m.onnx")
     out = tmp_path / "out"
-    generate_artifacts(model, requires_grad="fc2.*", artifact_directory=out)
+    generate_artifacts(model, requires_grad="fc2.*", artifact_directory=out,
+                       loss="cross-entropy", optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     options = request_options(requires_grad="fc2.*")
     assert artifacts_match(out, model, options)
     assert not artifacts_match(out, model, request_options(requires_grad="fc*"))
@@ -417,9 +462,14 @@ def test_artifacts_match(tmp_path: Path) -> None:
 
 # --- bad input ----------------------------------------------------------------------------------------------
 
+# ort_cffi's former defaults, asked for (generate_artifacts' own are ONNX Runtime's): the refusals' options override them
+FORMER_DEFAULTS: Dict[str, object] = {"requires_grad": ALL_PARAMETERS, "loss": "cross-entropy", "optimizer": "adamw",
+                                      "additional_output_names": MODEL_OUTPUTS}
+
+
 def _refusal(tmp_path: Path, model: object, **options: object) -> str:
     with pytest.raises(ArtifactsInputError) as info:
-        generate_artifacts(model, artifact_directory=tmp_path / "out", **options)
+        generate_artifacts(model, artifact_directory=tmp_path / "out", **{**FORMER_DEFAULTS, **options})
     assert not (tmp_path / "out").exists()  # nothing written, not even the folder it would have made
     return str(info.value)
 
@@ -429,22 +479,33 @@ def test_a_pattern_that_matches_nothing(tmp_path: Path) -> None:
     assert _refusal(tmp_path, model, requires_grad=["fc2.*", "head.*"]) == (
         "requires_grad pattern 'head.*' matches no initializer of the model (its floating-point initializers: "
         "fc1.weight, fc1.bias, fc2.weight, fc2.bias)")
-    assert _refusal(tmp_path, model, frozen_params="fc3.weight") == (
-        "frozen_params names 'fc3.weight', but the model has no initializer of that name (its floating-point "
-        "initializers: fc1.weight, fc1.bias, fc2.weight, fc2.bias)")
+    # frozen_params as ONNX Runtime takes it: a name that freezes nothing is passed over, and noted
+    made = generate_artifacts(model, ALL_PARAMETERS, frozen_params=["fc3.weight", "fc9.*"], loss="cross-entropy",
+                              artifact_directory=tmp_path / "frozen")
+    assert made.frozen == () and len(made.trainable) == 4
+    assert "frozen_params: fc3.weight: no initializer of the model (a value it computes); nothing to freeze" in made.notes
+    assert ("frozen_params: fc9.*: a pattern that matches no initializer of the model; nothing to freeze"
+            in made.notes)
 
 
 def test_a_parameter_that_is_not_floating_point(tmp_path: Path) -> None:
     model = mlp(tmp_path / "m.onnx", int_initializer=True)
-    assert _refusal(tmp_path, model, requires_grad=["fc2.*", "reshape.shape"]) == (
-        "requires_grad names 'reshape.shape', a tensor of type int64: only floating-point parameters can be trained or frozen")
+    # named, as code that lists every initializer names it: passed over, and noted
+    made = generate_artifacts(model, ["fc2.*", "reshape.shape"], loss="cross-entropy", artifact_directory=tmp_path / "a")
+    assert [p.name for p in made.trainable] == ["fc2.weight", "fc2.bias"]
+    assert "requires_grad: reshape.shape (int64): not floating-point; kept as constants of the graphs" in made.notes
+    made = generate_artifacts(model, ["fc2.*"], ["reshape.shape"], loss="cross-entropy", artifact_directory=tmp_path / "b")
+    assert made.frozen == ()
+    assert "frozen_params: reshape.shape (int64): not floating-point; kept as constants of the graphs" in made.notes
     assert "pattern 'reshape.*' matches only tensors that are not floating-point: reshape.shape (int64)" in _refusal(
         tmp_path, model, requires_grad="reshape.*")
 
 
-def test_a_named_parameter_no_gradient_reaches(tmp_path: Path) -> None:
-    assert _refusal(tmp_path, mlp(tmp_path / "m.onnx", dropout=True), requires_grad=["fc2.*", "drop.ratio"]) == (
-        "'drop.ratio' cannot be trained: it only feeds input 1 of a Dropout node, through which no gradient flows")
+def test_a_named_parameter_no_gradient_reaches_is_left_out(tmp_path: Path) -> None:
+    made = generate_artifacts(mlp(tmp_path / "m.onnx", dropout=True), ["fc2.*", "drop.ratio"], loss="cross-entropy",
+                              artifact_directory=tmp_path / "out")
+    assert [p.name for p in made.trainable] == ["fc2.weight", "fc2.bias"]
+    assert made.left_out == {"drop.ratio": "it only feeds input 1 of a Dropout node, through which no gradient flows"}
 
 
 def test_trainable_and_frozen_at_once_or_nothing_left(tmp_path: Path) -> None:
@@ -486,7 +547,9 @@ def test_a_folder_that_cannot_be_written(tmp_path: Path) -> None:
     ]
     for folder, message in cases:
         with pytest.raises(ArtifactsInputError) as info:
-            generate_artifacts(model, artifact_directory=folder)
+            generate_artifacts(model, artifact_directory=folder,
+                               requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                               optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
         assert str(info.value) == message
 
 
@@ -500,17 +563,24 @@ def test_bad_models_and_options(tmp_path: Path) -> None:
         (not_onnx, f"model '{not_onnx}' is not an ONNX model that onnx {onnx.__version__} can read"),
     ]:
         with pytest.raises(ArtifactsInputError) as info:
-            generate_artifacts(model, artifact_directory=tmp_path / "out")
+            generate_artifacts(model, artifact_directory=tmp_path / "out",
+                               requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                               optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
         assert str(info.value).startswith(message), str(info.value)
     model = mlp(tmp_path / "m.onnx")
-    with pytest.raises(ArtifactsInputError, match="unknown loss 'hinge': choose cross-entropy, mse, bce-with-logits, l1"):
-        generate_artifacts(model, loss="hinge")
-    with pytest.raises(ArtifactsInputError, match="unknown optimizer 'adam'"):
-        generate_artifacts(model, optimizer="adam")
-    with pytest.raises(TypeError, match="model must be a path, bytes or an onnx.ModelProto, not int"):
-        generate_artifacts(3)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="Unknown loss provided 'hinge'.*ort_cffi's names: 'mse', 'cross-entropy'"):
+        generate_artifacts(model, loss="hinge",
+                           requires_grad=ALL_PARAMETERS, optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
+    with pytest.raises(RuntimeError, match="Unknown optimizer provided 'adam'"):
+        generate_artifacts(model, optimizer="adam",
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy", additional_output_names=MODEL_OUTPUTS)
+    with pytest.raises(RuntimeError, match="either a string or an ONNX ModelProto for the model .*, not int"):
+        generate_artifacts(3,
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="requires_grad must hold non-empty strings, not 3"):
-        generate_artifacts(model, requires_grad=["fc1.weight", 3])  # type: ignore[list-item]
+        generate_artifacts(model, requires_grad=["fc1.weight", 3],
+                           loss="cross-entropy", optimizer="adamw", additional_output_names=MODEL_OUTPUTS)  # type: ignore[list-item]
 
 
 @pytest.mark.parametrize("generator", GENERATORS)
@@ -524,7 +594,9 @@ def test_a_missing_external_data_file_is_named_as_such(tmp_path: Path, generator
               location="big.onnx.data", size_threshold=0)
     (copied / "big.onnx.data").unlink()
     with pytest.raises(ArtifactsInputError) as info:
-        generate_artifacts(copied / "big.onnx", artifact_directory=tmp_path / "out", generator=generator)
+        generate_artifacts(copied / "big.onnx", artifact_directory=tmp_path / "out", generator=generator,
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     message = str(info.value)  # said by the external-data check that runs before any generator
     assert "is not an ONNX model" not in message and f"external data file '{copied / 'big.onnx.data'}' is missing" in message
     assert not (tmp_path / "out").exists()
@@ -564,7 +636,9 @@ def test_this_interpreter_lacks_the_generator(tmp_path: Path, bare_python: str, 
     monkeypatch.delenv(ENV_PYTHON, raising=False)
     monkeypatch.setattr(sys, "executable", bare_python)
     with pytest.raises(GeneratorUnavailableError) as info:
-        generate_artifacts(mlp(tmp_path / "m.onnx"), artifact_directory=tmp_path / "out", generator="onnxruntime")
+        generate_artifacts(mlp(tmp_path / "m.onnx"), artifact_directory=tmp_path / "out", generator="onnxruntime",
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     message = str(info.value)
     assert message.startswith(f"cannot generate training artifacts with this interpreter (Python "
                               f"{'.'.join(map(str, sys.version_info[:3]))}, {bare_python})")
@@ -629,9 +703,13 @@ def test_a_named_interpreter_runs_the_generator(tmp_path: Path, bare_python: str
     assert code == 0 and f"Python {'.'.join(map(str, sys.version_info[:3]))} ({sys.executable})" in out
     with pytest.raises(GeneratorUnavailableError, match="the interpreter named by python= \\(--python\\), 'python2.1', "
                                                         "does not exist or cannot be run"):
-        generate_artifacts(model, artifact_directory=tmp_path / "out", python="python2.1")
+        generate_artifacts(model, artifact_directory=tmp_path / "out", python="python2.1",
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     with pytest.raises(GeneratorUnavailableError) as info:
-        generate_artifacts(model, artifact_directory=tmp_path / "out", python="/bin/false")
+        generate_artifacts(model, artifact_directory=tmp_path / "out", python="/bin/false",
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert str(info.value) == ("the interpreter named by python= (--python), /bin/false, cannot run the generator (exit code 1, "
                                "no output: is it a Python interpreter?)")
 

@@ -19,8 +19,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from conftest import ROOT
 from ort_cffi import OrtEnvironment, OrtException
-from ort_cffi.artifacts import ArtifactsError, generate_artifacts
-from ort_cffi.artifacts import generate as generate_module
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, ArtifactsError, generate_artifacts
+from ort_cffi.artifacts import writer as writer_module
 from ort_cffi.artifacts.load_check import checkpoint_mismatch
 
 
@@ -46,7 +46,9 @@ def mlp(path: Path, width: int = 16, layers: int = 2, features: int = 8, classes
 
 def unchecked(tmp_path: Path, name: str = "made", **kwargs: object) -> Dict[str, Path]:
     model = mlp(tmp_path / f"{name}.onnx", **kwargs)  # type: ignore[arg-type]
-    made = generate_artifacts(model, artifact_directory=tmp_path / name, check=False, nominal_checkpoint=True)
+    made = generate_artifacts(model, artifact_directory=tmp_path / name, check=False, nominal_checkpoint=True,
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     return dict(made.files)
 
 
@@ -64,7 +66,7 @@ def full_session_fails(files: Dict[str, Path]) -> bool:
 
 def test_good_artifacts_pass_the_check_and_train(tmp_path: Path) -> None:
     files = unchecked(tmp_path)
-    generate_module._check_loads(files)
+    writer_module._check_loads(files)
     assert checkpoint_mismatch(files["checkpoint"], files["nominal_checkpoint"], files["training_model"]) is None
     assert not full_session_fails(files)
 
@@ -76,7 +78,7 @@ def test_a_training_model_that_does_not_load_fails_the_check(tmp_path: Path) -> 
     onnx.save(model, str(files["training_model"]))
     assert full_session_fails(files)
     with pytest.raises(ArtifactsError, match="do not load in ONNX Runtime.*NoSuchOperator"):
-        generate_module._check_loads(files)
+        writer_module._check_loads(files)
 
 
 def test_a_training_model_that_is_no_model_fails_the_check(tmp_path: Path) -> None:
@@ -84,7 +86,7 @@ def test_a_training_model_that_is_no_model_fails_the_check(tmp_path: Path) -> No
     files["training_model"].write_bytes(b"not a protobuf at all")
     assert full_session_fails(files)
     with pytest.raises(ArtifactsError, match="do not load in ONNX Runtime"):
-        generate_module._check_loads(files)
+        writer_module._check_loads(files)
 
 
 def test_a_training_model_that_takes_other_parameters_fails_the_check(tmp_path: Path) -> None:
@@ -98,7 +100,7 @@ def test_a_training_model_that_takes_other_parameters_fails_the_check(tmp_path: 
     onnx.save(model, str(files["training_model"]))
     assert full_session_fails(files)
     with pytest.raises(ArtifactsError, match="do not load in ONNX Runtime"):
-        generate_module._check_loads(files)
+        writer_module._check_loads(files)
 
 
 def test_a_checkpoint_of_other_shapes_fails_the_check(tmp_path: Path) -> None:
@@ -109,7 +111,7 @@ def test_a_checkpoint_of_other_shapes_fails_the_check(tmp_path: Path) -> None:
     assert full_session_fails(files)
     with pytest.raises(ArtifactsError, match=r"parameter 'fc0.weight' is stored with shape \[24, 8\], the training "
                                              r"model takes \[16, 8\]"):
-        generate_module._check_loads(files)
+        writer_module._check_loads(files)
 
 
 def test_a_checkpoint_of_other_parameters_fails_the_check(tmp_path: Path) -> None:
@@ -118,7 +120,7 @@ def test_a_checkpoint_of_other_parameters_fails_the_check(tmp_path: Path) -> Non
     shutil.copyfile(other["checkpoint"], files["checkpoint"])
     assert full_session_fails(files)
     with pytest.raises(ArtifactsError, match="the checkpoint holds 'fc2.weight', 'fc2.bias', which the training model does not take"):
-        generate_module._check_loads(files)
+        writer_module._check_loads(files)
 
 
 def test_a_checkpoint_that_is_no_checkpoint_fails_the_check(tmp_path: Path) -> None:
@@ -127,12 +129,12 @@ def test_a_checkpoint_that_is_no_checkpoint_fails_the_check(tmp_path: Path) -> N
     files["checkpoint"].write_bytes(data[:len(data) // 2])
     assert full_session_fails(files)
     with pytest.raises(ArtifactsError):
-        generate_module._check_loads(files)
+        writer_module._check_loads(files)
 
 
 def test_generation_refuses_broken_artifacts_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The check inside generate_artifacts: a generator that wrote a training model the runtime refuses."""
-    original = generate_module.run_here
+    original = writer_module.run_here
 
     def broken(request: dict) -> dict:
         result = original(request)
@@ -142,18 +144,24 @@ def test_generation_refuses_broken_artifacts_and_writes_nothing(tmp_path: Path, 
         onnx.save(model, str(path))
         return result
 
-    monkeypatch.setattr(generate_module, "run_here", broken)
+    monkeypatch.setattr(writer_module, "run_here", broken)
     out = tmp_path / "artifacts"
     with pytest.raises(ArtifactsError, match="NoSuchOperator"):
-        generate_artifacts(mlp(tmp_path / "m.onnx"), artifact_directory=out)
+        generate_artifacts(mlp(tmp_path / "m.onnx"), artifact_directory=out,
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert not out.exists()
 
 
 def test_the_nominal_checkpoint_the_check_uses_is_kept_only_when_asked(tmp_path: Path) -> None:
-    plain = generate_artifacts(mlp(tmp_path / "m.onnx"), artifact_directory=tmp_path / "plain")
+    plain = generate_artifacts(mlp(tmp_path / "m.onnx"), artifact_directory=tmp_path / "plain",
+                               requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                               optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert "nominal_checkpoint" not in plain.files and not (tmp_path / "plain" / "nominal_checkpoint").exists()
     assert "nominal_checkpoint" not in json.loads((tmp_path / "plain" / "artifacts.json").read_text())["files"]
-    asked = generate_artifacts(mlp(tmp_path / "m.onnx"), artifact_directory=tmp_path / "asked", nominal_checkpoint=True)
+    asked = generate_artifacts(mlp(tmp_path / "m.onnx"), artifact_directory=tmp_path / "asked", nominal_checkpoint=True,
+                               requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                               optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert asked.files["nominal_checkpoint"].is_file()
 
 
@@ -163,7 +171,7 @@ PEAK = """
 import json, sys
 from pathlib import Path
 from ort_cffi import OrtEnvironment
-from ort_cffi.artifacts import generate as generate_module
+from ort_cffi.artifacts import writer as writer_module
 files = {k: Path(v) for k, v in json.loads(sys.argv[1]).items()}
 env = OrtEnvironment.getEnvironment()
 def status(key):
@@ -172,7 +180,7 @@ before = status("VmRSS")
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")
 if sys.argv[2] == "check":
-    generate_module._check_loads(files)
+    writer_module._check_loads(files)
 else:  # what a trainer does: the real checkpoint, the optimizer
     env.createTrainingSession(files["checkpoint"], files["training_model"], files["eval_model"],
                               files["optimizer_model"]).close()

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ort_cffi import OrtEnvironment, OrtTrainingSession
-from ort_cffi.artifacts import generate_artifacts, read_manifest
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts, read_manifest
 from ort_cffi.artifacts.options import GENERATORS, ONNX_RUNTIME, ORT_CFFI
 from ort_cffi.trainer import SetupError, TrainingJob, TrainSettings
 from ort_cffi.trainer import loop as train_loop
@@ -72,7 +72,9 @@ def batch_statistics(x: np.ndarray, values: Dict[str, np.ndarray]) -> List[Tuple
 def artifacts(tmp_path_factory: pytest.TempPathFactory):
     model, values = two_batchnorms()
     made = generate_artifacts(model, artifact_directory=tmp_path_factory.mktemp("bn") / "artifacts",
-                              loss_input_names=["logits"])
+                              loss_input_names=["logits"],
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     return made, values
 
 
@@ -266,7 +268,8 @@ def test_a_frozen_layer_keeps_its_statistics(dataset: Path, tmp_path: Path, gene
     backbone does; the layers trained follow training as before."""
     model, initial = two_batchnorms()
     made = generate_artifacts(model, requires_grad=["K", "s2", "b2", "W"], artifact_directory=tmp_path / "artifacts",
-                              loss_input_names=["logits"], generator=generator)
+                              loss_input_names=["logits"], generator=generator,
+                              loss="cross-entropy", optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     manifest = read_manifest(made.folder)
     assert [entry["node"] for entry in manifest["batchnorm_statistics"]] == ["bn2"]
     kept = [r for r in manifest["preparation"] if r["rule"] == "batchnorm_statistics" and r["nodes"] == ["bn1"]]

@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 import numpy as np
 import onnx
@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from conftest import DIGITS, ROOT
 from ort_cffi import OrtCheckpointState, OrtEnvironment
-from ort_cffi.artifacts import generate_artifacts
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts
 from ort_cffi.artifacts.builder import checkpoint as checkpoint_writer
 from ort_cffi._backends.engine.checkpoint_codec import flatbuffer
 from ort_cffi.artifacts.builder.checkpoint import (
@@ -412,6 +412,9 @@ def mlp(path: Path, *, extra_double: bool = False) -> Path:
     return path
 
 
+# ort_cffi's former defaults, asked for (generate_artifacts' own are ONNX Runtime's): the cases override them
+FORMER_DEFAULTS: Dict[str, Any] = {"requires_grad": ALL_PARAMETERS, "loss": "cross-entropy", "optimizer": "adamw",
+                                   "additional_output_names": MODEL_OUTPUTS}
 GENERATOR_CASES = {
     "all trainable": ({}, {}),
     "fc1 frozen": ({"frozen_params": "fc1.*"}, {}),
@@ -427,13 +430,13 @@ GENERATOR_CASES = {
 def test_the_checkpoint_and_optimizer_model_are_the_generators(tmp_path: Path, case: str) -> None:
     options, model_options = GENERATOR_CASES[case]
     model = mlp(tmp_path / "m.onnx", **model_options)
-    made = generate_artifacts(model, artifact_directory=tmp_path / "out", **options)
+    made = generate_artifacts(model, artifact_directory=tmp_path / "out", **{**FORMER_DEFAULTS, **options})
     trainable = initializers(model, [p.name for p in made.trainable])
     frozen = initializers(model, [p.name for p in made.frozen])
     assert checkpoint_bytes(trainable, frozen) == made.checkpoint.read_bytes()
     if options.get("nominal_checkpoint"):
         assert checkpoint_bytes(trainable, frozen, nominal=True) == made.files["nominal_checkpoint"].read_bytes()
-    loss = made.loss.value if made.loss is not None else None
+    loss = made.loss.option if made.loss is not None else None
     assert made.optimizer is not None and made.model_opset is not None
     ours = optimizer_model(made.optimizer.name, opset=made.model_opset, name_counter=GENERATOR_NAME_COUNTERS[loss])
     assert ours.SerializeToString() == made.optimizer_model.read_bytes()
@@ -451,7 +454,8 @@ def test_the_name_counter_follows_the_generators_loss(tmp_path: Path, loss: obje
     else:
         model = mlp(tmp_path / "m.onnx")
     for optimizer in ("adamw", "sgd"):
-        made = generate_artifacts(model, loss=loss, optimizer=optimizer, artifact_directory=tmp_path / optimizer)
+        made = generate_artifacts(model, loss=loss, optimizer=optimizer, artifact_directory=tmp_path / optimizer,
+                                  requires_grad=ALL_PARAMETERS, additional_output_names=MODEL_OUTPUTS)
         assert made.optimizer is not None and made.model_opset is not None
         ours = optimizer_model(optimizer, opset=made.model_opset, name_counter=GENERATOR_NAME_COUNTERS[loss])  # type: ignore[index]
         assert ours.SerializeToString() == made.optimizer_model.read_bytes()
@@ -471,7 +475,8 @@ def digits_inference_model(tmp_path: Path) -> Path:
 def test_sgd_trains_bit_identically_to_onnx_runtimes(tmp_path: Path, digits_inference_model: Path) -> None:
     """The same training model and checkpoint (ONNX Runtime's generator's), its SGD model and ours: 20 steps, the
     same losses and parameters bit for bit."""
-    made = generate_artifacts(digits_inference_model, optimizer="sgd", artifact_directory=tmp_path / "out")
+    made = generate_artifacts(digits_inference_model, optimizer="sgd", artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy", additional_output_names=MODEL_OUTPUTS)
     assert made.optimizer_model is not None
     write_optimizer_model(tmp_path / "sgd.onnx", "SGD", name_counter=99)  # other names, same model
     theirs = train(made.checkpoint, made.training_model, made.optimizer_model, 0.05)

@@ -736,10 +736,12 @@ def test_a_batchnorm_client_reestimates_the_statistics_before_it_evaluates(tmp_p
     re-estimates them over its training data for the model it was sent (test_batchnorm.py: the numpy side)."""
     from test_batchnorm import batch_statistics, batches_of, two_batchnorms
 
-    from ort_cffi.artifacts import generate_artifacts, read_manifest
+    from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts, read_manifest
 
     model, values = two_batchnorms()
-    made = generate_artifacts(model, artifact_directory=tmp_path / "artifacts", loss_input_names=["logits"])
+    made = generate_artifacts(model, artifact_directory=tmp_path / "artifacts", loss_input_names=["logits"],
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     train, val = batches_of(40, 40, seed=5)[0], batches_of(16, 16, seed=6)[0]
     data = {"train": train, "val": val}
     with OrtEnvironment.getEnvironment().createTrainingSession(

@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ort_cffi.api import CheckpointState, Module, Optimizer
-from ort_cffi.artifacts import ArtifactsInputError, generate_artifacts, read_manifest
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, ArtifactsInputError, generate_artifacts, read_manifest
 from ort_cffi.cli.artifacts import main as artifacts_main
 
 PADDING, ROWS, WIDTH, CLASSES = 0, 12, 4, 3
@@ -67,8 +67,12 @@ def train(folder: Path, steps: int = 8) -> Tuple[np.ndarray, np.ndarray, np.ndar
 
 def test_a_frozen_row_stays_while_the_rest_of_the_embedding_trains(tmp_path: Path) -> None:
     model = embedding_classifier()
-    generate_artifacts(model, artifact_directory=tmp_path / "all")
-    generate_artifacts(model, artifact_directory=tmp_path / "frozen", frozen_rows={"embeddings.weight": [PADDING]})
+    generate_artifacts(model, artifact_directory=tmp_path / "all",
+                       requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                       optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
+    generate_artifacts(model, artifact_directory=tmp_path / "frozen", frozen_rows={"embeddings.weight": [PADDING]},
+                       requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                       optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert read_manifest(tmp_path / "frozen")["options"]["frozen_rows"] == {"embeddings.weight": [PADDING]}
     before, everywhere, moved = train(tmp_path / "all")
     same_start, gradient, trained = train(tmp_path / "frozen")
@@ -84,22 +88,36 @@ def test_a_frozen_row_stays_while_the_rest_of_the_embedding_trains(tmp_path: Pat
 
 def test_the_option_is_recorded_only_when_given_and_refused_where_it_cannot_hold(tmp_path: Path) -> None:
     model = embedding_classifier()
-    generate_artifacts(model, artifact_directory=tmp_path / "plain", check=False)
+    generate_artifacts(model, artifact_directory=tmp_path / "plain", check=False,
+                       requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                       optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert "frozen_rows" not in read_manifest(tmp_path / "plain")["options"]  # artifacts made before the option compare as they did
     with pytest.raises(ArtifactsInputError, match=r"frozen_rows of 'embeddings.weight' \(shape \[12, 4\]\).*12 is not"):
-        generate_artifacts(model, artifact_directory=tmp_path / "a", frozen_rows={"embeddings.weight": [1, 12]})
+        generate_artifacts(model, artifact_directory=tmp_path / "a", frozen_rows={"embeddings.weight": [1, 12]},
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     with pytest.raises(ArtifactsInputError, match="no initializer of that name"):
-        generate_artifacts(model, artifact_directory=tmp_path / "b", frozen_rows={"embedding.weight": 0})
+        generate_artifacts(model, artifact_directory=tmp_path / "b", frozen_rows={"embedding.weight": 0},
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     with pytest.raises(ArtifactsInputError, match="'embeddings.weight', which is not trained"):
         generate_artifacts(model, artifact_directory=tmp_path / "c", frozen_params=["embeddings.weight"],
-                           frozen_rows={"embeddings.weight": 0})
+                           frozen_rows={"embeddings.weight": 0},
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     with pytest.raises(ArtifactsInputError, match="ONNX Runtime's generator trains every row"):
         generate_artifacts(model, artifact_directory=tmp_path / "d", generator="onnxruntime",
-                           frozen_rows={"embeddings.weight": 0})
+                           frozen_rows={"embeddings.weight": 0},
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     with pytest.raises(ArtifactsInputError, match="row indices"):
-        generate_artifacts(model, artifact_directory=tmp_path / "e", frozen_rows={"embeddings.weight": [-1]})
+        generate_artifacts(model, artifact_directory=tmp_path / "e", frozen_rows={"embeddings.weight": [-1]},
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     with pytest.raises(TypeError, match="frozen_rows must map"):
-        generate_artifacts(model, artifact_directory=tmp_path / "f", frozen_rows=[0])  # type: ignore[arg-type]
+        generate_artifacts(model, artifact_directory=tmp_path / "f", frozen_rows=[0],
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)  # type: ignore[arg-type]
 
 
 def test_the_command_takes_frozen_rows_per_parameter(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

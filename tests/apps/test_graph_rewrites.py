@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ort_cffi import OrtEnvironment, OrtException
 from ort_cffi.artifacts import ArtifactsError, graph_facts, rewrites
-from ort_cffi.artifacts import generate_artifacts as _generate_artifacts
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts as _generate_artifacts
 
 # Graph preparation exists for ONNX Runtime's generator (ort_cffi's own builder has rules for these operators,
 # tests/builder): these tests run that generator, where its Python layer is installed.
@@ -426,7 +426,8 @@ def sgd_gradient(folder, prepared: onnx.ModelProto, params: Dict[str, np.ndarray
     """ONNX Runtime's gradient of the prepared model: one SGD step with learning rate 1."""
     path = folder / "prepared.onnx"
     onnx.save(prepared, str(path))
-    made = generate_artifacts(path, requires_grad=sorted(params), loss=None, optimizer="sgd", artifact_directory=folder / "artifacts")
+    made = generate_artifacts(path, requires_grad=sorted(params), loss=None, optimizer="sgd", artifact_directory=folder / "artifacts",
+                              additional_output_names=MODEL_OUTPUTS)
     with env.createTrainingSession(str(made.checkpoint), str(made.training_model), str(made.eval_model),
                                    str(made.optimizer_model)) as session:
         session.setLearningRate(1.0)
@@ -460,13 +461,15 @@ def test_gradient_equals_finite_differences(case: Case, tmp_path):
         if case.op == "ConvTranspose" and case.id in FIRST_OF_EACH_OP:  # a builder, but no kernel for its gradient
             with pytest.raises(ArtifactsError, match="Could not find an implementation for ConvTransposeGrad"):
                 generate_artifacts(model, requires_grad=sorted(params), loss=None, optimizer="sgd",
-                                   artifact_directory=tmp_path / "raw", prepare=False)
+                                   artifact_directory=tmp_path / "raw", prepare=False,
+                                   additional_output_names=MODEL_OUTPUTS)
         elif case.op in rewrites.STATIC_SHAPE_POOLS:
             pass  # a builder, but a kernel that crashes on a symbolic batch (tests/apps/test_pool_shapes.py)
         elif case.id in FIRST_OF_EACH_OP:  # once per operator: ONNX Runtime's generator refuses the original
             with pytest.raises(ArtifactsError, match=f"gradient builder has not been registered: {case.op} for node"):
                 generate_artifacts(model, requires_grad=sorted(params), loss=None, optimizer="sgd",
-                                   artifact_directory=tmp_path / "raw", check=False, prepare=False)
+                                   artifact_directory=tmp_path / "raw", check=False, prepare=False,
+                                   additional_output_names=MODEL_OUTPUTS)
     got, loss = sgd_gradient(tmp_path, prepared, params, x, r)
     expected, precision = finite_differences(case, params, x, r)
     # float64 differences (h = 1e-6) are exact to about 1e-9: what is left is the float32 gradient
@@ -594,7 +597,8 @@ PARAMETERS = ["W1", "W2", "beta", "gamma"]
 def train(folder, model: onnx.ModelProto, steps: int = 25) -> List[float]:
     path = folder / "model.onnx"
     onnx.save(model, str(path))
-    made = generate_artifacts(path, requires_grad=PARAMETERS, loss="mse", optimizer="adamw", artifact_directory=folder / "a")
+    made = generate_artifacts(path, requires_grad=PARAMETERS, loss="mse", optimizer="adamw", artifact_directory=folder / "a",
+                              additional_output_names=MODEL_OUTPUTS)
     rng = np.random.default_rng(2)
     batch = {"X": rng.standard_normal((2, 5, 8)).astype(np.float32), "target": rng.standard_normal((2, 5, 4)).astype(np.float32)}
     losses = []
@@ -614,7 +618,7 @@ def test_transformer_like_block_fails_as_exported_and_trains_once_prepared(tmp_p
     model = block()
     with pytest.raises(ArtifactsError):  # as exported: ONNX Runtime's generator stops at the first of these
         generate_artifacts(model, requires_grad=PARAMETERS, loss="mse", optimizer="adamw", artifact_directory=tmp_path / "raw",
-                           check=False, prepare=False)
+                           check=False, prepare=False, additional_output_names=MODEL_OUTPUTS)
     prepared, records = prepare(model, set(PARAMETERS))
     assert [(r["rule"], r["op"], r["nodes"]) for r in records] == [
         ("duplicate_input", "Add", ["doubled"]),
@@ -657,7 +661,8 @@ def test_batch_normalization_training_form_gets_its_outputs_and_inference_form_s
     training = batch_norm_model(1, 1)
     with pytest.raises(ArtifactsError, match="should be 3 when Training_mode = True"):
         generate_artifacts(training, requires_grad=["K", "scale", "bias"], loss="mse", optimizer="sgd",
-                           artifact_directory=tmp_path / "raw", check=False, prepare=False)
+                           artifact_directory=tmp_path / "raw", check=False, prepare=False,
+                           additional_output_names=MODEL_OUTPUTS)
     prepared, records = prepare(training, {"K", "scale", "bias"})
     assert records == [{"rule": "declare_outputs", "op": "BatchNormalization", "count": 1, "nodes": ["bn"]}]
     bn = next(n for n in prepared.graph.node if n.name == "bn")
@@ -666,7 +671,7 @@ def test_batch_normalization_training_form_gets_its_outputs_and_inference_form_s
     # training_mode=0, which the runtime refuses ("should be 1 when Training_mode = False"): a fix for the
     # eval model, not for the gradient build (left to the integration). The training model trains.
     made = generate_artifacts(prepared, requires_grad=["K", "scale", "bias"], loss="mse", optimizer="sgd",
-                              artifact_directory=tmp_path / "a", check=False)
+                              artifact_directory=tmp_path / "a", check=False, additional_output_names=MODEL_OUTPUTS)
     assert {p.name for p in made.trainable} == {"K", "scale", "bias"}
     rng = np.random.default_rng(6)
     batch = {"X": rng.standard_normal((4, 2, 5, 5)).astype(np.float32), "target": rng.standard_normal((4, 3)).astype(np.float32)}
@@ -688,9 +693,11 @@ def test_transpose_without_perm_gets_it_written_out(tmp_path):
     model.graph.initializer[1].CopyFrom(numpy_helper.from_array(np.ones((2, 3), np.float32), "W2"))
     model.graph.output[0].CopyFrom(helper.make_tensor_value_info("logits", TensorProto.FLOAT, [5, 3]))
     with pytest.raises(ArtifactsError, match="unordered_map::at"):  # the builder reads perm unconditionally
-        generate_artifacts(model, loss="mse", optimizer="sgd", artifact_directory=tmp_path / "raw", check=False, prepare=False)
+        generate_artifacts(model, loss="mse", optimizer="sgd", artifact_directory=tmp_path / "raw", check=False, prepare=False,
+                           requires_grad=ALL_PARAMETERS, additional_output_names=MODEL_OUTPUTS)
     prepared, records = prepare(model)
-    generate_artifacts(prepared, loss="mse", optimizer="sgd", artifact_directory=tmp_path / "a")
+    generate_artifacts(prepared, loss="mse", optimizer="sgd", artifact_directory=tmp_path / "a",
+                       requires_grad=ALL_PARAMETERS, additional_output_names=MODEL_OUTPUTS)
     assert records == [{"rule": "explicit_perm", "op": "Transpose", "count": 1, "nodes": ["flip"]}]
     flip = next(n for n in prepared.graph.node if n.name == "flip")
     assert helper.get_attribute_value(flip.attribute[0]) == [1, 0]

@@ -172,7 +172,7 @@ def test_ctrl_c_while_artifacts_are_generated_through_the_entry_point(tmp_path: 
     work = work_folder(tmp_path)
     out = work / "artifacts"
     code, stderr, left = run_interrupted("ort-cffi-artifacts", [model, "--out", out], work,
-                                         hook=("ort_cffi.artifacts.generate", "run_here"))
+                                         hook=("ort_cffi.artifacts.writer", "run_here"))
     assert assert_one_line(code, stderr, left) == f"interrupted: no artifacts were written to {out}"
     assert sorted(p.name for p in work.iterdir()) == []
 
@@ -182,7 +182,7 @@ def test_ctrl_c_while_train_generates_artifacts_through_the_entry_point(tmp_path
     out = work / "run"
     code, stderr, left = run_interrupted(
         "ort-cffi-train", ["--model", model, "--data", DIGITS / "digits.npz", "--out", out, "--no-progress"], work,
-        hook=("ort_cffi.artifacts.generate", "run_here"))
+        hook=("ort_cffi.artifacts.writer", "run_here"))
     assert assert_one_line(code, stderr, left) == f"interrupted before training began: {out} is as it was"
     assert sorted(p.name for p in work.iterdir()) == []
 

@@ -77,7 +77,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_ctrl_c_while_train_generates_artifacts(tmp_path: Path, model: Path) -> None:
     """0.6 s into --model: a 19-frame KeyboardInterrupt traceback and a death by the signal, before."""
     out = tmp_path / "run"
-    code, _, stderr = interrupt("ort_cffi.cli.train", "ort_cffi.artifacts.generate", "_check_loads",
+    code, _, stderr = interrupt("ort_cffi.cli.train", "ort_cffi.artifacts.writer", "_check_loads",
                                 ["--model", model, "--data", DIGITS / "digits.npz", "--out", out, "--no-progress"],
                                 tmp_path)
     assert_one_line(code, stderr, f"interrupted before training began: {out} is as it was")
@@ -95,7 +95,7 @@ def test_ctrl_c_while_train_exports(tmp_path: Path) -> None:
 
 def test_ctrl_c_while_generating_artifacts(tmp_path: Path, model: Path) -> None:
     out = tmp_path / "artifacts"
-    code, _, stderr = interrupt("ort_cffi.cli.artifacts", "ort_cffi.artifacts.generate", "_check_loads",
+    code, _, stderr = interrupt("ort_cffi.cli.artifacts", "ort_cffi.artifacts.writer", "_check_loads",
                                 [model, "--out", out], tmp_path)
     assert_one_line(code, stderr, f"interrupted: no artifacts were written to {out}")
     assert not out.exists()

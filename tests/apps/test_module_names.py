@@ -15,7 +15,7 @@ from _training_run import train_artifacts
 from conftest import ROOT
 
 from ort_cffi import OrtEnvironment
-from ort_cffi.artifacts import ArtifactsInputError, generate_artifacts, read_manifest
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, ArtifactsInputError, generate_artifacts, read_manifest
 from ort_cffi.artifacts.module_names import module_names, signature_targets
 from ort_cffi.cli import artifacts as artifacts_cli
 from ort_cffi.cli import train as train_cli
@@ -108,7 +108,8 @@ def test_a_run_trains_only_the_parameters_chosen_by_module_path(tmp_path: Path, 
 
 def test_a_recurrent_layer_is_frozen_by_its_module_path(tmp_path: Path) -> None:
     made = generate_artifacts(LSTM, requires_grad=["fc.*"], frozen_params=["lstm.*"], loss_input_names=["logits"],
-                              artifact_directory=tmp_path)
+                              artifact_directory=tmp_path,
+                              loss="cross-entropy", optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert sorted(p.module_name or p.name for p in made.trainable) == ["fc.bias", "fc.weight"]
     assert sorted(p.module_name for p in made.frozen) == ["lstm.B", "lstm.R", "lstm.W"]
     assert all(p.name != p.module_name for p in made.frozen)
@@ -118,10 +119,12 @@ def test_a_torch_name_that_no_tensor_carries_is_refused_listing_both_names(tmp_p
     with pytest.raises(ArtifactsInputError, match=r"requires_grad names 'lstm.weight_ih_l0', but the model has no "
                                                   r"initializer of that name .*\(lstm\.W\)"):
         generate_artifacts(LSTM, requires_grad=["lstm.weight_ih_l0"], loss_input_names=["logits"],
-                           artifact_directory=tmp_path / "out")
+                           artifact_directory=tmp_path / "out",
+                           loss="cross-entropy", optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     with pytest.raises(ArtifactsInputError, match=r"pattern 'lstm\.\*' matches no initializer"):
         generate_artifacts(ZOO_DIR / "bilstm_tagger.onnx", requires_grad=["lstm.*"], loss_input_names=["logits"],
-                           artifact_directory=tmp_path / "ts")
+                           artifact_directory=tmp_path / "ts",
+                           loss="cross-entropy", optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
 
 
 @pytest.mark.parametrize("name", ["einsum_attention", "atan_cumsum", "transformer"])
@@ -131,18 +134,22 @@ def test_by_default_the_exporters_numbers_stay_constants(name: str, tmp_path: Pa
     of a model train the same parameters, those of the torch module."""
     dynamo = ZOO[f"{name}_dynamo"]
     made = generate_artifacts(ZOO_DIR / dynamo["file"], loss=dynamo["loss"], loss_input_names=[dynamo["loss_reads"]],
-                              artifact_directory=tmp_path / "dynamo")
+                              artifact_directory=tmp_path / "dynamo",
+                              requires_grad=ALL_PARAMETERS, optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     model = load(ZOO_DIR / dynamo["file"])
     assert {p.module_name or p.name for p in made.trainable} == set(signature_targets(model).values())
     assert [(p.size, p.module_name) for p in made.constants] == [(1, None)]  # the one number, kept as it is
     if name in ZOO:  # the TorchScript export of the same module trains as many parameters
         script = ZOO[name]
         other = generate_artifacts(ZOO_DIR / script["file"], loss=script["loss"], loss_input_names=[script["loss_reads"]],
-                                   artifact_directory=tmp_path / "script")
+                                   artifact_directory=tmp_path / "script",
+                                   requires_grad=ALL_PARAMETERS, optimizer="adamw",
+                                   additional_output_names=MODEL_OUTPUTS)
         assert made.trainable_parameters == other.trainable_parameters == script["float_parameters"]
     named = generate_artifacts(ZOO_DIR / dynamo["file"], requires_grad=[made.constants[0].name],
                                loss=dynamo["loss"], loss_input_names=[dynamo["loss_reads"]],
-                               artifact_directory=tmp_path / "named")
+                               artifact_directory=tmp_path / "named",
+                               optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert [p.name for p in named.trainable] == [made.constants[0].name]  # a pattern may still choose it
 
 
@@ -173,7 +180,9 @@ def test_other_exporters_numbers_stay_constants_and_train_without_nan(tmp_path: 
     """tf2onnx writes a model's numbers as rank-0 initializers. Trained, GELU's Pow exponent got the gradient
     x^3 ln x, NaN at the first negative x: a Keras transformer's loss went NaN after one step."""
     path = _scalar_model(tmp_path / "tf.onnx", "tf2onnx", {"ln_epsilon": 1.0})
-    made = generate_artifacts(path, artifact_directory=tmp_path / "out")
+    made = generate_artifacts(path, artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert sorted(p.name for p in made.trainable) == ["b1", "w1", "w2"]
     assert sorted(p.name for p in made.constants) == ["cubic", "half", "ln_epsilon", "one", "root", "three"]
     rng = np.random.default_rng(4)
@@ -181,7 +190,8 @@ def test_other_exporters_numbers_stay_constants_and_train_without_nan(tmp_path: 
     feeds = {"x": x, "labels": np.argmax(x[:, :4], axis=1).astype(np.int64)}
     losses = train_artifacts(made, feeds, 20, learning_rate=0.01).losses
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
-    named = generate_artifacts(path, requires_grad=["w*", "ln_epsilon"], artifact_directory=tmp_path / "named")
+    named = generate_artifacts(path, requires_grad=["w*", "ln_epsilon"], artifact_directory=tmp_path / "named",
+                               loss="cross-entropy", optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert sorted(p.name for p in named.trainable) == ["ln_epsilon", "w1", "w2"]  # a pattern may still choose one
 
 
@@ -189,6 +199,8 @@ def test_torchscripts_rank_0_parameters_still_train(tmp_path: Path) -> None:
     """The TorchScript exporter writes numbers as Constant nodes, and names what its constant folding makes
     onnx::...: a rank-0 initializer named otherwise is a parameter (nn.Parameter(torch.tensor(1.0)))."""
     path = _scalar_model(tmp_path / "ts.onnx", "pytorch", {"logit_scale": 1.5, "onnx::Mul_7": 1.0})
-    made = generate_artifacts(path, artifact_directory=tmp_path / "out")
+    made = generate_artifacts(path, artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert "logit_scale" in {p.name for p in made.trainable}
     assert "onnx::Mul_7" in {p.name for p in made.constants}

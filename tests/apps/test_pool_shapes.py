@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ort_cffi import OrtEnvironment
 from ort_cffi.artifacts import ArtifactsInputError
-from ort_cffi.artifacts import generate_artifacts as _generate_artifacts
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts as _generate_artifacts
 
 # Graph preparation exists for ONNX Runtime's generator (ort_cffi's own builder has rules for these operators,
 # tests/builder): these tests run that generator, where its Python layer is installed.
@@ -86,7 +86,8 @@ def test_torchs_groupnorm_before_a_pool_gets_the_pools_input_shape_declared_and_
     r = rng.standard_normal((3, 2, 2, 2)).astype(np.float32)
     np.testing.assert_allclose(run(prepared, {"X": x, "R": r}), run(model, {"X": x, "R": r}), rtol=1e-5, atol=1e-5)
 
-    made = generate_artifacts(prepared, requires_grad=list(PARAMS), loss=None, optimizer="sgd", artifact_directory=tmp_path)
+    made = generate_artifacts(prepared, requires_grad=list(PARAMS), loss=None, optimizer="sgd", artifact_directory=tmp_path,
+                              additional_output_names=MODEL_OUTPUTS)
     start = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer}
     with env.createTrainingSession(str(made.checkpoint), str(made.training_model), str(made.eval_model),
                                    str(made.optimizer_model)) as session:
@@ -142,7 +143,8 @@ def test_pools_whose_kernel_would_read_an_unknown_size_are_refused_not_crashed(t
         with pytest.raises(PreparationError, match=rf"{op} node 'pool'.*{what}"):
             prepare(model)
         with pytest.raises(ArtifactsInputError, match=f"{op} node 'pool'"):
-            generate_artifacts(model, loss="mse", artifact_directory=tmp_path / op)
+            generate_artifacts(model, loss="mse", artifact_directory=tmp_path / op,
+                               requires_grad=ALL_PARAMETERS, optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
         assert prepare(model, {"K"}, outputs=[]) == (model, [])  # off the path: nothing to say
     for op, batch in (("MaxPool", "N"), ("AveragePool", 5)):  # the sizes its kernel reads are fixed: as it is
         model = pool_model(op, batch, (8, 8))
@@ -175,7 +177,8 @@ def test_a_cnn_with_average_pool_and_a_symbolic_batch_trains_at_batch_sizes_3_an
     model = averaging_cnn()
     prepared, records = prepare(model)
     assert records == [{"rule": "rewrite", "op": "AveragePool", "count": 1, "nodes": ["pool"]}]
-    made = generate_artifacts(model, loss="mse", optimizer="adamw", artifact_directory=tmp_path / "a")
+    made = generate_artifacts(model, loss="mse", optimizer="adamw", artifact_directory=tmp_path / "a",
+                              requires_grad=ALL_PARAMETERS, additional_output_names=MODEL_OUTPUTS)
     assert {p.name for p in made.trainable} == {"K", "W", "B"}
     rng = np.random.default_rng(12)
     batches = {n: {"X": rng.standard_normal((n, 2, 8, 8)).astype(np.float32),

@@ -11,7 +11,14 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from ort_cffi.artifacts import ArtifactsError, ArtifactsInputError, describe, generate_artifacts
+from ort_cffi.artifacts import (
+    ALL_PARAMETERS,
+    MODEL_OUTPUTS,
+    ArtifactsError,
+    ArtifactsInputError,
+    describe,
+    generate_artifacts,
+)
 from ort_cffi.artifacts.rewrites import prepare
 
 
@@ -33,7 +40,9 @@ def mlp(op: str) -> onnx.ModelProto:
 @pytest.mark.needs_onnxruntime_generator
 def test_an_operator_without_gradient_is_rewritten_and_recorded(tmp_path: Path) -> None:
     """For ONNX Runtime's generator, which has no HardSwish gradient."""
-    made = generate_artifacts(mlp("HardSwish"), artifact_directory=tmp_path, generator="onnxruntime")
+    made = generate_artifacts(mlp("HardSwish"), artifact_directory=tmp_path, generator="onnxruntime",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     record = {"rule": "rewrite", "op": "HardSwish", "count": 1, "nodes": ["act"]}
     assert made.preparation == (record,)
     assert json.loads((tmp_path / "artifacts.json").read_text())["preparation"] == [record]
@@ -41,8 +50,12 @@ def test_an_operator_without_gradient_is_rewritten_and_recorded(tmp_path: Path) 
 
 
 def test_a_model_that_needs_nothing_records_nothing(tmp_path: Path) -> None:
-    made = generate_artifacts(mlp("Relu"), artifact_directory=tmp_path / "a")
-    plain = generate_artifacts(mlp("Relu"), artifact_directory=tmp_path / "b", prepare=False)
+    made = generate_artifacts(mlp("Relu"), artifact_directory=tmp_path / "a",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
+    plain = generate_artifacts(mlp("Relu"), artifact_directory=tmp_path / "b", prepare=False,
+                               requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                               optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert made.preparation == () and json.loads((tmp_path / "a" / "artifacts.json").read_text())["preparation"] == []
     assert not any(line.startswith("prepared:") for line in describe(made, "m.onnx"))
     for key, path in made.files.items():
@@ -50,12 +63,16 @@ def test_a_model_that_needs_nothing_records_nothing(tmp_path: Path) -> None:
 
 
 def test_ort_cffis_builder_differentiates_what_onnx_runtime_could_not_unprepared(tmp_path: Path) -> None:
-    made = generate_artifacts(mlp("HardSwish"), artifact_directory=tmp_path)
+    made = generate_artifacts(mlp("HardSwish"), artifact_directory=tmp_path,
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert made.preparation == () and made.versions["generator"] == "ort_cffi"
     model = mlp("Relu")
     model.graph.node[1].CopyFrom(helper.make_node("CumSum", ["h", "axis"], ["a"], name="act"))
     model.graph.initializer.append(numpy_helper.from_array(np.array(1, np.int64), "axis"))
-    assert generate_artifacts(model, artifact_directory=tmp_path / "cumsum").preparation == ()
+    assert generate_artifacts(model, artifact_directory=tmp_path / "cumsum",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS).preparation == ()
 
 
 def test_an_operator_the_builder_cannot_differentiate_is_refused_naming_it(tmp_path: Path) -> None:
@@ -64,14 +81,18 @@ def test_an_operator_the_builder_cannot_differentiate_is_refused_naming_it(tmp_p
     model.opset_import.append(helper.make_opsetid("example.custom", 1))
     model.graph.value_info.append(helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N", 5]))
     with pytest.raises(ArtifactsInputError, match="Custom node 'act' .*has no rule for that operator"):
-        generate_artifacts(model, artifact_directory=tmp_path / "out", check=False)
+        generate_artifacts(model, artifact_directory=tmp_path / "out", check=False,
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.needs_onnxruntime_generator
 def test_without_preparation_the_runtimes_assertion_is_explained(tmp_path: Path) -> None:
     with pytest.raises(ArtifactsError) as caught:
-        generate_artifacts(mlp("HardSwish"), artifact_directory=tmp_path, prepare=False, generator="onnxruntime")
+        generate_artifacts(mlp("HardSwish"), artifact_directory=tmp_path, prepare=False, generator="onnxruntime",
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     message = str(caught.value)
     assert "has no gradient in ONNX Runtime" in message and "HardSwish for node act" in message
     assert "onnxruntime::training::GradientDef" not in message  # no C++ signature
@@ -84,13 +105,17 @@ def test_an_operator_without_gradient_or_rewrite_is_an_input_error_naming_it(tmp
         model = mlp("Relu")
         model.graph.node[1].CopyFrom(helper.make_node("CumSum", ["h", "axis"], ["a"], name="act"))
         model.graph.initializer.append(numpy_helper.from_array(np.array(1, np.int64), "axis"))
-        generate_artifacts(model, artifact_directory=tmp_path / "out", generator="onnxruntime")
+        generate_artifacts(model, artifact_directory=tmp_path / "out", generator="onnxruntime",
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert "freeze the parameters before it" in str(caught.value)
     assert not (tmp_path / "out").exists()
 
 
 def test_the_option_is_part_of_the_recorded_options(tmp_path: Path) -> None:
-    generate_artifacts(mlp("Relu"), artifact_directory=tmp_path, prepare=False)
+    generate_artifacts(mlp("Relu"), artifact_directory=tmp_path, prepare=False,
+                       requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                       optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert json.loads((tmp_path / "artifacts.json").read_text())["options"]["prepare"] is False
 
 
@@ -123,27 +148,37 @@ def labels_shape(made) -> list:
 
 
 def test_per_token_scores_are_transposed_and_labels_keep_the_users_shape(tmp_path: Path) -> None:
-    made = generate_artifacts(token_model("MatMul"), artifact_directory=tmp_path)
+    made = generate_artifacts(token_model("MatMul"), artifact_directory=tmp_path,
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert labels_shape(made) == ["N", "T"]  # ONNX Runtime's own generator makes them [N, T]... of axis 1 classes
     assert made.loss_reading == {"labels": "labels", "scores": "logits", "class_axis": 2, "labels_shape": ["N", "T"],
                                  "tensor": "logits/classes_first"}
     assert [r["rule"] for r in made.preparation] == ["class_axis"]
-    plain = generate_artifacts(token_model("MatMul"), artifact_directory=tmp_path / "plain", prepare=False)
+    plain = generate_artifacts(token_model("MatMul"), artifact_directory=tmp_path / "plain", prepare=False,
+                               requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                               optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert plain.loss_reading is None  # as ONNX Runtime makes it, its loss takes T for the classes
 
 
 def test_per_pixel_scores_keep_their_axis_and_labels_lose_it(tmp_path: Path) -> None:
-    made = generate_artifacts(token_model("Conv"), artifact_directory=tmp_path)
+    made = generate_artifacts(token_model("Conv"), artifact_directory=tmp_path,
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert labels_shape(made) == ["N", 5, 6]
     assert made.loss_reading["class_axis"] == 1 and made.loss_reading["tensor"] == "logits"
-    assert labels_shape(generate_artifacts(token_model("Conv"), artifact_directory=tmp_path / "p", prepare=False)) == ["N", 3, 5]
+    assert labels_shape(generate_artifacts(token_model("Conv"), artifact_directory=tmp_path / "p", prepare=False,
+                                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)) == ["N", 3, 5]
 
 
 def test_softmax_probabilities_are_read_as_logits(tmp_path: Path) -> None:
     model = mlp("Relu")
     model.graph.node[2].output[0] = "z"
     model.graph.node.append(helper.make_node("Softmax", ["z"], ["logits"], name="probs", axis=1))
-    made = generate_artifacts(model, artifact_directory=tmp_path)
+    made = generate_artifacts(model, artifact_directory=tmp_path,
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert made.loss_input == "z" and made.loss_reading["scores"] == "logits"
     assert made.preparation[0]["rule"] == "logits" and "cross-entropy reads its input 'z'" in made.preparation[0]["note"]
     assert any("loss input: Softmax x1 (probs)" in line for line in describe(made, "m.onnx"))
@@ -158,7 +193,9 @@ def test_a_classifier_of_ai_onnx_ml_operators_is_refused_naming_it(tmp_path: Pat
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
     model.ir_version = 8
     with pytest.raises(ArtifactsInputError, match="LinearClassifier node 'linear' computes: operators of the ai.onnx.ml"):
-        generate_artifacts(model, artifact_directory=tmp_path, loss_input_names=["scores"])
+        generate_artifacts(model, artifact_directory=tmp_path, loss_input_names=["scores"],
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
 
 
 # --- training-mode exports ------------------------------------------------------------------------------------
@@ -189,8 +226,12 @@ def training_mode_model() -> onnx.ModelProto:
 
 def test_a_training_mode_export_gets_an_eval_model_that_loads(tmp_path: Path) -> None:
     with pytest.raises(ArtifactsError, match="should be 1 when Training_mode = False"):
-        generate_artifacts(training_mode_model(), artifact_directory=tmp_path / "raw", prepare=False)
-    made = generate_artifacts(training_mode_model(), artifact_directory=tmp_path / "a")  # checked: it loads
+        generate_artifacts(training_mode_model(), artifact_directory=tmp_path / "raw", prepare=False,
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
+    made = generate_artifacts(training_mode_model(), artifact_directory=tmp_path / "a",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)  # checked: it loads
     assert [(r["rule"], r["op"], r["nodes"]) for r in made.preparation if r["rule"] == "inference_form"] == [
         ("inference_form", "BatchNormalization", ["bn"])]
     eval_nodes = {n.name: n for n in onnx.load(str(made.eval_model)).graph.node}
@@ -245,9 +286,13 @@ def test_a_recurrent_layer_the_gradient_cannot_run_backwards_is_refused_before_g
     as a forward one); a forward one is left to ONNX Runtime, unchanged."""
     with pytest.raises(ArtifactsInputError, match=rf"{op} node 'rnn' lies on the gradient path .* {op} gradient runs "
                                                     r"the forward direction only, and this .* is bidirectional"):
-        generate_artifacts(recurrent(op, "bidirectional"), artifact_directory=tmp_path / "bi", generator="onnxruntime")
+        generate_artifacts(recurrent(op, "bidirectional"), artifact_directory=tmp_path / "bi", generator="onnxruntime",
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert not (tmp_path / "bi").exists()
-    generate_artifacts(recurrent(op, "bidirectional"), artifact_directory=tmp_path / "native")
+    generate_artifacts(recurrent(op, "bidirectional"), artifact_directory=tmp_path / "native",
+                       requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                       optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     forward = recurrent(op, "forward")
     assert prepare(forward)[0] is forward  # no rule applies: what ONNX Runtime does with it is its own
 
@@ -269,20 +314,27 @@ def language_model_head(t: int = 6, vocabulary: int = 11) -> onnx.ModelProto:
 
 
 def test_the_class_axis_is_found_through_either_input_of_an_elementwise_node(tmp_path: Path) -> None:
-    made = generate_artifacts(language_model_head(), artifact_directory=tmp_path)
+    made = generate_artifacts(language_model_head(), artifact_directory=tmp_path,
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert labels_shape(made) == ["N", 6]
     assert made.loss_reading["class_axis"] == 2
 
 
 def test_class_axis_says_it_and_is_recorded(tmp_path: Path) -> None:
     made = generate_artifacts(language_model_head(t=6, vocabulary=6), artifact_directory=tmp_path / "a",
-                              class_axis=-1)
+                              class_axis=-1,
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert made.loss_reading["class_axis"] == 2 and labels_shape(made) == ["N", 6]
     assert json.loads((tmp_path / "a" / "artifacts.json").read_text())["options"]["class_axis"] == -1
     with pytest.raises(ArtifactsInputError, match="class_axis 0 does not fit 'logits'"):
-        generate_artifacts(language_model_head(), artifact_directory=tmp_path / "b", class_axis=0)
+        generate_artifacts(language_model_head(), artifact_directory=tmp_path / "b", class_axis=0,
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     with pytest.raises(ArtifactsInputError, match="for the cross-entropy loss; the loss here is mse"):
-        generate_artifacts(language_model_head(), artifact_directory=tmp_path / "c", class_axis=2, loss="mse")
+        generate_artifacts(language_model_head(), artifact_directory=tmp_path / "c", class_axis=2, loss="mse",
+                           requires_grad=ALL_PARAMETERS, optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
 
 
 @pytest.mark.needs_onnxruntime_generator
@@ -293,6 +345,10 @@ def test_an_lstm_with_peepholes_is_refused_as_its_gradient_ignores_them(tmp_path
     model.graph.node[0].input.extend(["", "", "", "", "P"])
     model.graph.initializer.append(numpy_helper.from_array(np.full((1, 12), 0.1, np.float32), "P"))
     with pytest.raises(ArtifactsInputError, match="LSTM node 'rnn' lies on the gradient path .* peephole weights"):
-        generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime")
+        generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime",
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     with pytest.raises(ArtifactsError, match="'rnn' has peephole weights"):
-        generate_artifacts(model, artifact_directory=tmp_path / "ours")
+        generate_artifacts(model, artifact_directory=tmp_path / "ours",
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)

@@ -21,7 +21,7 @@ from test_zoo import TRAINABLE, ZOO, ZOO_DIR, generate
 
 from ort_cffi.api import CheckpointState, Module
 from ort_cffi.api.gradient_outputs import GRADIENT_OUTPUT_SUFFIX, GradientsUnreadable, with_gradient_outputs
-from ort_cffi.artifacts import generate_artifacts
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts
 
 EPSILON = 1e-3  # float32 losses: the central difference's rounding error is about 1e-7 * loss / EPSILON
 
@@ -124,7 +124,9 @@ def test_the_zoo_holds_the_training_models_that_once_hid_their_gradients(tmp_pat
 @pytest.mark.parametrize("build", [branching, looping, scanning], ids=lambda f: f.__name__)
 def test_parameter_grad_is_the_true_gradient_through_control_flow(build: Callable, tmp_path: Path) -> None:
     model, feeds = build()
-    made = generate_artifacts(model, artifact_directory=tmp_path)
+    made = generate_artifacts(model, artifact_directory=tmp_path,
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     state = CheckpointState.load_checkpoint(made.checkpoint)
     module = Module(made.training_model, state)
     labels = np.random.default_rng(5).integers(0, CLASSES, BATCH).astype(np.int64)

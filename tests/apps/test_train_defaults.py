@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import DIGITS, ROOT
-from ort_cffi.artifacts import generate_artifacts
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts
 from ort_cffi.cli import train as train_cli
 from ort_cffi.trainer.lr_finder import suggest
 from ort_cffi.trainer.model_kind import ATTENTION_LR, DEFAULT_LR, artifacts_kind, classify, read_nodes
@@ -80,7 +80,9 @@ def attention_classifier(path: Path, parts: List[str]) -> Path:
 
 
 def kind_of(model: Path, folder: Path):  # type: ignore[no-untyped-def]
-    made = generate_artifacts(model, artifact_directory=folder, check=False)
+    made = generate_artifacts(model, artifact_directory=folder, check=False,
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     return artifacts_kind(made.files["eval_model"], made.files["checkpoint"])
 
 
@@ -127,7 +129,8 @@ def test_matmuls_with_weights_and_a_softmax_are_no_attention(tmp_path: Path) -> 
 def test_the_zoos_models(tmp_path: Path, name: str, lr: float) -> None:
     entry = json.loads((ZOO / "zoo.json").read_text())["models"][name]
     made = generate_artifacts(ZOO / entry["file"], loss=entry["loss"], loss_input_names=[entry["loss_reads"]],
-                              artifact_directory=tmp_path / name, check=False)
+                              artifact_directory=tmp_path / name, check=False,
+                              requires_grad=ALL_PARAMETERS, optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert artifacts_kind(made.files["eval_model"], made.files["checkpoint"]).lr == lr
 
 

@@ -15,7 +15,7 @@ from gradcheck import Case, check, forward_model, save_model
 from onnx import TensorProto, helper, numpy_helper
 
 from ort_cffi import OrtEnvironment
-from ort_cffi.artifacts import generate_artifacts
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts
 from ort_cffi.artifacts.builder.training_model import build_models
 
 
@@ -105,7 +105,9 @@ def _first_losses(folder: Path, batch: int) -> List[float]:
 
 def test_the_training_model_computes_the_exported_values_at_any_batch_size(tmp_path: Path) -> None:
     path = save_model(heads_case(), tmp_path / "heads.onnx", "y", 3)
-    made = generate_artifacts(path, artifact_directory=tmp_path / "out")
+    made = generate_artifacts(path, artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     forward = _forward_ops(onnx.load(str(made.training_model)))
     assert "Sqrt" not in forward and forward.count("Gather") == 1, forward
     for batch in (3, 5, 6):

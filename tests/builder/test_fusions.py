@@ -16,7 +16,7 @@ from _training_run import train_artifacts
 from gradcheck import Case, check, forward_model, save_model
 from onnx import TensorProto, helper, numpy_helper
 
-from ort_cffi.artifacts import generate_artifacts
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts
 from ort_cffi.artifacts.builder.training_model import build_models
 
 SQRT_2 = float(np.sqrt(2.0))
@@ -158,7 +158,9 @@ def _losses(made: Any, steps: int) -> List[float]:
 @pytest.mark.parametrize("name", ["div_then_half_last", "pow"])
 def test_a_gelu_classifier_trains(name: str, tmp_path: Path) -> None:
     fused_op, _, form = FUSED[name]
-    made = generate_artifacts(_classifier(tmp_path / f"{name}.onnx", form()), artifact_directory=tmp_path / "out")
+    made = generate_artifacts(_classifier(tmp_path / f"{name}.onnx", form()), artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert fused_op in _ops(onnx.load(str(made.training_model)))
     losses = _losses(made, 30)
     assert np.mean(losses[-3:]) < 0.7 * np.mean(losses[:3]), losses
@@ -169,8 +171,13 @@ def test_a_gelu_classifier_trains(name: str, tmp_path: Path) -> None:
 def test_gelu_losses_equal_onnx_runtime_artifacts(name: str, tmp_path: Path) -> None:
     """ONNX Runtime's generator fuses these forms too: the same kernels, the very same losses."""
     model = _classifier(tmp_path / f"{name}.onnx", FUSED[name][2]())
-    ours = generate_artifacts(model, artifact_directory=tmp_path / "ours")
-    theirs = generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime")
+    ours = generate_artifacts(model, artifact_directory=tmp_path / "ours",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS,
+                              standard_forms=False)  # GeluGrad's kernel, as ONNX Runtime's: bit for bit
+    theirs = generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime",
+                                requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                                optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert _losses(ours, 20) == _losses(theirs, 20)
 
 

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from _training_run import run_steps, train_artifacts
 
 from ort_cffi import OrtEnvironment
-from ort_cffi.artifacts import ArtifactsInputError, generate_artifacts
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, ArtifactsInputError, generate_artifacts
 
 env = OrtEnvironment.getEnvironment()
 rng = np.random.default_rng(7)
@@ -51,8 +51,9 @@ def test_generation_imports_no_onnxruntime_package(tmp_path: Path) -> None:
     model = mlp(tmp_path / "mlp.onnx")
     code = f"""
 import sys
-from ort_cffi.artifacts import generate_artifacts
-made = generate_artifacts({str(model)!r}, artifact_directory={str(tmp_path / 'out')!r})
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts
+made = generate_artifacts({str(model)!r}, ALL_PARAMETERS, loss="cross-entropy", optimizer="adamw",
+                          artifact_directory={str(tmp_path / 'out')!r}, additional_output_names=MODEL_OUTPUTS)
 print(made.versions["generator"], "onnxruntime" in sys.modules)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -65,7 +66,9 @@ print(made.versions["generator"], "onnxruntime" in sys.modules)
 
 def test_parameters_move_after_a_step(tmp_path: Path) -> None:
     """The silent failure a training model can have (no gradient accumulator): losses, and frozen weights."""
-    made = generate_artifacts(mlp(tmp_path / "mlp.onnx"), artifact_directory=tmp_path / "out")
+    made = generate_artifacts(mlp(tmp_path / "mlp.onnx"), artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     feeds = {"x": rng.normal(size=(16, 8)).astype(np.float32), "labels": rng.integers(0, 4, 16).astype(np.int64)}
     with env.createTrainingSession(str(made.checkpoint), str(made.training_model), str(made.eval_model),
                                    str(made.optimizer_model)) as session:
@@ -101,7 +104,9 @@ def test_a_model_calling_local_functions_trains(tmp_path: Path) -> None:
                               opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
     model.ir_version = 8
     onnx.save(model, tmp_path / "functions.onnx")
-    made = generate_artifacts(tmp_path / "functions.onnx", artifact_directory=tmp_path / "out")
+    made = generate_artifacts(tmp_path / "functions.onnx", artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert made.notes == ("local function Dense written into the graph",)
     assert sorted(t.name for t in made.trainable) == sorted(weights)
     feeds = {"x": rng.normal(size=(16, 8)).astype(np.float32), "labels": rng.integers(0, 4, 16).astype(np.int64)}
@@ -125,8 +130,11 @@ def test_weights_written_as_constant_nodes_train_when_named(tmp_path: Path) -> N
     model.ir_version = 8
     onnx.save(model, tmp_path / "constants.onnx")
     with pytest.raises(ArtifactsInputError, match=r"nothing to train.*Constant nodes \('w1', 'w2'\).*requires_grad"):
-        generate_artifacts(tmp_path / "constants.onnx", artifact_directory=tmp_path / "refused")
-    made = generate_artifacts(tmp_path / "constants.onnx", requires_grad="w*", artifact_directory=tmp_path / "out")
+        generate_artifacts(tmp_path / "constants.onnx", artifact_directory=tmp_path / "refused",
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
+    made = generate_artifacts(tmp_path / "constants.onnx", requires_grad="w*", artifact_directory=tmp_path / "out",
+                              loss="cross-entropy", optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert sorted(t.name for t in made.trainable) == ["w1", "w2"]
     assert made.notes == ("Constant 'w1', 'w2' made parameters (requires_grad)",)
     feeds = {"x": rng.normal(size=(16, 8)).astype(np.float32), "labels": rng.integers(0, 4, 16).astype(np.int64)}
@@ -143,8 +151,12 @@ def test_weights_written_as_constant_nodes_train_when_named(tmp_path: Path) -> N
 @pytest.mark.needs_onnxruntime_generator
 def test_losses_are_bit_identical_to_onnx_runtime_artifacts(tmp_path: Path) -> None:
     model = mlp(tmp_path / "mlp.onnx")
-    ours = generate_artifacts(model, artifact_directory=tmp_path / "ours")
-    theirs = generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime")
+    ours = generate_artifacts(model, artifact_directory=tmp_path / "ours",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
+    theirs = generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime",
+                                requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                                optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert ours.versions["generator"] == "ort_cffi" and theirs.versions["generator"] == "onnxruntime"
     feeds = {"x": rng.normal(size=(16, 8)).astype(np.float32), "labels": rng.integers(0, 4, 16).astype(np.int64)}
     mine, reference = train(tmp_path / "ours", feeds), train(tmp_path / "theirs", feeds)
@@ -154,7 +166,9 @@ def test_losses_are_bit_identical_to_onnx_runtime_artifacts(tmp_path: Path) -> N
 
 
 def test_the_manifest_records_the_generator(tmp_path: Path) -> None:
-    generate_artifacts(mlp(tmp_path / "mlp.onnx"), artifact_directory=tmp_path / "out")
+    generate_artifacts(mlp(tmp_path / "mlp.onnx"), artifact_directory=tmp_path / "out",
+                       requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                       optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     manifest = json.loads((tmp_path / "out" / "artifacts.json").read_text())
     assert manifest["generator"]["generator"] == "ort_cffi" and manifest["options"]["generator"] == "ort_cffi"
 
@@ -162,9 +176,13 @@ def test_the_manifest_records_the_generator(tmp_path: Path) -> None:
 def test_python_is_for_onnx_runtimes_generator_only(tmp_path: Path) -> None:
     with pytest.raises(ArtifactsInputError, match="generator='onnxruntime'"):
         generate_artifacts(mlp(tmp_path / "mlp.onnx"), artifact_directory=tmp_path / "out", generator="ort_cffi",
-                           python=sys.executable)
+                           python=sys.executable,
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     with pytest.raises(ArtifactsInputError, match="none of"):
-        generate_artifacts(mlp(tmp_path / "mlp.onnx"), artifact_directory=tmp_path / "out", generator="torch")
+        generate_artifacts(mlp(tmp_path / "mlp.onnx"), artifact_directory=tmp_path / "out", generator="torch",
+                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                           optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
 
 
 def external_mlp(folder: Path) -> Path:
@@ -179,11 +197,15 @@ def test_a_model_with_external_data_is_generated_without_loading_its_weights_int
     """The weights go from the model's data file into the checkpoint; the training and eval models hold none
     (parameters are inputs), and they train."""
     path = external_mlp(tmp_path)
-    made = generate_artifacts(path, artifact_directory=tmp_path / "out")
+    made = generate_artifacts(path, artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     for name in ("training_model.onnx", "eval_model.onnx"):
         written = onnx.load(str(tmp_path / "out" / name), load_external_data=False)
         assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in written.graph.initializer)
-    inline = generate_artifacts(tmp_path / "inline.onnx", artifact_directory=tmp_path / "inline")
+    inline = generate_artifacts(tmp_path / "inline.onnx", artifact_directory=tmp_path / "inline",
+                                requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                                optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert made.checkpoint.read_bytes() == inline.checkpoint.read_bytes()
     feeds = {"x": rng.normal(size=(16, 8)).astype(np.float32), "labels": rng.integers(0, 4, 16).astype(np.int64)}
     assert train(tmp_path / "out", feeds, steps=5) == train(tmp_path / "inline", feeds, steps=5)
@@ -193,7 +215,8 @@ def test_constants_with_external_data_are_written_into_the_training_and_eval_mod
     """Initializers that do not train stay constants of the graphs: their data is read from the model's data
     file into the models written, never left pointing at a file beside the input model."""
     path = external_mlp(tmp_path)
-    made = generate_artifacts(path, requires_grad="fc1.*", artifact_directory=tmp_path / "out")
+    made = generate_artifacts(path, requires_grad="fc1.*", artifact_directory=tmp_path / "out",
+                              loss="cross-entropy", optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     for name in ("training_model.onnx", "eval_model.onnx"):
         written = onnx.load(str(tmp_path / "out" / name))
         constants = {t.name: numpy_helper.to_array(t) for t in written.graph.initializer}

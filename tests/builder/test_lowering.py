@@ -16,7 +16,7 @@ from _training_run import train_artifacts
 from gradcheck import Case, check, forward_model, save_model
 from onnx import TensorProto, helper, numpy_helper
 
-from ort_cffi.artifacts import generate_artifacts
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts
 from ort_cffi.artifacts.builder.training_model import build_models
 
 OPSETS = {"Softplus": 17, "Mish": 18}
@@ -64,7 +64,9 @@ def test_a_double_softplus_is_written_out_in_double() -> None:
 @pytest.mark.parametrize("op", sorted(OPSETS))
 def test_a_classifier_trains_from_the_exported_forward(op: str, tmp_path: Path) -> None:
     made = generate_artifacts(save_model(activation_case(op, 0.8), tmp_path / f"{op}.onnx", "y", 3),
-                              artifact_directory=tmp_path / "out")
+                              artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert op not in _ops(onnx.load(str(made.training_model)))
     rng = np.random.default_rng(5)
     x = (3 * rng.normal(size=(8, 4))).astype(np.float32)

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ort_cffi import OrtEnvironment
-from ort_cffi.artifacts import generate_artifacts
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts
 
 rng = np.random.default_rng(3)
 BATCH, CLASSES = 12, 3
@@ -145,7 +145,9 @@ def _train(folder: Path, batches: List[Dict[str, np.ndarray]], steps: int) -> Tu
                          ids=lambda f: f.__name__)
 def test_a_small_model_trains_at_two_batch_sizes(tmp_path: Path, build) -> None:  # type: ignore[no-untyped-def]
     model, feeds = build()
-    made = generate_artifacts(model, artifact_directory=tmp_path / "out")
+    made = generate_artifacts(model, artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     labels = rng.integers(0, CLASSES, BATCH).astype(np.int64)
     batches = [{**feeds, "labels": labels}]
     if build is branching:  # both branches, in turn
@@ -168,8 +170,12 @@ def test_losses_match_onnx_runtimes_own_artifacts(tmp_path: Path, build) -> None
     losses agree to the last bit. (Its builder takes constant padding only, and its Split gradient needs
     every part used: with a part unused its gradient has the wrong shape.)"""
     model, feeds = build()
-    ours = generate_artifacts(model, artifact_directory=tmp_path / "ours")
-    theirs = generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime")
+    ours = generate_artifacts(model, artifact_directory=tmp_path / "ours",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
+    theirs = generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime",
+                                requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                                optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert ours.versions["generator"] == "ort_cffi" and theirs.versions["generator"] == "onnxruntime"
     batches = [{**feeds, "labels": rng.integers(0, CLASSES, BATCH).astype(np.int64)}]
     mine, _, _ = _train(tmp_path / "ours", batches, steps=10)

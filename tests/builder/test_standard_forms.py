@@ -182,3 +182,19 @@ def test_zoo_models_train_with_the_forms_as_with_onnx_runtimes_kernels(name: str
         tail = slice(-10, None)
         assert np.mean(record["losses"][tail]) <= 1.5 * np.mean(reference["losses"][tail]) + 1e-3
     assert np.allclose(record["eval"], reference["eval"], rtol=1e-4, atol=1e-6) or relative.max() > TOLERANCE
+
+
+def test_the_command_keeps_onnx_runtimes_kernels_when_asked(tmp_path: Path) -> None:
+    """``ort-cffi-artifacts --kernel-forms``: the training model ONNX Runtime's generator writes (LSTMGrad,
+    GatherGrad), recorded in artifacts.json; by default the forms the table chose."""
+    from ort_cffi.cli.artifacts import main as artifacts_main
+
+    model = ZOO_DIR / ZOO["lstm_text"]["file"]
+    for flags, folder in (([], "forms"), (["--kernel-forms"], "kernels")):
+        assert artifacts_main([str(model), "--out", str(tmp_path / folder), "--loss-input", "logits", *flags]) == 0
+    kernels = _microsoft_ops(onnx.load(tmp_path / "kernels" / "training_model.onnx", load_external_data=False))
+    forms = _microsoft_ops(onnx.load(tmp_path / "forms" / "training_model.onnx", load_external_data=False))
+    assert {"LSTMGrad", "GatherGrad"} <= kernels and not forms & {"LSTMGrad", "GatherGrad"}
+    recorded = json.loads((tmp_path / "kernels" / "artifacts.json").read_text())["options"]
+    assert recorded["standard_forms"] is False
+    assert "standard_forms" not in json.loads((tmp_path / "forms" / "artifacts.json").read_text())["options"]

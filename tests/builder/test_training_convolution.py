@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ort_cffi import OrtEnvironment
-from ort_cffi.artifacts import generate_artifacts
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts
 
 env = OrtEnvironment.getEnvironment()
 
@@ -105,14 +105,18 @@ def image_batches() -> List[Dict[str, np.ndarray]]:
 
 
 def test_a_cnn_trains_with_symbolic_batches(tmp_path: Path) -> None:
-    made = generate_artifacts(cnn(tmp_path / "cnn.onnx"), artifact_directory=tmp_path / "out")
+    made = generate_artifacts(cnn(tmp_path / "cnn.onnx"), artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert made.versions["generator"] == "ort_cffi"
     losses = train(tmp_path / "out", image_batches(), steps=30)
     assert np.mean(losses[-4:]) < 0.7 * np.mean(losses[:4]), losses
 
 
 def test_layer_norm_dropout_and_log_softmax_train(tmp_path: Path) -> None:
-    made = generate_artifacts(normalised_mlp(tmp_path / "mlp.onnx"), artifact_directory=tmp_path / "out")
+    made = generate_artifacts(normalised_mlp(tmp_path / "mlp.onnx"), artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert made.versions["generator"] == "ort_cffi"
     rng = np.random.default_rng(2)
     x = rng.normal(size=(12, 8)).astype(np.float32)
@@ -146,7 +150,9 @@ def test_pools_under_a_symbolic_batch_train_in_a_child(tmp_path: Path) -> None:
     graph (a symbolic one reads as 0), MaxPoolGrad from dY, its other sizes from the graph (static here). A
     child process trains at batch sizes 3 and 5 in one session (a crash would kill only the child), with the
     model as it is (no preparation)."""
-    generate_artifacts(pools(tmp_path / "pools.onnx"), artifact_directory=tmp_path / "out", prepare=False)
+    generate_artifacts(pools(tmp_path / "pools.onnx"), artifact_directory=tmp_path / "out", prepare=False,
+                       requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                       optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     training = onnx.load(tmp_path / "out" / "training_model.onnx")
     ops = {n.op_type for n in training.graph.node}
     assert "AveragePoolGrad" not in ops and "MaxPoolGrad" in ops
@@ -175,8 +181,12 @@ def test_cnn_losses_equal_onnx_runtime_artifacts(tmp_path: Path) -> None:
     Runtime's builder emits them, and MaxPool's scatter through its indices (MaxPoolGrad's additions in the
     same order): 20 AdamW steps give the very same losses."""
     model = cnn(tmp_path / "cnn.onnx")
-    generate_artifacts(model, artifact_directory=tmp_path / "ours")
-    generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime")
+    generate_artifacts(model, artifact_directory=tmp_path / "ours",
+                       requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                       optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
+    generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime",
+                       requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                       optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     batches = image_batches()
     assert train(tmp_path / "ours", batches, 20) == train(tmp_path / "theirs", batches, 20)
 
@@ -195,8 +205,12 @@ def test_layer_norm_and_softmax_losses_equal_onnx_runtime_artifacts(tmp_path: Pa
              helper.make_node("Gemm", ["s", "fc2.weight", "fc2.bias"], ["logits"], transB=1)]
     model = _save(tmp_path / "ln.onnx", nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
                   helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4]), weights)
-    generate_artifacts(model, artifact_directory=tmp_path / "ours")
-    generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime")
+    generate_artifacts(model, artifact_directory=tmp_path / "ours",
+                       requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                       optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
+    generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime",
+                       requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                       optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     x = rng.normal(size=(12, 8)).astype(np.float32)
     batches = [{"x": x, "labels": np.argmax(x[:, :4], axis=1).astype(np.int64)}]
     assert train(tmp_path / "ours", batches, 20) == train(tmp_path / "theirs", batches, 20)

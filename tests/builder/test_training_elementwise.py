@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ort_cffi import OrtEnvironment
-from ort_cffi.artifacts import generate_artifacts
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts
 
 env = OrtEnvironment.getEnvironment()
 
@@ -117,7 +117,9 @@ def vector_batches() -> List[Dict[str, np.ndarray]]:
 
 
 def test_an_rms_normalised_mlp_trains_with_symbolic_batches(tmp_path: Path) -> None:
-    made = generate_artifacts(rms_mlp(tmp_path / "mlp.onnx"), artifact_directory=tmp_path / "out")
+    made = generate_artifacts(rms_mlp(tmp_path / "mlp.onnx"), artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                              optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert made.versions["generator"] == "ort_cffi"
     losses = train(tmp_path / "out", vector_batches(), steps=40)
     assert np.mean(losses[-4:]) < 0.7 * np.mean(losses[:4]), losses
@@ -125,7 +127,8 @@ def test_an_rms_normalised_mlp_trains_with_symbolic_batches(tmp_path: Path) -> N
 
 def test_einsum_attention_trains_on_its_own_nll_loss(tmp_path: Path) -> None:
     made = generate_artifacts(einsum_attention(tmp_path / "attention.onnx"), loss=None,
-                              artifact_directory=tmp_path / "out")
+                              artifact_directory=tmp_path / "out",
+                              requires_grad=ALL_PARAMETERS, optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert made.versions["generator"] == "ort_cffi"
     rng = np.random.default_rng(1)
     batches = []
@@ -144,7 +147,11 @@ def test_mlp_losses_equal_onnx_runtime_artifacts(tmp_path: Path) -> None:
     of Pow, Sqrt, Erf, Clip, Max, Exp and Log as ONNX Runtime's builder writes them: 20 AdamW steps give
     the very same losses."""
     model = rms_mlp(tmp_path / "mlp.onnx")
-    generate_artifacts(model, artifact_directory=tmp_path / "ours")
-    generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime")
+    generate_artifacts(model, artifact_directory=tmp_path / "ours",
+                       requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                       optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
+    generate_artifacts(model, artifact_directory=tmp_path / "theirs", generator="onnxruntime",
+                       requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                       optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     batches = vector_batches()
     assert train(tmp_path / "ours", batches, 20) == train(tmp_path / "theirs", batches, 20)

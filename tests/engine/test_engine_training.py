@@ -121,10 +121,11 @@ def test_gradient_accumulation_and_a_learning_rate_alike(tmp_path: Path) -> None
 
 
 def zoo_artifacts(name: str, folder: Path, **options: str) -> Tuple[Path, Path]:
-    from ort_cffi.artifacts import generate_artifacts
+    from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts
 
     model = ZOO[name]
-    generate_artifacts(ZOO_DIR / model["file"], loss=model["loss"], loss_input_names=[model["loss_reads"]],
+    generate_artifacts(ZOO_DIR / model["file"], ALL_PARAMETERS, loss=model["loss"], optimizer="adamw",
+                       loss_input_names=[model["loss_reads"]], additional_output_names=MODEL_OUTPUTS,
                        artifact_directory=folder, **options)
     return folder, ZOO_DIR / model["dataset"]["file"]
 

@@ -476,7 +476,7 @@ def test_the_generators_nodes_lowered_give_the_same_training_step(tmp_path: Path
     """A training model as a generator writes it (tests/zoo's recurrent models, or a forward GRU), its
     recurrent training nodes lowered and the rest kept: the loss, the recurrent nodes' outputs and every
     gradient they give agree with the unlowered model's, on 1.19.2."""
-    from ort_cffi.artifacts import generate_artifacts
+    from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts
 
     rng = np.random.default_rng(11)
     if model_name == "gru_classifier":
@@ -489,7 +489,8 @@ def test_the_generators_nodes_lowered_give_the_same_training_step(tmp_path: Path
         data = {"tokens": rng.integers(0, vocabulary, (8, steps)).astype(np.int64)}
     data["labels"] = rng.integers(0, 3, (8, 12) if model_name == "bilstm_tagger" else 8).astype(np.int64)
     made = generate_artifacts(source, artifact_directory=tmp_path / "out", loss="CrossEntropyLoss",
-                              generator=None if generator == "ort_cffi" else generator)
+                              generator=None if generator == "ort_cffi" else generator,
+                              requires_grad=ALL_PARAMETERS, optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     training = onnx.load(made.training_model)
     recurrent_nodes = [n for n in training.graph.node if n.domain == MICROSOFT and n.op_type in RECURRENT]
     kind = "LSTM" if "lstm" in model_name else "GRU"
@@ -551,7 +552,7 @@ def test_onnx_runtimes_other_directions_train_as_ort_cffis_builder_trains_them(t
     recurrence, which its kernels refuse to load. Lowered, its training step gives the loss and every
     parameter's gradient that ort_cffi's builder's artifacts give on 1.19.2's kernels (one forward-direction
     kernel per direction, a reverse one over the reversed sequence)."""
-    from ort_cffi.artifacts import generate_artifacts
+    from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts
 
     rng = np.random.default_rng(5)
     if model_name == "bigru_classifier":
@@ -565,8 +566,10 @@ def test_onnx_runtimes_other_directions_train_as_ort_cffis_builder_trains_them(t
         data = {"x": rng.standard_normal((8, 6, 4)).astype(np.float32)}
     data["labels"] = rng.integers(0, 3, 8).astype(np.int64)
     theirs = generate_artifacts(source, artifact_directory=tmp_path / "theirs", loss="CrossEntropyLoss",
-                                generator="onnxruntime", prepare=False, check=False)
-    ours = generate_artifacts(source, artifact_directory=tmp_path / "ours", loss="CrossEntropyLoss")
+                                generator="onnxruntime", prepare=False, check=False,
+                                requires_grad=ALL_PARAMETERS, optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
+    ours = generate_artifacts(source, artifact_directory=tmp_path / "ours", loss="CrossEntropyLoss",
+                              requires_grad=ALL_PARAMETERS, optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     results = []
     for made, lowering in ((theirs, True), (ours, False)):
         training = onnx.load(made.training_model)

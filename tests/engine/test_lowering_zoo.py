@@ -18,7 +18,7 @@ from onnx import helper
 from ort_cffi._backends.engine.lowering import KEPT_FOR_THE_ENGINE, lower_training_ops, unlowerable_ops
 from ort_cffi._backends.engine.lowering.registry import CONTRIB_TARGETS, MICROSOFT, RULES
 from ort_cffi.api import CheckpointState
-from ort_cffi.artifacts import ArtifactsInputError, generate_artifacts
+from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, ArtifactsInputError, generate_artifacts
 
 # the reference is the training build's own kernels, through its Python layer
 pytestmark = pytest.mark.needs_onnxruntime_python
@@ -97,7 +97,8 @@ def test_zoo_artifacts_lower_and_compute_the_same_gradients(name: str, generator
     try:
         made = generate_artifacts(ZOO_DIR / entry["file"], loss=entry["loss"],
                                   loss_input_names=[entry["loss_reads"]], artifact_directory=tmp_path,
-                                  generator=None if generator == "builder" else generator)
+                                  generator=None if generator == "builder" else generator,
+                                  requires_grad=ALL_PARAMETERS, optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     except ArtifactsInputError:
         return  # a model this generator refuses (tests/apps/test_zoo.py says which, and why)
     found: Set[str] = set()
