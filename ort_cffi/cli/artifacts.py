@@ -104,6 +104,11 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--no-prepare", action="store_true",
                         help="hand the model to ONNX Runtime's generator as it is: no rewrite of operators without a "
                         "gradient, no fitting of the loss's input (the default changes only models that need it)")
+    parser.add_argument("--kernel-forms", action="store_true",
+                        help="ONNX Runtime's gradient kernels everywhere (standard_forms=False): the training model "
+                        "its generator writes, whose losses are bit for bit its artifacts'. By default ort_cffi's "
+                        "builder writes the few gradients measured faster in standard operators so (the LSTM and GRU "
+                        "backward, the embedding's gradient; docs/guides/performance.md)")
     parser.add_argument("--verbose", action="store_true",
                         help="also print internals: what the conversion for ONNX Runtime 1.19 changed (IR version, "
                         "opset), the loss output's name")
@@ -174,6 +179,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             check=not args.no_check,
             overwrite=args.overwrite,
             prepare=not args.no_prepare,
+            standard_forms=not args.kernel_forms,
         )
     except ArtifactsError as exc:
         print(f"error: {in_flag_words(str(exc))}", file=sys.stderr)
