@@ -18,6 +18,7 @@ import onnx
 import pytest
 from conftest import ROOT
 from onnx import TensorProto, helper, numpy_helper
+from test_artifact_warnings import runtime_warnings
 from test_engine_training import backends
 
 from ort_cffi.artifacts import LossType, OptimType, generate_artifacts
@@ -126,6 +127,11 @@ def test_an_embedding_bag_trains_on_both_backends(make, tmp_path: Path) -> None:
         assert np.allclose(record["losses"], reference["losses"], rtol=1e-5, atol=1e-6), \
             f"{name}: losses {record['losses']} against the training build's {reference['losses']}"
         assert np.allclose(record["after"], reference["after"], rtol=1e-4, atol=1e-6), name
+    # and ONNX Runtime says nothing of the artifacts that it does not say of the model (tests/apps/
+    # test_artifact_warnings.py: the sequence gradients leave no value unread)
+    onnx.save(model, tmp_path / "model.onnx")
+    found = runtime_warnings([("model", tmp_path / "model.onnx"), ("artifacts", tmp_path / "artifacts")])
+    assert not found[str(tmp_path / "artifacts")] - found[str(tmp_path / "model.onnx")], found
 
 
 def test_a_loop_reading_back_the_sequence_it_carries_is_refused_by_name() -> None:
