@@ -52,8 +52,8 @@ class Case:
     feeds: Feeds
     measures: Tuple[str, ...]
     outputs: List[str] = field(default_factory=list)
-    batch: Optional[int] = None  # the batch size, where the form's gain depends on it
-    batch_of: Optional[Tuple[int, int]] = None  # where the batch is: (input of the measured node, axis)
+    size: Optional[int] = None  # the size the form's gain depends on: a batch, or a count of elements
+    size_of: Optional[Tuple[int, Optional[int]]] = None  # where: (input of the node, axis; None: all elements)
 
 
 def _model(name: str, nodes: List[onnx.NodeProto], feeds: Feeds, outputs: Sequence[str],
@@ -88,8 +88,8 @@ def recurrent(op: str, steps: int, batch: int, inputs: int, hidden: int) -> Case
                                   domain=MICROSOFT, **attrs)]
     outputs = ["Y", "dX", "dW", "dR", "dB"]
     return Case(f"{op} T {steps}, batch {batch}, input {inputs}, hidden {hidden}",
-                _model(op, nodes, feeds, outputs), feeds, (f"{op}Training", f"{op}Grad"), outputs, batch=batch,
-                batch_of=(0, 1))  # X [T, batch, input], the first input of both operators
+                _model(op, nodes, feeds, outputs), feeds, (f"{op}Training", f"{op}Grad"), outputs, size=batch,
+                size_of=(0, 1))  # the batch: X [T, batch, input], the first input of both operators
 
 
 def gather_grad(rows: int, width: int, indices_shape: Tuple[int, ...], extra: Tuple[int, ...] = ()) -> Case:
@@ -113,7 +113,8 @@ def elementwise(op: str, shape: Tuple[int, ...], second: str = "X", **attributes
         x = np.tanh(x) * 0.5 + (0.5 if op == "SigmoidGrad" else 0.0)
     feeds = {"dY": rng.standard_normal(shape).astype(np.float32), second: x}
     node = helper.make_node(op, ["dY", second], ["dX"], domain=MICROSOFT, **attributes)
-    return Case(f"{op} over {list(shape)}", _model(op, [node], feeds, ["dX"]), feeds, (op,), ["dX"])
+    return Case(f"{op} over {list(shape)}", _model(op, [node], feeds, ["dX"]), feeds, (op,), ["dX"],
+                size=int(np.prod(shape)), size_of=(0, None))
 
 
 def softmax(op: str, shape: Tuple[int, ...]) -> Case:
@@ -125,7 +126,8 @@ def softmax(op: str, shape: Tuple[int, ...]) -> Case:
     y = probabilities if op == "SoftmaxGrad_13" else np.log(probabilities)
     feeds = {"dY": rng.standard_normal(shape).astype(np.float32), "Y": y.astype(np.float32)}
     node = helper.make_node(op, ["dY", "Y"], ["dX"], domain=MICROSOFT, axis=-1)
-    return Case(f"{op} over {list(shape)}", _model(op, [node], feeds, ["dX"]), feeds, (op,), ["dX"])
+    return Case(f"{op} over {list(shape)}", _model(op, [node], feeds, ["dX"]), feeds, (op,), ["dX"],
+                size=int(np.prod(shape)), size_of=(0, None))
 
 
 def cross_entropy_grad(rows: int, classes: int) -> Case:
@@ -140,7 +142,8 @@ def cross_entropy_grad(rows: int, classes: int) -> Case:
     node = helper.make_node("SoftmaxCrossEntropyLossGrad", ["dY", "log_prob", "labels"], ["dX"], domain=MICROSOFT,
                             reduction="mean")
     return Case(f"SoftmaxCrossEntropyLossGrad over [{rows}, {classes}]",
-                _model("cross_entropy_grad", [node], feeds, ["dX"]), feeds, ("SoftmaxCrossEntropyLossGrad",), ["dX"])
+                _model("cross_entropy_grad", [node], feeds, ["dX"]), feeds, ("SoftmaxCrossEntropyLossGrad",), ["dX"],
+                size=rows * classes, size_of=(1, None))
 
 
 def layer_norm_grad(rows: int, width: int) -> Case:
@@ -178,9 +181,12 @@ CASES: List[Callable[[], Case]] = [
     lambda: elementwise("SigmoidGrad", (16, 64, 512), "Y"),
     lambda: elementwise("TanhGrad", (16, 64, 512), "Y"),
     lambda: elementwise("GeluGrad", (8, 64, 512)),
+    lambda: elementwise("GeluGrad", (16, 64, 32)),  # the zoo's conv1d_regressor
     lambda: elementwise("FastGeluGrad", (8, 64, 512)),
+    lambda: elementwise("FastGeluGrad", (16, 64, 32)),
     lambda: softmax("SoftmaxGrad_13", (16, 4, 64, 64)),
     lambda: softmax("LogSoftmaxGrad_13", (512, 2000)),
+    lambda: softmax("LogSoftmaxGrad_13", (32, 10)),
     lambda: cross_entropy_grad(512, 2000),
     lambda: cross_entropy_grad(32, 10),
     lambda: layer_norm_grad(1024, 128),
@@ -228,20 +234,21 @@ def measure(case: Case, op: str, rounds: int, repeats: int, threads: int) -> Dic
             "ratio": round(statistics.median(s / k for k, s in pairs), 3)}
 
 
-def choose(cases: List[Dict[str, Any]], margin: float, batch_of: Optional[Tuple[int, int]]) -> Dict[str, Any]:
+def choose(cases: List[Dict[str, Any]], margin: float, size_of: Optional[Tuple[int, Optional[int]]]) -> Dict[str, Any]:
     """The form of one operator from its cases: standard where every case's ratio is at most ``margin``. Where
-    the cases give batch sizes, the standard form from the smallest measured batch from which every case of
-    that batch or larger is that much faster (``from_batch``; below it, and at a batch not known when the model
-    is built, the builder's choice is said in ort_cffi/artifacts/builder/standard_forms.py)."""
+    the cases give sizes (a batch, a count of elements), the standard form from the smallest measured size from
+    which every case of that size or larger is that much faster (``from_size``, with ``size_of`` saying where
+    the size is; below it the builder keeps the kernel, and where the size is not known when the model is
+    built it writes the standard form: ort_cffi/artifacts/builder/standard_forms.py)."""
     worst = max(float(c["ratio"]) for c in cases)
     if worst <= margin:
         return {"form": "standard", "worst_ratio": worst}
-    if batch_of is not None and all("batch" in c for c in cases):
-        for smallest in sorted({int(c["batch"]) for c in cases}):
-            above = max(float(c["ratio"]) for c in cases if int(c["batch"]) >= smallest)
+    if size_of is not None and all("size" in c for c in cases):
+        for smallest in sorted({int(c["size"]) for c in cases}):
+            above = max(float(c["ratio"]) for c in cases if int(c["size"]) >= smallest)
             if above <= margin:
-                return {"form": "standard", "worst_ratio": above, "from_batch": smallest,
-                        "batch_of": {"input": batch_of[0], "axis": batch_of[1]}}
+                return {"form": "standard", "worst_ratio": above, "from_size": smallest,
+                        "size_of": {"input": size_of[0], "axis": size_of[1]}}
     return {"form": "kernel", "worst_ratio": worst}
 
 
@@ -272,7 +279,7 @@ def main() -> None:
     print(f"ONNX Runtime {ort.__version__}; {args.threads} thread(s); median of {args.rounds} rounds of "
           f"{args.repeats} runs; load average {load_before}", flush=True)
     found: Dict[str, List[Dict[str, Any]]] = {}
-    batch_of: Dict[str, Tuple[int, int]] = {}
+    size_of: Dict[str, Tuple[int, Optional[int]]] = {}
     for make in CASES:
         case = make()
         for op in case.measures:
@@ -280,9 +287,9 @@ def main() -> None:
                 continue
             result = measure(case, op, args.rounds, args.repeats, args.threads)
             found.setdefault(op, []).append(dict(case=case.label, **result,
-                                                 **({} if case.batch is None else {"batch": case.batch})))
-            if case.batch_of is not None:
-                batch_of[op] = case.batch_of
+                                                 **({} if case.size is None else {"size": case.size})))
+            if case.size_of is not None:
+                size_of[op] = case.size_of
             print(f"  {op:<18} {case.label:<55} kernel {result['kernel_ms']:8.3f} ms  standard "
                   f"{result['standard_ms']:8.3f} ms  {result['ratio']:.2f}x", flush=True)
     table = json.loads(TABLE.read_text()) if TABLE.is_file() else {}
@@ -291,7 +298,7 @@ def main() -> None:
                 "threads": args.threads, "rounds": args.rounds, "repeats": args.repeats, "margin": args.margin,
                 "load_average": [round(v, 2) for v in load_before + os.getloadavg()]}
     for op, cases in found.items():
-        forms[op] = choose(cases, args.margin, batch_of.get(op))
+        forms[op] = choose(cases, args.margin, size_of.get(op))
         forms[op].update(cases=cases, measured=measured)
     table = {
         "about": "Per ONNX Runtime training operator, the form ort_cffi's builder writes into training models: "

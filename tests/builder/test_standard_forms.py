@@ -48,10 +48,10 @@ def test_the_table_chooses_the_standard_form_only_where_every_case_ran_faster() 
         measured = entry["measured"]
         assert measured["onnxruntime"] == "1.19.2" and measured["date"] and measured["machine"], op
         ratios = [case["ratio"] for case in entry["cases"]]
-        smallest = entry.get("from_batch")
-        if smallest is not None:  # the standard form from that batch on: every case there ran faster
+        smallest = entry.get("from_size")
+        if smallest is not None:  # the standard form from that size on: every case there ran faster
             assert entry["form"] == "standard" and max(ratios) > measured["margin"], op
-            ratios = [case["ratio"] for case in entry["cases"] if case["batch"] >= smallest]
+            ratios = [case["ratio"] for case in entry["cases"] if case["size"] >= smallest]
         assert ratios and entry["worst_ratio"] == max(ratios), op
         assert (entry["form"] == "standard") == (max(ratios) <= measured["margin"]), (op, entry["form"], ratios)
 
@@ -90,7 +90,7 @@ BUILDER_CASES = _builder_cases()
 
 def test_a_recurrent_gradient_below_the_measured_batch_keeps_its_kernel() -> None:
     entry = standard_forms.table()["forms"]["LSTMGrad"]
-    smallest = entry.get("from_batch")
+    smallest = entry.get("from_size") if entry.get("size_of", {}).get("axis") == 1 else None
     c = next(c for op, c in BUILDER_CASES if c.name == "lstm_forward")
     weights = {o: np.ones(shape, dtype) for o, (shape, dtype) in output_shapes(c).items()}
     built = build_models(forward_model(c, weights), list(c.params), [], None, None, None, standard_forms=True)
@@ -105,15 +105,15 @@ def test_the_forms_are_checked_on_the_families_they_serve() -> None:
 
 
 @pytest.fixture
-def at_every_batch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The table with no batch threshold: each form is checked at the cases' small batches too."""
-    forms = {op: {k: v for k, v in entry.items() if k != "from_batch"}
+def at_every_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table with no size threshold: each form is checked at the cases' small sizes too."""
+    forms = {op: {k: v for k, v in entry.items() if k != "from_size"}
              for op, entry in standard_forms.table()["forms"].items()}
     monkeypatch.setattr(standard_forms, "table", lambda: {"forms": forms})
 
 
 @pytest.mark.parametrize("op,c", BUILDER_CASES, ids=[c.name for _, c in BUILDER_CASES])
-def test_standard_forms_match_finite_differences(op: str, c: Case, at_every_batch: None) -> None:
+def test_standard_forms_match_finite_differences(op: str, c: Case, at_every_size: None) -> None:
     weights = {o: np.ones(shape, dtype) for o, (shape, dtype) in output_shapes(c).items()}
     built = build_models(forward_model(c, weights), list(c.params), [], None, None, None, standard_forms=True)
     left = _microsoft_ops(built.training) & CHOSEN

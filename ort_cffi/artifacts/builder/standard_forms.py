@@ -11,12 +11,13 @@ Which operators get the standard form is a table, ``ort_cffi/data/standard_forms
 form (``standard`` or ``kernel``) with the measurement that chose it (each case's size, the ratio of the
 standard form's time to the kernel's, the date, the machine, the runtime). ``scripts/measure_forms.py``
 measures both forms of each operator on the training build and rewrites it; an operator the table does not
-name keeps its kernel. Where the gain depends on the batch size (the recurrent gradients: at batch 1 the
-standard form's per-step operators cost as much as the kernel's work), the entry says from which batch
-(``from_batch``) and where the batch is (``batch_of``: the node's input and axis); a node whose batch is
-smaller keeps the kernel, and one whose batch is not known when the model is built (a symbolic batch axis)
-gets the standard form: training batches that small are rare, and the loss there is a few per cent, where
-the gain at training batches is 2 to 5 times. The forms are the engine's own rules (``ort_cffi._facade.standard_forms``): one
+name keeps its kernel. Where the gain depends on a size (the recurrent gradients on the batch: at batch 1
+the standard form's per-step operators cost as much as the kernel's work; a few operators on their count of
+elements: a form of several operators loses on a few hundred elements), the entry says from which size
+(``from_size``) and where the size is (``size_of``: the node's input, and its axis or, for none, all its
+elements). A node whose size is smaller keeps the kernel; one whose size is not known when the model is
+built (a symbolic batch axis) gets the standard form: training batches that small are rare, and what is lost
+there is a few microseconds or per cent, where the gain at the sizes of training is 2 to 30 times. The forms are the engine's own rules (``ort_cffi._facade.standard_forms``): one
 implementation of each, covered by the engine's finite-difference and kernel-agreement tests.
 
 The forms change the arithmetic's order, not what is computed: losses stay within 1e-5 relative of ONNX
@@ -31,6 +32,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
+import numpy as np
 import onnx
 
 from ort_cffi._facade.standard_forms import lower_chosen_ops, lowered_op_types
@@ -59,8 +61,8 @@ def table() -> Dict[str, Any]:
             raise StandardFormsTableError(f"{TABLE}: {op!r} has no form 'standard' or 'kernel': {entry!r}")
         if entry["form"] == STANDARD and op not in lowerable:
             raise StandardFormsTableError(f"{TABLE}: {op!r} is given the standard form, and no rule writes it")
-        if entry.get("from_batch") is not None and not isinstance(entry.get("batch_of"), dict):
-            raise StandardFormsTableError(f"{TABLE}: {op!r} gives from_batch and not where the batch is (batch_of)")
+        if entry.get("from_size") is not None and not isinstance(entry.get("size_of"), dict):
+            raise StandardFormsTableError(f"{TABLE}: {op!r} gives from_size and not where the size is (size_of)")
     return found
 
 
@@ -80,16 +82,19 @@ def _dims(model: onnx.ModelProto) -> Dict[str, List[Optional[int]]]:
     return found
 
 
-def _batch_allows(entry: Dict[str, Any], node: onnx.NodeProto, dims: Dict[str, List[Optional[int]]]) -> bool:
-    """Whether ``node``'s batch lets the entry's standard form in: from ``from_batch`` on, or not known."""
-    smallest = entry.get("from_batch")
+def _size_allows(entry: Dict[str, Any], node: onnx.NodeProto, dims: Dict[str, List[Optional[int]]]) -> bool:
+    """Whether ``node``'s size lets the entry's standard form in: from ``from_size`` on, or not known."""
+    smallest = entry.get("from_size")
     if smallest is None:
         return True
-    where = entry["batch_of"]
+    where = entry["size_of"]
     name = node.input[where["input"]] if where["input"] < len(node.input) else ""
     shape = dims.get(name)
-    batch = shape[where["axis"]] if shape is not None and where["axis"] < len(shape) else None
-    return batch is None or batch >= int(smallest)
+    axis = where.get("axis")
+    if shape is None or (axis is not None and axis >= len(shape)):
+        return True
+    size = shape[axis] if axis is not None else (None if None in shape else int(np.prod(shape, dtype=np.int64)))
+    return size is None or size >= int(smallest)
 
 
 def _count(model: onnx.ModelProto, op_types: FrozenSet[str]) -> Dict[str, int]:
@@ -118,7 +123,7 @@ def apply_standard_forms(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, Dict[
         return model, {}, []
     forms, dims = table()["forms"], _dims(model)
     lowered, kept = lower_chosen_ops(model, frozenset(present),
-                                     lambda node: _batch_allows(forms[node.op_type], node, dims))
+                                     lambda node: _size_allows(forms[node.op_type], node, dims))
     left = _count(lowered, frozenset(present))
     written = {op: n - left.get(op, 0) for op, n in present.items() if n - left.get(op, 0)}
     return lowered, written, kept
