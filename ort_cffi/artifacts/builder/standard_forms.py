@@ -28,11 +28,11 @@ bit-identical to its generator's.
 from __future__ import annotations
 
 import json
+import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
-import numpy as np
 import onnx
 
 from ort_cffi._facade.standard_forms import lower_chosen_ops, lowered_op_types
@@ -93,8 +93,11 @@ def _size_allows(entry: Dict[str, Any], node: onnx.NodeProto, dims: Dict[str, Li
     axis = where.get("axis")
     if shape is None or (axis is not None and axis >= len(shape)):
         return True
-    size = shape[axis] if axis is not None else (None if None in shape else int(np.prod(shape, dtype=np.int64)))
-    return size is None or size >= int(smallest)
+    if axis is not None:
+        size = shape[axis]
+        return size is None or size >= int(smallest)
+    known = [d for d in shape if d is not None]
+    return len(known) < len(shape) or math.prod(known) >= int(smallest)
 
 
 def _count(model: onnx.ModelProto, op_types: FrozenSet[str]) -> Dict[str, int]:
