@@ -159,7 +159,7 @@ def loop_reading_outer_sequence() -> Case:
     return Case("loop_reads_outer_sequence", nodes, {"p": p, "h0": f32(3)})
 
 
-def if_reading_sequence(taken: bool) -> Case:
+def if_reading_sequence(taken: bool, opset: int = 17) -> Case:
     """An If whose then branch reads element 1 of a sequence of the enclosing graph and whose else branch
     reads none: the sequence's gradient is the then branch's, or a sequence of zeros from the else branch."""
     then_branch = helper.make_graph([const("then_at", np.array(1, np.int64)),
@@ -172,7 +172,9 @@ def if_reading_sequence(taken: bool) -> Case:
              helper.make_node("Greater", ["c", "zero"], ["cond"]),
              helper.make_node("If", ["cond"], ["y0"], then_branch=then_branch, else_branch=else_branch)]
     data = {"c": np.array(1.0 if taken else -1.0, np.float32), "zero": np.array(0.0, np.float32)}
-    return Case(f"if_reads_sequence_{'then' if taken else 'else'}", nodes, {"p": f32(3, 4), "q": f32(4)}, data)
+    suffix = "" if opset == 17 else f"_opset{opset}"  # before 14, Identity takes no sequence
+    return Case(f"if_reads_sequence_{'then' if taken else 'else'}{suffix}", nodes, {"p": f32(3, 4), "q": f32(4)}, data,
+                opset=opset)
 
 
 CASES: Dict[str, List[Case]] = {  # keyed by an operator of the case's own graph (the Loops': of the enclosing one)
@@ -180,7 +182,7 @@ CASES: Dict[str, List[Case]] = {  # keyed by an operator of the case's own graph
     "ConcatFromSequence": [split_squeezed_and_stacked(), split_even_keepdims(),
                            loop_appending("loop_appends_to_sequence", 3)],
     "SplitToSequence": [split_ragged(), loop_reading_outer_sequence(), if_reading_sequence(True),
-                        if_reading_sequence(False)],
+                        if_reading_sequence(False), if_reading_sequence(False, opset=13)],
     "SequenceAt": [at_data_position()],
     "SequenceInsert": [appended_to_empty(), insert_and_erase("insert_back_erase_front", np.int32(-1), np.int64(0)),
                        insert_and_erase("insert_front_erase_back", np.int64(1), np.int64(-2))],

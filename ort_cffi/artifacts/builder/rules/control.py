@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 from ort_cffi.artifacts.builder.context import FLOATS, BuilderError, GradientContext, NodeView, infer_types
 from ort_cffi.artifacts.builder.registry import gradient
-from ort_cffi.artifacts.builder.rules.sequences import sum_sequences, zeros_like_value
+from ort_cffi.artifacts.builder.rules.sequences import copy_value, sum_sequences, zeros_like_value
 
 Grads = List[Optional[str]]
 
@@ -128,7 +128,7 @@ def branch_backward(g: GradientContext, node: NodeView, branch: onnx.GraphProto,
         if name in found:
             results.append(found[name])
         else:  # a value this branch leaves alone, or reads only through shapes: no gradient from it
-            results.append(sub.op("Identity", zeros_like_value(sub, name)))
+            results.append(copy_value(sub, zeros_like_value(sub, name)))
     _hoist_constants(g, sub)
     return helper.make_graph(_needed(nodes, sub.nodes, results) + sub.nodes, g.fresh(f"{forward.name or 'branch'}_grad"), [],
                              [_value_info(sub, r, name) for r, name in zip(results, wanted)],
@@ -381,17 +381,17 @@ class _Backwards:
                                           outputs_info, self.seeds, targets)
         results = [sub.op("Identity", self.true)]
         for body_input, _, _, _ in self.carried:
-            results.append(found.get(body_input) or sub.op("Identity", zeros_like_value(sub, body_input)))
+            results.append(found.get(body_input) or copy_value(sub, zeros_like_value(sub, body_input)))
         for outer in wanted_outer:
             if outer not in found:
-                results.append(sub.op("Identity", sums_in[outer]))
+                results.append(copy_value(sub, sums_in[outer]))
             elif sub.is_sequence(outer):  # a sequence of the enclosing graph read in the body
                 total = sub.fresh(f"{outer}_grad_sum")
                 results.append(sum_sequences(sub, [sums_in[outer], found[outer]], total, outer))
             else:
                 results.append(sub.op("Add", sums_in[outer], found[outer]))
         for value in sliced:
-            results.append(found.get(value) or sub.op("Identity", zeros_like_value(sub, value)))
+            results.append(found.get(value) or copy_value(sub, zeros_like_value(sub, value)))
         _hoist_constants(g, sub)
         nodes = _needed(nodes, sub.nodes, results)
         self._check_unstacked(nodes + sub.nodes)

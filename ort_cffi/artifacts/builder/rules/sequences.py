@@ -119,6 +119,21 @@ def zeros_like_value(g: GradientContext, value: str) -> str:
     return zeros_like(g, value)
 
 
+def copy_value(g: GradientContext, value: str) -> str:
+    """A copy of ``value`` under a new name (a subgraph's output that would otherwise be a value it reads):
+    Identity, which takes a sequence from opset 14 on; before, a Loop of no iterations that carries it."""
+    if not g.is_sequence(value) or g.opset >= 14:
+        return g.same_type(g.op("Identity", value), value)
+    body = _Body(g, f"{value}_copy")
+    carried_in, carried_out = g.fresh(f"{value}_copy/in"), g.fresh(f"{value}_copy/out")
+    body.inputs.append(helper.make_tensor_sequence_value_info(carried_in, g.elem_type(value), None))
+    body.nodes.append(helper.make_node("SequenceErase", [carried_in], [carried_out],
+                                       name=g.fresh(f"{value}_copy/SequenceErase")))  # never runs
+    body.outputs.append(helper.make_tensor_sequence_value_info(carried_out, g.elem_type(value), None))
+    none = g.const(np.array(0, dtype=np.int64))
+    return g.same_type(g.node("Loop", [none, "", value], 1, body=body.graph())[0], value)
+
+
 def sum_sequences(g: GradientContext, values: Sequence[str], name: str, like: str) -> str:
     """``values`` (sequences of equal lengths and shapes) added element by element into ``name``: the
     gradient of a sequence read more than once."""
