@@ -23,8 +23,9 @@ FACES = {
     "ort_cffi": FACADE,
     "ort_cffi.capi": ["API_VERSION", "Runtime", "check_status", "ffi", "get_runtime", "load_runtime", "training_table"],
     "ort_cffi.artifacts": [
-        "ArtifactsError", "ArtifactsInputError", "ENV_PYTHON", "GENERATOR_PACKAGES", "GeneratedArtifacts", "Generator",
-        "GeneratorUnavailableError", "LossType", "MANIFEST", "ModelLike", "OptimType", "Parameter", "TensorSpec",
+        "ALL_PARAMETERS", "ArtifactsError", "ArtifactsInputError", "ENV_PYTHON", "GENERATOR_PACKAGES", "GeneratedArtifacts",
+        "Generator", "GeneratorUnavailableError", "LossType", "MANIFEST", "MODEL_OUTPUTS", "ModelLike", "OptimType",
+        "Parameter", "Selection", "TensorSpec",
         "artifacts_match", "check_generator", "describe", "files_intact", "find_generator", "generate_artifacts",
         "generator_python", "model_sha256",
         "read_manifest", "request_options",
