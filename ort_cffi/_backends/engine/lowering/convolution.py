@@ -302,7 +302,7 @@ def _weight_gradient_by_patches(emit: Emitter, dy: str, x: str, w: str, group: i
         dy_first, patch = _flat_patches(emit, dy, x, strides, dilations, kernel, begin, end, x_sizes)
     else:
         dy_first = emit.one("Transpose", [dy], perm=[1, 0] + spatial_axes)
-        patch = _stepped_patches(emit, dy, x, strides, dilations, begin, end)
+        patch = _stepped_patches(emit, dy, x, strides, dilations, begin, end, kernel)
     outputs_per_group = emit.one("Div", [emit.shape_of(w, 0, 1), emit.const(_ints([group]))])  # Mg
     rows = emit.one("Reshape", [dy_first, emit.one("Concat", [emit.const(_ints([group])), outputs_per_group,
                                                               emit.const(_ints([-1]))], axis=0)])  # [g, Mg, N * Y]
@@ -318,7 +318,7 @@ def _weight_gradient_by_patches(emit: Emitter, dy: str, x: str, w: str, group: i
 
 
 def _stepped_patches(emit: Emitter, dy: str, x: str, strides: List[int], dilations: List[int], begin: List[int],
-                     end: List[int]) -> Callable[[Tuple[int, ...]], str]:
+                     end: List[int], kernel: Optional[List[int]] = None) -> Callable[[Tuple[int, ...]], str]:
     """A kernel position's patch of X, [C, N, Y...]: a Slice of the padded X (channels first) from k * d,
     (Y - 1) * s + 1 long, every s."""
     spatial = len(strides)
@@ -326,6 +326,9 @@ def _stepped_patches(emit: Emitter, dy: str, x: str, strides: List[int], dilatio
     channels_first = emit.one("Transpose", [x], perm=[1, 0] + spatial_axes)  # [C, N, spatial]
     if any(begin + end):
         channels_first = emit.one("Pad", [channels_first, emit.const(_ints([0, 0] + begin + [0, 0] + end))])
+    elif all(s == 1 for s in strides) and all(d == 1 for d in dilations) and kernel is not None and \
+            all(k == 1 for k in kernel):
+        return lambda position: channels_first  # a pointwise layer's one patch is X itself: no copy
     reach = emit.one("Add", [emit.one("Mul", [emit.shape_of(dy, 2), emit.const(_ints(strides))]),
                              emit.const(_ints([1 - s for s in strides]))])
     axes, steps = emit.const(_ints(spatial_axes)), emit.const(_ints(strides))
