@@ -166,7 +166,8 @@ def test_zoo_models_train_with_the_forms_as_with_onnx_runtimes_kernels(name: str
     forms = _artifacts(name, tmp_path / "forms", True)
     before = _microsoft_ops(onnx.load(kernels / "training_model.onnx", load_external_data=False))
     after = _microsoft_ops(onnx.load(forms / "training_model.onnx", load_external_data=False))
-    assert before & CHOSEN and not after & CHOSEN, (name, sorted(before & CHOSEN), sorted(after & CHOSEN))
+    # written in standard operators: every node of some chosen operator (others may stay below their size)
+    assert (before & CHOSEN) - after, (name, sorted(before & CHOSEN), sorted(after & CHOSEN))
     dataset = ZOO_DIR / ZOO[name]["dataset"]["file"]
     reference = _run(kernels, dataset, tmp_path / "kernels.npz")
     record = _run(forms, dataset, tmp_path / "forms.npz")

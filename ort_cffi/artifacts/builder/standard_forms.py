@@ -15,9 +15,10 @@ name keeps its kernel. Where the gain depends on a size (the recurrent gradients
 the standard form's per-step operators cost as much as the kernel's work; a few operators on their count of
 elements: a form of several operators loses on a few hundred elements), the entry says from which size
 (``from_size``) and where the size is (``size_of``: the node's input, and its axis or, for none, all its
-elements). A node whose size is smaller keeps the kernel; one whose size is not known when the model is
-built (a symbolic batch axis) gets the standard form: training batches that small are rare, and what is lost
-there is a few microseconds or per cent, where the gain at the sizes of training is 2 to 30 times. The forms are the engine's own rules (``ort_cffi._facade.standard_forms``): one
+elements). A node whose size is smaller keeps the kernel. A dimension not known when the model is built (a
+symbolic batch axis) counts as ``UNKNOWN_DIMENSION`` (16, the batch of the zoo's and most of the performance
+guide's training runs): a recurrent gradient at a symbolic batch gets the standard form (batches under 4 are
+rare in training, and there the loss is a few per cent), a ReluGrad over [batch, 512] keeps the kernel. The forms are the engine's own rules (``ort_cffi._facade.standard_forms``): one
 implementation of each, covered by the engine's finite-difference and kernel-agreement tests.
 
 The forms change the arithmetic's order, not what is computed: losses stay within 1e-5 relative of ONNX
@@ -39,6 +40,7 @@ from ort_cffi._facade.standard_forms import lower_chosen_ops, lowered_op_types
 
 TABLE = Path(__file__).resolve().parents[2] / "data" / "standard_forms.json"
 STANDARD, KERNEL = "standard", "kernel"
+UNKNOWN_DIMENSION = 16  # what a dimension not known when the model is built counts as, against from_size
 
 
 class StandardFormsTableError(ValueError):
@@ -83,7 +85,8 @@ def _dims(model: onnx.ModelProto) -> Dict[str, List[Optional[int]]]:
 
 
 def _size_allows(entry: Dict[str, Any], node: onnx.NodeProto, dims: Dict[str, List[Optional[int]]]) -> bool:
-    """Whether ``node``'s size lets the entry's standard form in: from ``from_size`` on, or not known."""
+    """Whether ``node``'s size lets the entry's standard form in: from ``from_size`` on, a dimension not known
+    counting as ``UNKNOWN_DIMENSION``; a rank not known lets it in."""
     smallest = entry.get("from_size")
     if smallest is None:
         return True
@@ -93,11 +96,8 @@ def _size_allows(entry: Dict[str, Any], node: onnx.NodeProto, dims: Dict[str, Li
     axis = where.get("axis")
     if shape is None or (axis is not None and axis >= len(shape)):
         return True
-    if axis is not None:
-        size = shape[axis]
-        return size is None or size >= int(smallest)
-    known = [d for d in shape if d is not None]
-    return len(known) < len(shape) or math.prod(known) >= int(smallest)
+    sizes = [UNKNOWN_DIMENSION if d is None else d for d in shape]
+    return (sizes[axis] if axis is not None else math.prod(sizes)) >= int(smallest)
 
 
 def _count(model: onnx.ModelProto, op_types: FrozenSet[str]) -> Dict[str, int]:
