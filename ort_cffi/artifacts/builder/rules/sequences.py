@@ -34,7 +34,7 @@ def _int64(g: GradientContext, position: str) -> str:
     """A position (int32 or int64, as the sequence operators take) as int64."""
     if g.types.get(position, (0, None))[0] == TensorProto.INT64:
         return position
-    return _typed(g, g.op("Cast", position, to=TensorProto.INT64), TensorProto.INT64)
+    return _typed(g, g.op("Cast", position, to=TensorProto.INT64), TensorProto.INT64, g.dims(position))
 
 
 def _typed(g: GradientContext, name: str, elem_type: int, dims: Dims = ()) -> str:
@@ -51,7 +51,8 @@ def _absolute(g: GradientContext, position: str, length: str) -> str:
     position = _int64(g, position)
     zero = g.const(np.array(0, dtype=np.int64))
     from_back = g.op("Add", position, length)
-    return _typed(g, g.op("Where", g.op("Less", position, zero), from_back, position), TensorProto.INT64)
+    where = g.op("Where", g.op("Less", position, zero), from_back, position)
+    return _typed(g, where, TensorProto.INT64, g.dims(position))  # a scalar, or [1] where the model feeds one
 
 
 def _element(g: GradientContext, sequence: str, position: str) -> str:
