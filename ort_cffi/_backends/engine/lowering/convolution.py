@@ -1,8 +1,11 @@
-"""Convolution and pooling gradients: ConvGrad as a ConvTranspose (dX) and a Conv with the batch as channels
-(dW), MaxPoolGrad as a scatter over MaxPool's indices, AveragePoolGrad as a ConvTranspose of ones.
+"""Convolution and pooling gradients: ConvGrad's input gradient as a ConvTranspose (a Conv with the kernel
+flipped for depthwise layers without a stride) and its weight gradient in one of three forms picked per layer
+(``weight_gradient_form``), MaxPoolGrad as MaxUnpool where the windows are apart (else a scatter that adds over
+MaxPool's indices), AveragePoolGrad as a ConvTranspose of ones.
 
-The forms were measured against the training kernels on the zoo's CNNs (docs/internals/runtime.md); they hold
-for 1-D, 2-D and 3-D, groups, strides, pads, dilations and ``auto_pad``."""
+The forms and the rules that pick them were measured against each other and the training kernels on the zoo's
+layer shapes (docs/internals/runtime.md §11, the engine); they hold for 1-D, 2-D and 3-D, groups, strides, pads,
+dilations and ``auto_pad``."""
 from __future__ import annotations
 
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple
