@@ -3,7 +3,8 @@ SplitToSequence, SequenceEmpty and SequenceInsert), changed (SequenceInsert, Seq
 from the front and the back, int32 and int64, given or left out) and read back into tensors (SequenceAt,
 ConcatFromSequence, stacked or not), elements of different lengths, a sequence read twice (its gradients added
 element by element), a Loop that appends to a sequence it carries (as torch's default exporter writes
-``nn.EmbeddingBag``), and a Loop body and If branches that read a sequence of the enclosing graph."""
+``nn.EmbeddingBag``) and reads it back, and a Loop body and If branches that read a sequence of the enclosing
+graph."""
 from __future__ import annotations
 
 from typing import Dict, List
@@ -142,6 +143,39 @@ def loop_appending(name: str, bags: int) -> Case:
     return c
 
 
+def loop_reading_back(name: str, appends: int) -> Case:
+    """Each iteration reads back the sequence it carries (its first and last elements, and its length) and
+    appends ``appends`` tensors made from them: the backward pass rebuilds the sequence as it was at each
+    iteration from the final one, erasing what each step appended."""
+    nodes = [helper.make_node("SequenceAt", ["built", "last"], ["previous"]),
+             helper.make_node("SequenceAt", ["built", "first"], ["oldest"]),
+             helper.make_node("SequenceLength", ["built"], ["count"]),
+             helper.make_node("Cast", ["count"], ["count_float"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["previous", "p"], ["scaled"]),
+             helper.make_node("Mul", ["oldest", "count_float"], ["weighted"]),
+             helper.make_node("Add", ["scaled", "weighted"], ["mixed"]),
+             helper.make_node("Tanh", ["mixed"], ["row_0"])]
+    sequence = "built"
+    for k in range(appends):
+        if k:
+            nodes.append(helper.make_node("Mul", [f"row_{k - 1}", "p"], [f"row_{k}"]))
+        nodes.append(helper.make_node("SequenceInsert", [sequence, f"row_{k}"], [f"built_{k}"]))
+        sequence = f"built_{k}"
+    nodes.append(helper.make_node("Identity", ["cond"], ["cond_out"]))
+    body = helper.make_graph(nodes, f"{name}_body",
+                             [_scalar("i", TensorProto.INT64), _scalar("cond", TensorProto.BOOL),
+                              helper.make_tensor_sequence_value_info("built", TensorProto.FLOAT, None)],
+                             [_scalar("cond_out", TensorProto.BOOL),
+                              helper.make_tensor_sequence_value_info(sequence, TensorProto.FLOAT, None)])
+    outer = [const("steps", np.array(3, np.int64)), const("last", np.array(-1, np.int64)),
+             const("first", np.array(0, np.int64)),
+             helper.make_node("Mul", ["x", "q"], ["start"]),
+             helper.make_node("SequenceConstruct", ["start"], ["first_rows"]),
+             helper.make_node("Loop", ["steps", "", "first_rows"], ["rows"], body=body),
+             helper.make_node("ConcatFromSequence", ["rows"], ["y0"], axis=0)]
+    return Case(name, outer, {"p": f32(1, 3), "q": f32(1, 3)}, {"x": f32(1, 3)})
+
+
 def loop_reading_outer_sequence() -> Case:
     """A Loop whose body reads element i of a sequence of the enclosing graph, times a carried state: the
     sequence's gradient is summed over the iterations."""
@@ -180,7 +214,8 @@ def if_reading_sequence(taken: bool, opset: int = 17) -> Case:
 CASES: Dict[str, List[Case]] = {  # keyed by an operator of the case's own graph (the Loops': of the enclosing one)
     "SequenceConstruct": [construct_and_concat()],
     "ConcatFromSequence": [split_squeezed_and_stacked(), split_even_keepdims(),
-                           loop_appending("loop_appends_to_sequence", 3)],
+                           loop_appending("loop_appends_to_sequence", 3), loop_reading_back("loop_reads_back_one", 1),
+                           loop_reading_back("loop_reads_back_two", 2)],
     "SplitToSequence": [split_ragged(), loop_reading_outer_sequence(), if_reading_sequence(True),
                         if_reading_sequence(False), if_reading_sequence(False, opset=13)],
     "SequenceAt": [at_data_position()],

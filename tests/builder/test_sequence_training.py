@@ -134,16 +134,19 @@ def test_an_embedding_bag_trains_on_both_backends(make, tmp_path: Path) -> None:
     assert not found[str(tmp_path / "artifacts")] - found[str(tmp_path / "model.onnx")], found
 
 
-def test_a_loop_reading_back_the_sequence_it_carries_is_refused_by_name() -> None:
-    """Each iteration reads the last element of the sequence it carries: the backward pass would need that
-    sequence as it was at every iteration, which no scan output can stack. Refused, saying so."""
+def test_a_loop_reading_back_a_sequence_it_does_not_only_append_to_is_refused_by_name() -> None:
+    """Each iteration reads the last element of the sequence it carries and erases its first: the backward
+    pass would need that sequence as it was at every iteration, which no scan output can stack and which
+    cannot be rebuilt from the final one (what was erased is gone; cases_sequences.py trains a body that only
+    appends). Refused, saying so."""
     from ort_cffi.artifacts.builder.context import BuilderError
     from ort_cffi.artifacts.builder.training_model import build_models
 
     body = helper.make_graph([
         helper.make_node("SequenceAt", ["built", "last"], ["previous"]),
         helper.make_node("Mul", ["previous", "p"], ["next_row"]),
-        helper.make_node("SequenceInsert", ["built", "next_row"], ["built_next"]),
+        helper.make_node("SequenceErase", ["built", "first_position"], ["built_rest"]),
+        helper.make_node("SequenceInsert", ["built_rest", "next_row"], ["built_next"]),
         helper.make_node("Identity", ["cond"], ["cond_out"])], "reads_back",
         [helper.make_tensor_value_info("iteration", TensorProto.INT64, []),
          helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
@@ -159,8 +162,9 @@ def test_a_loop_reading_back_the_sequence_it_carries_is_refused_by_name() -> Non
                               [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
                               [numpy_helper.from_array(np.full((1, 3), 0.5, np.float32), "p"),
                                numpy_helper.from_array(np.array(3, np.int64), "steps"),
-                               numpy_helper.from_array(np.array(-1, np.int64), "last")])
+                               numpy_helper.from_array(np.array(-1, np.int64), "last"),
+                               numpy_helper.from_array(np.array(0, np.int64), "first_position")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(BuilderError, match="carried into each iteration") as raised:
+    with pytest.raises(BuilderError, match="otherwise than by appending") as raised:
         build_models(model, ["p"], [], None)
     assert "'first'" in str(raised.value) and "SequenceAt" in str(raised.value), str(raised.value)

@@ -209,7 +209,7 @@ def loop(g: GradientContext, node: NodeView) -> Grads:
     back.prelude += [helper.make_node("Identity", [back.t], [inputs[0]]),
                      helper.make_node("Identity", [back.true], [inputs[1]])]
     for k in range(len(carried)):  # the values carried into step t
-        back.carried_into_step(inputs[2 + k], stacked[k], carried[k])
+        back.carried_into_step(inputs[2 + k], stacked[k], carried[k], back.outputs[1 + k], k)
     differentiable = [k for k, name in enumerate(carried) if g.elem_type(name) in FLOATS]
     for k in differentiable:
         back.carry(inputs[2 + k], carried[k], back.outputs[1 + k], node.grad(k))
@@ -318,15 +318,18 @@ class _Backwards:
         self.prelude = [helper.make_node("Sub", [last_step, self.step_in], [self.t])]
         self.seeds: Dict[str, str] = {}
         self.carried: List[Tuple[str, str, str, Optional[str]]] = []  # (body input, like, grad in, initial)
-        self.unstacked: Dict[str, str] = {}  # body input -> the carried sequence it holds, not stacked
+        # body input -> (the carried sequence it holds, not stacked; the body output it becomes; the forward
+        # node's output that holds its final value)
+        self.unstacked: Dict[str, Tuple[str, Optional[str], Optional[int]]] = {}
 
-    def carried_into_step(self, body_input: str, stacked: Optional[str], like: str) -> None:
+    def carried_into_step(self, body_input: str, stacked: Optional[str], like: str, body_output: Optional[str] = None,
+                          final_output: Optional[int] = None) -> None:
         """The value carried into step t: its slice of the forward node's stacked values. A sequence has no
-        such stack (a scan output is a tensor); its gradient needs none (``sequences``), and the backward body
-        is checked to read none (``run``)."""
+        such stack (a scan output is a tensor); its gradient needs none (``sequences``). Where the backward
+        body reads it all the same, it is rebuilt from the final sequence, step by step (``_rebuilt``)."""
         if stacked is None:
             self.g.same_type(body_input, like)
-            self.unstacked[body_input] = like
+            self.unstacked[body_input] = (like, body_output, final_output)
         else:
             self.prelude.append(helper.make_node("Gather", [stacked, self.t], [body_input], axis=0))
 
@@ -351,18 +354,60 @@ class _Backwards:
         self.carried.append((body_input, like, grad_in, final_gradient))
         self.seed(body_output, grad_in)
 
-    def _check_unstacked(self, nodes: Sequence[onnx.NodeProto]) -> None:
+    def _appended(self, body_input: str, body_output: str) -> Optional[int]:
+        """How many tensors each iteration appends to the carried sequence ``body_input`` to make
+        ``body_output`` (SequenceInsert without a position, Identity), or None where the body changes it
+        otherwise (an insert at a position, an erase, a sequence made anew)."""
+        producers = {out: n for n in self.copy.node for out in n.output if out}
+        appended, name = 0, body_output
+        while name != body_input:
+            producer = producers.get(name)
+            if producer is None or producer.domain not in ("", "ai.onnx"):
+                return None
+            if producer.op_type == "SequenceInsert" and (len(producer.input) < 3 or not producer.input[2]):
+                appended += 1
+            elif producer.op_type != "Identity":
+                return None
+            name = producer.input[0]
+        return appended
+
+    def _rebuilt(self, nodes: Sequence[onnx.NodeProto]) -> Tuple[List[onnx.NodeProto], List[Tuple[str, str, str]]]:
+        """The carried sequences the backward body reads (``nodes``), each rebuilt as it was carried into step
+        t from the one carried out of it, which a loop-carried value of the backward Loop holds (starting from
+        the forward node's final sequence): the tensors step t appended, erased again. Returns the nodes that
+        do it and, per sequence, (the backward body's input, the sequence at step t, its initial value).
+        Raises where the body changes the sequence otherwise: what was erased cannot be restored."""
         from ort_cffi.artifacts.builder.engine import node_inputs  # the engine imports every rule
 
+        g = self.g
+        readers: Dict[str, onnx.NodeProto] = {}  # the first reader: a recomputed node of the body before a backward one
         for node in nodes:
             for name in node_inputs(node):
-                if name in self.unstacked:
-                    raise BuilderError(
-                        f"{self.node.describe()}: the gradient of its body's {node.op_type} node reads the sequence "
-                        f"{self.unstacked[name]!r} as it was carried into each iteration, and ort_cffi keeps no "
-                        "sequence per iteration (a Loop stacks only tensors); a body that inserts tensors into the "
-                        "sequence it carries (SequenceInsert) trains, one that reads its elements back or erases "
-                        "them does not")
+                readers.setdefault(name, node)
+        made: List[onnx.NodeProto] = []
+        carried: List[Tuple[str, str, str]] = []
+        for body_input, (like, body_output, final_output) in self.unstacked.items():
+            if body_input not in readers:
+                continue
+            appended = self._appended(body_input, body_output) if body_output else None
+            if appended is None or final_output is None or (appended == 0 and g.opset < 14):
+                raise BuilderError(
+                    f"{self.node.describe()}: its backward pass reads the sequence {like!r} as it was carried into "
+                    f"each iteration (through its body's {readers[body_input].op_type} node), which a Loop cannot "
+                    "stack, and the body "
+                    "changes it otherwise than by appending to it (SequenceInsert without a position), so it cannot "
+                    "be rebuilt from the final one; a body that only appends to the sequence it carries trains")
+            carried_out = g.same_type(g.fresh(f"{like}_carried_out"), like)
+            value = carried_out
+            for step in range(appended):
+                erased = body_input if step == appended - 1 else g.fresh(f"{like}_erased")
+                made.append(helper.make_node("SequenceErase", [value], [erased], name=g.fresh(f"{like}_SequenceErase")))
+                value = erased
+            if not appended:  # passed through unchanged (Identity takes a sequence from opset 14 on)
+                made.append(helper.make_node("Identity", [value], [body_input], name=g.fresh(f"{like}_Identity")))
+            final = g.same_type(g.forward_output(self.node, final_output, "final_sequence"), like)
+            carried.append((carried_out, body_input, final))
+        return made, carried
 
     def run(self, wanted_outer: Sequence[str], sliced: Sequence[str],
             likes: Sequence[str]) -> Tuple[List[str], List[str], List[str]]:
@@ -390,29 +435,31 @@ class _Backwards:
                 results.append(sum_sequences(sub, [sums_in[outer], found[outer]], total, outer))
             else:
                 results.append(sub.op("Add", sums_in[outer], found[outer]))
-        for value in sliced:
-            results.append(found.get(value) or copy_value(sub, zeros_like_value(sub, value)))
+        sliced_results = [found.get(value) or copy_value(sub, zeros_like_value(sub, value)) for value in sliced]
         _hoist_constants(g, sub)
-        nodes = _needed(nodes, sub.nodes, results)
-        self._check_unstacked(nodes + sub.nodes)
+        nodes = _needed(nodes, sub.nodes, results + sliced_results)
+        rebuilding, rebuilt = self._rebuilt(nodes + sub.nodes)
+        nodes = rebuilding + nodes
+        results += [at_step for _, at_step, _ in rebuilt] + sliced_results
         graph_inputs = ([helper.make_tensor_value_info(self.step_in, TensorProto.INT64, []),
                          helper.make_tensor_value_info(self.cond_in, TensorProto.BOOL, [])]
                         + [_value_info(g, c[2], c[1]) for c in self.carried]
-                        + [_value_info(g, sums_in[o], o) for o in wanted_outer])
-        result_likes = [self.cond_in] + [c[1] for c in self.carried] + list(wanted_outer)
+                        + [_value_info(g, sums_in[o], o) for o in wanted_outer]
+                        + [_value_info(g, carried_out, at_step) for carried_out, at_step, _ in rebuilt])
+        result_likes = ([self.cond_in] + [c[1] for c in self.carried] + list(wanted_outer)
+                        + [at_step for _, at_step, _ in rebuilt])
         result_info = [_value_info(sub, r, like) for r, like in zip(results, result_likes)]
         result_info += [helper.make_tensor_value_info(r, sub.elem_type(v), None)
                         for r, v in zip(results[len(result_likes):], sliced)]
         body = helper.make_graph(nodes + sub.nodes, g.fresh(f"{self.copy.name or 'body'}_grad"), graph_inputs,
                                  result_info, value_info=sub.value_infos)
         initial = ([c[3] or zeros_like_value(g, c[1]) for c in self.carried]
-                   + [zeros_like_value(g, o) for o in wanted_outer])
+                   + [zeros_like_value(g, o) for o in wanted_outer] + [final for _, _, final in rebuilt])
         loop_inputs: List[Optional[str]] = [self.steps, None]
         loop_inputs.extend(initial)
         ends = g.node("Loop", loop_inputs, len(initial) + len(sliced), body=body)
-        carried_count = len(self.carried)
-        return (ends[:carried_count], ends[carried_count:carried_count + len(wanted_outer)],
-                ends[carried_count + len(wanted_outer):])
+        carried_count, summed = len(self.carried), len(self.carried) + len(wanted_outer)
+        return ends[:carried_count], ends[carried_count:summed], ends[summed + len(rebuilt):]
 
 
 def _stack_states(g: GradientContext, node: NodeView, body: onnx.GraphProto, first_state: int,
