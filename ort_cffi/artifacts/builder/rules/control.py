@@ -130,8 +130,9 @@ def branch_backward(g: GradientContext, node: NodeView, branch: onnx.GraphProto,
         else:  # a value this branch leaves alone, or reads only through shapes: no gradient from it
             results.append(copy_value(sub, zeros_like_value(sub, name)))
     _hoist_constants(g, sub)
-    return helper.make_graph(_needed(nodes, sub.nodes, results) + sub.nodes, g.fresh(f"{forward.name or 'branch'}_grad"), [],
-                             [_value_info(sub, r, name) for r, name in zip(results, wanted)],
+    graph_name = g.fresh(f"{forward.name or 'branch'}_grad")
+    return helper.make_graph(_needed(nodes, sub.nodes, results) + sub.nodes, graph_name,
+                             [], [_value_info(sub, r, like) for r, like in zip(results, wanted)],
                              value_info=sub.value_infos)
 
 
@@ -390,18 +391,23 @@ class _Backwards:
             if body_input not in readers:
                 continue
             appended = self._appended(body_input, body_output) if body_output else None
-            if appended is None or final_output is None or (appended == 0 and g.opset < 14):
-                raise BuilderError(
-                    f"{self.node.describe()}: its backward pass reads the sequence {like!r} as it was carried into "
-                    f"each iteration (through its body's {readers[body_input].op_type} node), which a Loop cannot "
-                    "stack, and the body "
-                    "changes it otherwise than by appending to it (SequenceInsert without a position), so it cannot "
-                    "be rebuilt from the final one; a body that only appends to the sequence it carries trains")
+            where = (f"{self.node.describe()}: its backward pass reads the sequence {like!r} as it was carried "
+                     f"into each iteration (through its body's {readers[body_input].op_type} node), which a Loop "
+                     "cannot stack")
+            if appended is None or final_output is None:
+                raise BuilderError(f"{where}, and the body changes it otherwise than by appending to it "
+                                   "(SequenceInsert without a position), so it cannot be rebuilt from the final one; "
+                                   "a body that only appends to the sequence it carries trains")
+            if appended == 0 and g.opset < 14:
+                raise BuilderError(f"{where}; the body passes it on unchanged, which the gradient copies with "
+                                   "Identity, which takes a sequence from opset 14 on: convert the model to opset 14 "
+                                   "or newer")
             carried_out = g.same_type(g.fresh(f"{like}_carried_out"), like)
             value = carried_out
             for step in range(appended):
                 erased = body_input if step == appended - 1 else g.fresh(f"{like}_erased")
-                made.append(helper.make_node("SequenceErase", [value], [erased], name=g.fresh(f"{like}_SequenceErase")))
+                made.append(helper.make_node("SequenceErase", [value], [erased],
+                                             name=g.fresh(f"{like}_SequenceErase")))
                 value = erased
             if not appended:  # passed through unchanged (Identity takes a sequence from opset 14 on)
                 made.append(helper.make_node("Identity", [value], [body_input], name=g.fresh(f"{like}_Identity")))
