@@ -194,7 +194,9 @@ def loop(g: GradientContext, node: NodeView) -> Grads:
     backward Loop runs as many iterations in reverse: at step t it takes the values carried into t, runs the
     body again and the body's backward pass, from the carried values' gradients and the scan outputs'
     gradients at t, to the carried values (carried on) and the values the body reads from the enclosing
-    graph (summed over the steps)."""
+    graph (summed over the steps). A carried sequence (torch's EmbeddingBag appends each bag's row to one) is
+    not stacked, a scan output being a tensor: its gradient is a sequence carried back like the others, and
+    where the backward pass reads the sequence itself, it is rebuilt from the final one (``_rebuilt``)."""
     count = len(node.inputs)
     carried = node.inputs[2:]
     wanted_outer = [name for k, name in enumerate(node.outer_inputs) if node.wants(count + k)]

@@ -11,7 +11,8 @@ Runtime 1.19.2 has CPU kernels for (a Loop over the elements where each element 
 artifacts run on the training build and on the engine alike.
 
 A sequence of integers or booleans carries no gradient, as a tensor of them does not (the engine's
-``_carries_value``).
+``_carries_value``). A Loop that carries a sequence is control.py's: it carries the sequence's gradient back
+through the iterations.
 """
 from __future__ import annotations
 
