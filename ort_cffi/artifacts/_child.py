@@ -391,7 +391,7 @@ def resolve(onnx, patterns, what, initializers, module_names, skipped=None):
 
 def skipped_order(skipped):
     """The sort key that notes what ``resolve`` passed over in the order it was met."""
-    first = {}
+    first = {}  # type: Dict[Tuple[str, str], int]
     for index, (option, _, reason) in enumerate(skipped):
         first.setdefault((option, reason), index)
     return lambda key: first[key]

@@ -237,7 +237,13 @@ def _optimizer(optimizer: Any) -> Tuple[Optional[str], Any]:
     """The optimizer's name for the writer, and the block that writes the optimizer model instead where its
     settings are not the defaults (None where the writer's own model is that block's)."""
     if optimizer is None or isinstance(optimizer, (str, int, enum.Enum)):
-        chosen = enum_option(optimizer, OptimType, "optimizer")
+        try:
+            chosen = enum_option(optimizer, OptimType, "optimizer")
+        except ArtifactsInputError:
+            names = ", ".join(repr(m.option) for m in OptimType)
+            raise RuntimeError(f"Unknown optimizer provided {optimizer!r}. Expected optimizer to be either one of "
+                               f"ort_cffi.artifacts.OptimType (or ort_cffi's names: {names}) or "
+                               "ort_cffi.onnxblock.Block.") from None
         return (None if chosen is None else str(chosen.name)), None
     if not callable(getattr(optimizer, "build", None)):
         raise TypeError(f"Unknown optimizer provided {type(optimizer)}. Expected optimizer to be either one of "
