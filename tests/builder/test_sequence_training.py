@@ -168,3 +168,33 @@ def test_a_loop_reading_back_a_sequence_it_does_not_only_append_to_is_refused_by
     with pytest.raises(BuilderError, match="otherwise than by appending") as raised:
         build_models(model, ["p"], [], None)
     assert "'first'" in str(raised.value) and "SequenceAt" in str(raised.value), str(raised.value)
+
+
+ON_ENGINE = """
+import sys
+sys.path[:0] = [sys.argv[1]]
+import ort_cffi
+import cases_losses, cases_sequences
+from gradcheck import check
+assert ort_cffi.backend() == "engine", ort_cffi.backend()
+cases = [c for found in cases_sequences.CASES.values() for c in found]
+cases += [c for found in cases_losses.CASES.values() for c in found if c.name in sys.argv[2:]]
+bad = [f"{c.name} {x.parameter}: analytic {x.analytic:.6g}, numeric {x.numeric:.6g}"
+       for c in cases for x in check(c) if not x.ok(c.rtol, c.atol)]
+print(len(cases), "cases", *bad, sep="\\n")
+sys.exit(1 if bad else 0)
+"""
+
+
+def test_the_sequence_and_loss_rules_match_finite_differences_on_the_engine() -> None:
+    """test_rules.py checks every rule on the training build; the sequence family's cases (and the loss cases
+    added with them) run here on the engine too, in a child process (the backend is chosen once per process)."""
+    losses = ["softmax_ce_read_log_prob_only", "softmax_ce_both_read_log_prob", "softmax_ce_both_read_both",
+              "softmax_ce_loss_only", "nll_after_log_softmax_mean", "nll_after_log_softmax_none"]
+    proc = subprocess.run([sys.executable, "-c", ON_ENGINE, str(Path(__file__).resolve().parent), *losses],
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "ORT_CFFI_BACKEND": "engine",
+                               "ORT_CFFI_LIBRARY": ""},
+                          capture_output=True, text=True, timeout=600, cwd=str(ROOT))
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-4000:]}"
+    import cases_sequences
+    assert proc.stdout.split()[0] == str(sum(len(c) for c in cases_sequences.CASES.values()) + len(losses)), proc.stdout
