@@ -16,7 +16,9 @@ What it does, per model (``MODELS``):
 2. makes training artifacts with ort_cffi's builder (``generate_artifacts``, cross-entropy over the logits);
 3. times, in fresh processes, alternating in each round: torch eager (zero_grad, forward, cross-entropy,
    backward, AdamW step) and ort_cffi through the facade (trainStep, optimizerStep, lazyResetGrad) on each
-   backend (the 1.19.2 training build; the engine on the current inference build), at each thread count,
+   backend (the 1.19.2 training build; the engine on the current inference build; ``training-kernels``: the
+   training build on artifacts made with ``standard_forms=False``, ONNX Runtime's gradient kernels everywhere,
+   which shows what the builder's standard forms gain there), at each thread count,
    AdamW at lr 1e-4 on both sides, the same batch every step. Each child runs ``--steps`` steps and drops
    the first five; reported are the median ms per step over rounds and the ratio ort_cffi / torch paired
    per round (its median). Denormals are kept on both sides (ONNX Runtime's and torch's defaults);
@@ -49,7 +51,11 @@ DROPPED = 5  # warm-up steps left out of each child's median
 BACKENDS = {
     "training": {"ORT_CFFI_BACKEND": "training-api", "ORT_CFFI_LIBRARY": ""},
     "engine": {"ORT_CFFI_BACKEND": "", "ORT_CFFI_LIBRARY": str(INFERENCE_LIBRARY)},
+    # the training build on artifacts with ONNX Runtime's kernels everywhere (generate_artifacts(...,
+    # standard_forms=False)): what the builder's standard forms gain there (ort_cffi/data/standard_forms.json)
+    "training-kernels": {"ORT_CFFI_BACKEND": "training-api", "ORT_CFFI_LIBRARY": ""},
 }
+KERNEL_FORMS = "training-kernels"
 
 
 # --- the models (torch side; built only in the torch environment) ----------------------------------------------
@@ -255,12 +261,14 @@ def ort_child(folder: str, data: str, threads: int, steps: int, flush: bool, pro
             "version": env.getVersion()}
 
 
-def generate_child(model: str, folder: str) -> Dict[str, Any]:
+def generate_child(model: str, folder: str, standard_forms: bool) -> Dict[str, Any]:
     sys.path.insert(0, str(ROOT))
-    from ort_cffi.artifacts import generate_artifacts
+    from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, generate_artifacts
 
     generate_artifacts(model, loss="cross-entropy", loss_input_names=["logits"], artifact_directory=folder,
-                       check=False)
+                       check=False,
+                       requires_grad=ALL_PARAMETERS, optimizer="adamw", additional_output_names=MODEL_OUTPUTS,
+                       standard_forms=standard_forms)
     return {}
 
 
@@ -321,7 +329,9 @@ def main() -> None:
                 key = f"{name}/{exporter}"
                 try:
                     model = export(name, exporter, folder)
-                    _child(ORT_PYTHON, ["_generate", str(model), str(folder / key.replace("/", "_"))])
+                    _child(ORT_PYTHON, ["_generate", str(model), str(folder / key.replace("/", "_")), "1"])
+                    if KERNEL_FORMS in args.backends:
+                        _child(ORT_PYTHON, ["_generate", str(model), str(folder / (key.replace("/", "_") + "_k")), "0"])
                 except Exception as exc:  # noqa: BLE001 - an export or generation that fails is a result too
                     results[key] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
                     print(f"{key}: {results[key]['error']}", flush=True)
@@ -343,8 +353,9 @@ def main() -> None:
                                 results[key]["runs"].setdefault(label, []).append(found)
                             continue
                         for key in keys:
+                            artifacts = results[key]["artifacts"] + ("_k" if side == KERNEL_FORMS else "")
                             try:
-                                found = _child(ORT_PYTHON, ["_ort", results[key]["artifacts"], str(data), str(threads),
+                                found = _child(ORT_PYTHON, ["_ort", artifacts, str(data), str(threads),
                                                             str(args.steps), str(int(flush)), ""], BACKENDS[side])
                             except RuntimeError as exc:
                                 found = {"error": str(exc)}
@@ -357,7 +368,8 @@ def main() -> None:
         for ratio, key in slowest:
             res = results[key]
             for backend in args.backends:
-                ops = profile_ops(Path(res["artifacts"]), Path(res["data"]), backend, 12, folder)
+                artifacts = Path(res["artifacts"] + ("_k" if backend == KERNEL_FORMS else ""))
+                ops = profile_ops(artifacts, Path(res["data"]), backend, 12, folder)
                 total = sum(ms for _, ms, _ in ops)
                 print(f"\nprofile of {key} on {backend} (1 thread, ort_cffi/torch {ratio:.2f}): kernels {total:.1f} ms "
                       "per step")
@@ -431,6 +443,6 @@ if __name__ == "__main__":
         print(json.dumps(ort_child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1",
                                    sys.argv[7])))
     elif len(sys.argv) > 1 and sys.argv[1] == "_generate":
-        print(json.dumps(generate_child(sys.argv[2], sys.argv[3])))
+        print(json.dumps(generate_child(sys.argv[2], sys.argv[3], sys.argv[4] == "1")))
     else:
         main()
