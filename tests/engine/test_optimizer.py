@@ -42,6 +42,20 @@ def test_adamw_set_up_once_gives_the_kernels_bits(mode: int, weight_decay: float
         assert not np.array_equal(p, _buffers(size, 1)[0])  # it trained
 
 
+@pytest.mark.parametrize("first", [250, 3000])
+def test_adamw_across_its_table_of_bias_corrections_and_a_step_count_set_back(first: int) -> None:
+    """Steps past a block of precomputed bias corrections, then from step 1 again (a state loaded anew)."""
+    spec = OptimizerSpec("AdamW", epsilon=1e-6, adam_mode=1, weight_decay=0.01)
+    expected_p, p = _buffers(50, 5)
+    g = np.random.default_rng(6).standard_normal(50).astype(np.float32)
+    expected_m, expected_v, pair = np.zeros(50, np.float32), np.zeros(50, np.float32), np.zeros((2, 50), np.float32)
+    update = optimizer.Update(spec, p, g, pair)
+    for step in list(range(first, first + 20)) + list(range(1, 5)):
+        optimizer.adamw(spec, 0.002, step, expected_p, g, expected_m, expected_v)
+        update(0.002, step)
+    assert p.tobytes() == expected_p.tobytes()
+
+
 def test_sgd_set_up_once_gives_the_kernels_bits() -> None:
     expected, p = _buffers(300, 3)
     g = np.random.default_rng(4).standard_normal(300).astype(np.float32)

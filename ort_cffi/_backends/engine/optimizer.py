@@ -7,7 +7,6 @@ agrees with one on the training build to rounding.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -155,16 +154,42 @@ class Update:
                 np.multiply(gc, negative_rate, out=t)
                 np.add(pc, t, out=pc)
 
+    CORRECTIONS = 256  # steps whose bias corrections are computed at once
+
+    def _corrections(self, step: int) -> int:
+        """The row of ``step`` in the tables of bias corrections (``bc1``, ``bc2``, and ``sqrt(bc2) / bc1``),
+        computed for ``CORRECTIONS`` steps at a time: the same float32 operations as the kernel's, elementwise (a
+        float32 square root and quotient are correctly rounded whether one or many), where a step's dozen numpy
+        scalar operations cost more than its vectorised update on a small model."""
+        row = step - self._first_step
+        if not 0 <= row < len(self._bc1):
+            steps = range(step, step + self.CORRECTIONS)
+            # std::pow(float, int64) is computed in double, then cast back to float
+            powers = np.array([[pow(float(self.alpha), float(s)) for s in steps],
+                               [pow(float(self.beta), float(s)) for s in steps]], np.float64).astype(F32)
+            self._bc1, self._bc2 = F32(1) - powers[0], F32(1) - powers[1]
+            self._ratio = np.sqrt(self._bc2) / self._bc1
+            self._first_step, row = step, 0
+        return row
+
+    _first_step = 0
+    _bc1 = _bc2 = _ratio = np.empty(0, F32)
+    _lr: Optional[float] = None
+    _rate = F32(0)
+
     def _adamw(self, lr: float, step: int) -> None:
-        spec, a, b, eps, wd, rate = self.spec, self.alpha, self.beta, self.epsilon, self.weight_decay, F32(lr)
+        spec, eps, wd = self.spec, self.epsilon, self.weight_decay
+        if lr != self._lr:
+            self._lr, self._rate = lr, F32(lr)
+        rate = self._rate
         bc1 = bc2 = F32(1)
         lr_corrected = rate
         if spec.correct_bias == 1:
-            bc1 = F32(F32(1) - F32(pow(float(a), float(step))))
-            bc2 = F32(F32(1) - F32(pow(float(b), float(step))))
-            # a double square root rounded to float32 is the float32 square root (53 >= 2 * 24 + 2 bits)
-            lr_corrected = F32(rate * F32(F32(math.sqrt(float(bc2))) / bc1))
-        decay, mode0 = F32(rate * wd), spec.adam_mode == 0
+            row = self._corrections(step)
+            bc1, bc2 = self._bc1[row], self._bc2[row]
+            lr_corrected = F32(rate * self._ratio[row])
+        mode0 = spec.adam_mode == 0
+        decay = F32(rate * wd) if wd != 0 else F32(0)
         factors, complements = self.factors, self.complements
         multiply, add, subtract, divide, sqrt = np.multiply, np.add, np.subtract, np.divide, np.sqrt
         for pc, gc, both, mc, vc, pair, t, u in self.chunks:
