@@ -173,7 +173,9 @@ class Update:
         return row
 
     _first_step = 0
-    _bc1 = _bc2 = _ratio = np.empty(0, F32)
+    _bc1: np.ndarray = np.empty(0, F32)
+    _bc2: np.ndarray = np.empty(0, F32)
+    _ratio: np.ndarray = np.empty(0, F32)
     _lr: Optional[float] = None
     _rate = F32(0)
 
