@@ -187,3 +187,34 @@ def test_sparse_softmax_cross_entropy_and_its_gradient(reduction, weighted, shap
         grads["weights"] = feeds["weights"]
     check_lowering(one_node_model("SparseSoftmaxCrossEntropyGrad", grads, [("d_logits", np.float32, shape)],
                                   domain="", reduction=reduction), grads, current_runtime)
+
+
+def test_batch_norms_in_a_chain_with_their_gradients(current_runtime):
+    """Two BatchNormInternal of one channel count and their gradients in one model, as a CNN has them: the
+    forward's BatchNormalization in training mode may write over its mean and var inputs, so they must be
+    values no other node reads, which ONNX Runtime's optimizer would otherwise make of equal constants (the
+    gradients' per-channel affine forms read zeros and ones of the same shape)."""
+    from onnx import TensorProto, helper
+
+    shape, channels = (4, 3, 5, 5), 3
+    feeds = {"X": values(shape, scale=2.0, shift=0.5), "dY": values(shape), "dY1": values(shape)}
+    for i in (1, 2):
+        feeds.update({f"scale{i}": values((channels,)), f"B{i}": values((channels,)), f"mean{i}": values((channels,)),
+                      f"var{i}": np.abs(values((channels,))) + 0.5})
+    nodes = []
+    for i, x in ((1, "X"), (2, "Y1")):
+        nodes.append(helper.make_node("BatchNormInternal", [x, f"scale{i}", f"B{i}", f"mean{i}", f"var{i}"],
+                                      [f"Y{i}", f"rm{i}", f"rv{i}", f"sm{i}", f"si{i}"], domain="com.microsoft",
+                                      epsilon=1e-5, momentum=0.9, training_mode=1))
+    # each gradient from a dY of its own (a BatchNormalization's gradient through another is near zero, all noise)
+    nodes.append(helper.make_node("BatchNormalizationGrad", ["dY", "Y1", "scale2", "sm2", "si2"],
+                                  ["dX2", "dscale2", "dB2"], domain="com.microsoft", epsilon=1e-5))
+    nodes.append(helper.make_node("BatchNormalizationGrad", ["dY1", "X", "scale1", "sm1", "si1"],
+                                  ["dX", "dscale1", "dB1"], domain="com.microsoft", epsilon=1e-5))
+    outputs = ["Y2", "rm1", "rv1", "rm2", "rv2", "dX", "dscale1", "dB1", "dX2", "dscale2", "dB2"]
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(v.shape)) for n, v in feeds.items()],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=8)
+    check_lowering(model, feeds, current_runtime)

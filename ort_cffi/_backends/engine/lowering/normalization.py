@@ -94,10 +94,14 @@ def _batch_norm_in_training_mode(node: onnx.NodeProto, emit: Emitter, epsilon: f
     training build's. Measured (ONNX Runtime's profiler, 1.31.1, one thread, 2026-12-07): resnet_training's nine
     BatchNormInternal took 3.55 ms of kernels per step written out, 1.9 ms so (the training build: 0.86)."""
     x, scale, bias, mean, var = node.input[:5]
-    zeros = _channel_zeros(emit, mean)
+    # The kernel may write its running statistics over its mean and var inputs: they must be values no other
+    # node reads. Constant zeros are not (ONNX Runtime's optimizer merges equal constants, and the affine forms
+    # below read theirs): values computed here, one per input, are. Their contents do not matter (times
+    # momentum 0), as long as they are finite, which they are wherever scale and B are.
+    zero = emit.const_like(0.0, scale)
     batch_mean = _out(node, 3) or emit.fresh("batch_mean")
     batch_var = emit.fresh("batch_var")
-    emit.node("BatchNormalization", [x, scale, bias, zeros, _channel_zeros(emit, var)],
+    emit.node("BatchNormalization", [x, scale, bias, emit.one("Mul", [scale, zero]), emit.one("Mul", [bias, zero])],
               [node.output[0], batch_mean, batch_var], epsilon=epsilon, momentum=0.0, training_mode=1)
     if _out(node, 4):
         eps = emit.const_like(epsilon, x)
