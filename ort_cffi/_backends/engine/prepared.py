@@ -27,10 +27,10 @@ import os
 import struct
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ort_cffi._backends.engine.optimizer import OptimizerSpec
 
@@ -45,7 +45,7 @@ KEEP_ENTRIES = 256  # the cache keeps the most recently used entries
 class Prepared:
     """What a session is made of: the runnable (lowered, seeded) models and the names the engine classifies."""
 
-    training: bytes
+    training: Union[bytes, memoryview]  # the lowered, seeded training model
     user_inputs: List[str]
     user_outputs: List[str]
     parameter_inputs: List[str]
@@ -53,7 +53,7 @@ class Prepared:
     accumulated: Dict[str, str]  # an accumulator's accumulated-buffer output -> its parameter
     declared_shapes: Dict[str, Optional[List[int]]]  # parameter input -> its fixed declared shape, or None
     optimizer: Optional[OptimizerSpec] = None
-    evaluation: Optional[bytes] = None
+    evaluation: Optional[Union[bytes, memoryview]] = None
     eval_user_inputs: List[str] = field(default_factory=list)
     eval_user_outputs: List[str] = field(default_factory=list)
     eval_parameter_inputs: List[str] = field(default_factory=list)
@@ -144,8 +144,8 @@ def prepare(train: ModelSource, evaluation: Optional[ModelSource], optimizer_mod
 def _prepare_in_child(sources: Dict[str, Optional[ModelSource]], request: Dict[str, Any]) -> Optional[Prepared]:
     """The work done by a fresh interpreter; None where none could be started or it answered nothing (the caller
     then does it here). A refusal (an operator with no lowering, a damaged file) is raised here as it was there."""
-    if not sys.executable or not Path(sys.executable).exists():
-        return None
+    if not sys.executable or getattr(sys, "frozen", False) or not Path(sys.executable).exists():
+        return None  # no interpreter to start (embedded), or one that is an application (frozen)
     header = dict(request, sources={k: (v[0] if v else None) for k, v in sources.items()},
                   given=[k for k, v in sources.items() if v is not None])
     blobs = {k: v[1] for k, v in sources.items() if v is not None and v[1] is not None}
@@ -202,7 +202,7 @@ def _error(described: Dict[str, Any]) -> Exception:
 
 
 # --- the encoding (child answers and cache entries): a JSON header, then raw bytes ---------------------------
-def _encode(header: Dict[str, Any], blobs: Dict[str, bytes]) -> bytes:
+def _encode(header: Dict[str, Any], blobs: Dict[str, Any]) -> bytes:
     offsets, offset = {}, 0
     for name, blob in blobs.items():
         offsets[name] = [offset, len(blob)]
@@ -211,32 +211,34 @@ def _encode(header: Dict[str, Any], blobs: Dict[str, bytes]) -> bytes:
     return b"".join([MAGIC, struct.pack("<Q", len(text)), text, *blobs.values()])
 
 
-def _decode(data: bytes) -> Tuple[Dict[str, Any], Dict[str, bytes]]:
+def _decode(data: bytes) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """The header and the blobs, as views of ``data`` (a large model is not copied again)."""
     if not data.startswith(MAGIC):
         raise ValueError("not an answer of ort_cffi's engine")
     start = len(MAGIC) + 8
     (size,) = struct.unpack("<Q", data[len(MAGIC):start])
     header = json.loads(data[start:start + size])
     body = start + size
+    view = memoryview(data)
     blobs = {}
     for name, (offset, length) in header.pop("blobs").items():
-        blob = data[body + offset:body + offset + length]
+        blob = view[body + offset:body + offset + length]
         if len(blob) != length:
             raise ValueError("a cut-short answer")
         blobs[name] = blob
     return header, blobs
 
 
-def _to_header(made: Prepared) -> Tuple[Dict[str, Any], Dict[str, bytes]]:
-    header = asdict(made)
-    blobs = {"training": header.pop("training")}
-    evaluation = header.pop("evaluation")
-    if evaluation is not None:
-        blobs["evaluation"] = evaluation
+def _to_header(made: Prepared) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    blobs = {"training": made.training}
+    if made.evaluation is not None:
+        blobs["evaluation"] = made.evaluation
+    header = {f.name: getattr(made, f.name) for f in fields(made) if f.name not in ("training", "evaluation")}
+    header["optimizer"] = asdict(made.optimizer) if made.optimizer is not None else None
     return header, blobs
 
 
-def _from_header(header: Dict[str, Any], blobs: Dict[str, bytes]) -> Prepared:
+def _from_header(header: Dict[str, Any], blobs: Dict[str, Any]) -> Prepared:
     header = dict(header)
     spec = header.pop("optimizer")
     return Prepared(training=blobs["training"], evaluation=blobs.get("evaluation"),
@@ -324,9 +326,12 @@ def _read_entry(path: Path) -> Optional[Prepared]:
         for name, digest in made.external.items():
             if _file_digest(name) != digest:
                 return None
-        os.utime(path)  # most recently used
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    try:
+        os.utime(path)  # most recently used
+    except OSError:  # a cache one may read but not write
+        pass
     return made
 
 

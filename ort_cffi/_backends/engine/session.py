@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -71,8 +71,9 @@ def _engine_options(options: Any) -> Any:
 class NativeSession:
     """One ``OrtSession`` of the loaded runtime, made from a model in memory."""
 
-    def __init__(self, env: Any, options: Any, data: bytes, what: str) -> None:
+    def __init__(self, env: Any, options: Any, model: Union[bytes, memoryview], what: str) -> None:
         self.what = what
+        data = model if isinstance(model, bytes) else ffi.from_buffer(model)
         out = ffi.new("OrtSession**")
         api = get_runtime().api
         copied = _engine_options(options)
@@ -210,7 +211,7 @@ class EngineSession:
         self._borrowed.append(value)
         return value
 
-    def _session(self, env: Any, options: Any, model: bytes, what: str) -> NativeSession:
+    def _session(self, env: Any, options: Any, model: Union[bytes, memoryview], what: str) -> NativeSession:
         session = NativeSession(env, options, model, what)
         self._sessions.append(session)
         return session
