@@ -199,3 +199,27 @@ def test_the_command_keeps_onnx_runtimes_kernels_when_asked(tmp_path: Path) -> N
     recorded = json.loads((tmp_path / "kernels" / "artifacts.json").read_text())["options"]
     assert recorded["standard_forms"] is False
     assert "standard_forms" not in json.loads((tmp_path / "forms" / "artifacts.json").read_text())["options"]
+
+
+def test_a_node_its_rule_refuses_keeps_its_kernel() -> None:
+    """GatherGrad's form adds with ScatterND (opset 16); a model at opset 12 cannot be raised there safely, so
+    the node stays ONNX Runtime's kernel and is named, and a chosen node the rule can write is written."""
+    from onnx import TensorProto, helper
+
+    from ort_cffi._facade.standard_forms import lower_chosen_ops
+
+    def model(opset: int) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            [helper.make_node("GatherGrad", ["shape", "indices", "dY"], ["dX"], domain="com.microsoft")], "g",
+            [helper.make_tensor_value_info("indices", TensorProto.INT64, [4]),
+             helper.make_tensor_value_info("dY", TensorProto.FLOAT, [4, 3])],
+            [helper.make_tensor_value_info("dX", TensorProto.FLOAT, [5, 3])],
+            initializer=[helper.make_tensor("shape", TensorProto.INT64, [2], [5, 3])])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset),
+                                                       helper.make_opsetid("com.microsoft", 1)])
+
+    kept_model, kept = lower_chosen_ops(model(12), {"GatherGrad"})
+    assert kept == ["GatherGrad"] and _microsoft_ops(kept_model) == {"GatherGrad"}
+    written, none_kept = lower_chosen_ops(model(17), {"GatherGrad"})
+    assert none_kept == [] and not _microsoft_ops(written)
+    assert any(n.op_type == "ScatterND" for n in written.graph.node)
