@@ -107,8 +107,20 @@ class Plan:
         self.n_in, self.n_out = len(inputs), len(outputs)
         self.user_inputs = user_inputs
         self.caller_outputs = list(caller_outputs)
-        # (the caller's index, the slot) of each output the runtime computes: what a step copies, made once
-        self._slots = [(i, slot) for i, slot in enumerate(self.caller_outputs) if slot is not None]
+        # (the caller's index, the slot) of each output the runtime computes: what a step copies, made once.
+        # A model may list an output twice: the runtime computes it once, and the repeat gets a copy of its own
+        # (each output is an OrtValue its caller releases).
+        first: Dict[int, int] = {}
+        self._slots: List[Tuple[int, int]] = []
+        self._repeats: List[Tuple[int, int]] = []  # (the caller's index, the index that holds the value)
+        for i, slot in enumerate(self.caller_outputs):
+            if slot is None:
+                continue
+            if slot in first:
+                self._repeats.append((i, first[slot]))
+            else:
+                first[slot] = i
+                self._slots.append((i, slot))
         self._run = get_runtime().api.Run  # the runtime stays loaded while a session of it lives
 
     def run(self, run_options: Any, inputs: Any, n_in: int, outputs: Any, n_out: int, kind: str) -> None:
@@ -128,6 +140,8 @@ class Plan:
             mine[slot] = ffi.NULL
         if status != ffi.NULL:
             check_status(status, f"running the {kind} model")
+        for i, source in self._repeats:
+            outputs[i] = values.copy_out(values.view(outputs[source]), outputs[i])
 
 
 class EngineSession:
@@ -183,7 +197,7 @@ class EngineSession:
         self.accumulate = False  # the first step overwrites, as after LazyResetGrad
 
         train_session = self._session(env, options, made.training, _named("training", train))
-        computed = [name for name in self.train.user_outputs if name not in self.train.accumulated]
+        computed = list(dict.fromkeys(name for name in self.train.user_outputs if name not in self.train.accumulated))
         self.train_plan = Plan(
             train_session, self.train.user_inputs + self.train.parameter_inputs,
             computed + [self.train.gradients[p] for p in self.gradient_params],
@@ -198,9 +212,10 @@ class EngineSession:
         if self.eval is not None:
             assert made.evaluation is not None and evaluation is not None
             eval_session = self._session(env, options, made.evaluation, _named("eval", evaluation))
+            eval_outputs = list(dict.fromkeys(self.eval.user_outputs))  # each computed once (see Plan)
             self.eval_plan = Plan(eval_session, self.eval.user_inputs + self.eval.parameter_inputs,
-                                  self.eval.user_outputs, len(self.eval.user_inputs),
-                                  list(range(len(self.eval.user_outputs))))
+                                  eval_outputs, len(self.eval.user_inputs),
+                                  [eval_outputs.index(name) for name in self.eval.user_outputs])
             for i, name in enumerate(self.eval.parameter_inputs):
                 self.eval_plan.inputs[len(self.eval.user_inputs) + i] = self.parameter_values[name]
         self.schedule: Optional[Tuple[int, int, float]] = None

@@ -193,7 +193,10 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     base = copy.deepcopy(model)
     inputs_to_loss = list(loss_input_names) if loss_input_names else [o.name for o in base.graph.output]
     namer = Namer()
-    outputs = add_loss(base, loss, inputs_to_loss, namer) + list(additional_output_names or [])
+    outputs = add_loss(base, loss, inputs_to_loss, namer)
+    # A name already given (with no loss the model's outputs are kept: naming one again) is listed once: a
+    # model with two outputs of one name is ambiguous to every runtime that reads outputs by name.
+    outputs += [name for name in dict.fromkeys(additional_output_names or []) if name not in outputs]
     base = _with_shapes(base)  # as onnxblock does: the models carry what shape inference tells
     graph = base.graph
     output_values = _value_info(base, outputs)
