@@ -157,3 +157,15 @@ def test_no_cache_when_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     for _ in range(2):
         prepared.prepare(*_sources(DIGITS), names, trainable, None)
     assert len(calls) == 2 and not (tmp_path / "cache").exists()
+
+
+def test_the_cache_keeps_the_most_recently_used_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORT_CFFI_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(prepared, "KEEP_ENTRIES", 2)
+    calls = _counting(monkeypatch)
+    names, trainable = _parameters()
+    for seed in range(4):  # four entries, one per seed
+        prepared.prepare(*_sources(DIGITS), names, trainable, seed)
+    assert len(list((tmp_path / "cache" / "engine").iterdir())) == 2
+    prepared.prepare(*_sources(DIGITS), names, trainable, 3)  # the last one written is kept
+    assert len(calls) == 4

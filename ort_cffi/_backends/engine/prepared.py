@@ -38,7 +38,8 @@ ModelSource = Tuple[Optional[str], Optional[bytes]]
 PREPARE_ENV = "ORT_CFFI_ENGINE_PREPARE"
 CACHE_SWITCH_ENV = "ORT_CFFI_ENGINE_CACHE"
 MAGIC = b"ort_cffi engine prepared 1\n"
-KEEP_ENTRIES = 256  # the cache keeps the most recently used entries
+KEEP_ENTRIES = 256  # the cache keeps the most recently used entries, at most this many
+KEEP_BYTES = 1 << 30  # and this many bytes in all (a lowered model holds its initializers)
 
 
 @dataclass
@@ -337,7 +338,7 @@ def _read_entry(path: Path) -> Optional[Prepared]:
 
 def _write_entry(folder: Path, key: str, made: Prepared) -> None:
     """Write the entry whole or not at all (a temporary file renamed), then drop the least recently used ones
-    past ``KEEP_ENTRIES``; a cache that cannot be written is no error."""
+    (``_prune``); a cache that cannot be written is no error."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=folder, prefix=".writing-")
@@ -348,10 +349,24 @@ def _write_entry(folder: Path, key: str, made: Prepared) -> None:
         except BaseException:
             os.unlink(temporary)
             raise
-        entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
-        if len(entries) > KEEP_ENTRIES:
-            entries.sort(key=lambda p: p.stat().st_mtime)
-            for old in entries[:len(entries) - KEEP_ENTRIES]:
-                old.unlink(missing_ok=True)
+        _prune(folder, keep=key)
     except OSError:
         pass
+
+
+def _prune(folder: Path, keep: str) -> None:
+    """Drop the least recently used entries past ``KEEP_ENTRIES`` or ``KEEP_BYTES`` in all, never ``keep``."""
+    entries = []
+    for entry in folder.iterdir():
+        if not entry.name.startswith("."):
+            try:
+                status = entry.stat()
+            except OSError:  # removed by another process meanwhile
+                continue
+            entries.append((status.st_mtime, status.st_size, entry))
+    entries.sort(key=lambda item: item[0], reverse=True)  # most recently used first
+    total = 0
+    for count, (_, size, entry) in enumerate(entries):
+        total += size
+        if entry.name != keep and (count >= KEEP_ENTRIES or total > KEEP_BYTES):
+            entry.unlink(missing_ok=True)
