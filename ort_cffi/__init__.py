@@ -9,6 +9,7 @@ applications (``artifacts``, ``runtime``, ``trainer``, ``flower``) → ``cli``, 
 from ort_cffi._backends import backend, use_backend
 from ort_cffi._facade.sessions.checkpoint import OrtAllocator, OrtCheckpointState
 from ort_cffi._facade.sessions.environment import OrtEnvironment
+from ort_cffi._facade.sessions.metadata import OnnxModelMetadata
 from ort_cffi._facade.sessions.options import OrtLoggingLevel, RunOptions, SessionOptions
 from ort_cffi._facade.sessions.session import NodeInfo, OrtSession, Result
 from ort_cffi._facade.sessions.training import OrtTrainingSession
@@ -34,6 +35,7 @@ __all__ = [
     "Fp16Conversions",
     "NodeInfo",
     "OnnxJavaType",
+    "OnnxModelMetadata",
     "OnnxTensor",
     "OnnxTensorLike",
     "OnnxTensorType",

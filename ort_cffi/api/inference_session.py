@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from ort_cffi import OrtEnvironment, OrtLoggingLevel
+from ort_cffi import OnnxModelMetadata, OrtEnvironment, OrtLoggingLevel
 from ort_cffi import SessionOptions as _JavaSessionOptions
 from ort_cffi.api.ortvalue import OrtValue
 from ort_cffi.capi import check_status, ffi, get_runtime
@@ -158,6 +158,23 @@ def _node_args(infos: Mapping[str, Any]) -> List[NodeArg]:
     return found
 
 
+class ModelMetadata:
+    """``onnxruntime.ModelMetadata``: what ``InferenceSession.get_modelmeta()`` gives, as attributes."""
+
+    def __init__(self, metadata: OnnxModelMetadata) -> None:
+        self.producer_name = metadata.getProducerName()
+        self.graph_name = metadata.getGraphName()
+        self.graph_description = metadata.getGraphDescription()
+        self.domain = metadata.getDomain()
+        self.description = metadata.getDescription()
+        self.version = metadata.getVersion()
+        self.custom_metadata_map = metadata.getCustomMetadata()
+
+    def __repr__(self) -> str:
+        return (f"ModelMetadata(producer_name={self.producer_name!r}, graph_name={self.graph_name!r}, "
+                f"domain={self.domain!r}, version={self.version}, custom_metadata_map={self.custom_metadata_map!r})")
+
+
 class InferenceSession:
     """ONNX Runtime's ``onnxruntime.InferenceSession`` on ort_cffi: a model (a path or its bytes) run on the
     same runtime as training, through ``ort_cffi.OrtSession``.
@@ -172,6 +189,7 @@ class InferenceSession:
                  providers: Optional[Sequence[Any]] = None, provider_options: Optional[Sequence[Any]] = None,
                  **kwargs: Any) -> None:
         self._model_path = path_or_bytes if isinstance(path_or_bytes, str) else None
+        self._model = path_or_bytes  # set_providers makes the session again from it
         self._sess_options = sess_options
         names = [p[0] if isinstance(p, tuple) else p for p in (providers or [CPU_PROVIDER])]
         # What the runtime lists as available is accepted, as ONNX Runtime accepts it: code passes
@@ -213,6 +231,11 @@ class InferenceSession:
         """The model's outputs, in order."""
         return list(self._outputs)
 
+    def get_modelmeta(self) -> ModelMetadata:
+        """The model's metadata: producer, graph name and description, domain, description, version and
+        ``custom_metadata_map`` (its ``metadata_props``)."""
+        return ModelMetadata(self._session.getMetadata())
+
     def get_overridable_initializers(self) -> List[NodeArg]:
         """None here: ort_cffi's sessions take the model's inputs only."""
         return []
@@ -220,6 +243,16 @@ class InferenceSession:
     def get_providers(self) -> List[str]:
         """The execution providers the session runs on, the CPU's last."""
         return list(self._providers)
+
+    def get_provider_options(self) -> Dict[str, Dict[str, str]]:
+        """Each provider the session runs on, with its options (none are set through ort_cffi: empty)."""
+        return {provider: {} for provider in self._providers}
+
+    def set_providers(self, providers: Optional[Sequence[Any]] = None, provider_options: Optional[Sequence[Any]] = None) -> None:
+        """Make the session again on ``providers`` (None: the CPU), from the same model and options, as ONNX
+        Runtime does; the old native session is released first."""
+        self._session.close()
+        self.__init__(self._model, self._sess_options, providers, provider_options)  # type: ignore[misc]
 
     def get_session_options(self) -> Any:
         """The ``sess_options`` the session was made with (None when none was given)."""
@@ -263,5 +296,5 @@ class InferenceSession:
         self.close()
 
 
-__all__ = ["ExecutionMode", "GraphOptimizationLevel", "InferenceSession", "NodeArg", "SessionOptions",
+__all__ = ["ExecutionMode", "GraphOptimizationLevel", "InferenceSession", "ModelMetadata", "NodeArg", "SessionOptions",
            "get_available_providers"]

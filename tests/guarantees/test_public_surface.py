@@ -13,7 +13,7 @@ from importlib.metadata import entry_points
 import pytest
 
 FACADE = [
-    "Fp16Conversions", "NodeInfo", "OnnxJavaType", "OnnxTensor", "OnnxTensorLike", "OnnxTensorType", "OnnxValue", "OnnxValueType",
+    "Fp16Conversions", "NodeInfo", "OnnxJavaType", "OnnxModelMetadata", "OnnxTensor", "OnnxTensorLike", "OnnxTensorType", "OnnxValue", "OnnxValueType",
     "OrtAllocator", "OrtCheckpointState", "OrtClosedException", "OrtEnvironment", "OrtErrorCode", "OrtException",
     "OrtFileNotFoundException", "OrtInvalidArgumentException", "OrtLoggingLevel", "OrtSession", "OrtTrainingSession",
     "Result", "RunOptions", "RuntimeLoadError", "RuntimeNotFoundError", "SessionOptions", "TensorInfo",

@@ -6,6 +6,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ort_cffi._facade.external_data import confine_models
 from ort_cffi._facade.sessions.inputs import ANY_INPUT, checked_input
+from ort_cffi._facade.sessions.metadata import OnnxModelMetadata, read_metadata
 from ort_cffi._facade.sessions.options import RunOptions, SessionOptions
 from ort_cffi._facade.sessions.options import RunOptions as _RunOptions
 from ort_cffi._facade.sessions.options import SessionOptions as _SessionOptions
@@ -110,6 +111,7 @@ class OrtSession(NativeHandle):
         try:
             self._input_names = NameSet(read_names(self._ptr, rt.api.SessionGetInputCount, rt.api.SessionGetInputName))
             self._output_names = NameSet(read_names(self._ptr, rt.api.SessionGetOutputCount, rt.api.SessionGetOutputName))
+            self._metadata = read_metadata(rt, self._ptr)  # read once: a handful of calls, plain data after
         except BaseException:
             self.close()
             raise
@@ -178,6 +180,22 @@ class OrtSession(NativeHandle):
         """
         self._handle()
         return self._output_names
+
+    def getMetadata(self) -> OnnxModelMetadata:
+        """The model's metadata: producer, graph name and description, domain, description, version and
+        custom metadata (`SessionGetModelMetadata`, read when the session was made).
+
+        Java: `OnnxModelMetadata getMetadata()`.
+
+        Returns:
+            An `OnnxModelMetadata` the session owns and hands out at every call: plain Python data, still
+                valid after the session closes.
+
+        Raises:
+            OrtClosedException: The session is closed.
+        """
+        self._handle()
+        return self._metadata
 
     def getNumInputs(self) -> int:
         """How many inputs the model has.
