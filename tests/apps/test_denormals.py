@@ -17,7 +17,8 @@ from ort_cffi import SessionOptions
 from ort_cffi._facade import denormals
 
 TINY = ARTIFACTS / "tiny"
-BACKENDS = ("training-api", "engine")
+# The training-api parameter needs the training build loaded (the engine legs leave it out).
+BACKENDS = (pytest.param("training-api", marks=pytest.mark.needs_training_build), "engine")
 # The child makes its sessions the way each application does, then reports whether its own thread flushes.
 PROBE = """
 import json, sys

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_child
-from ort_cffi._native.loader import find_training_wheel
+from ort_cffi._native.loader import find_inference_wheel, find_training_wheel
 from ort_cffi._native.store import known_runtimes
 from ort_cffi.runtime import RuntimeInstallError, choose_wheel, machine, prepare_generator, stored_runtimes
 from ort_cffi.runtime.generator import extension_name
@@ -73,7 +73,9 @@ def test_install_list_path_load_and_remove_a_fetched_runtime(store):
     chosen = dict(store, ORT_CFFI_RUNTIME="cpu")  # the fetched runtime even where a wheel is installed
     listed = cli(["list"], chosen).stdout
     assert f" * {name}" in listed and row["wheel"] in listed
-    wheel_installed = find_training_wheel()[0] is not None  # then the loader uses the wheel: no star
+    # an installed wheel, training or inference (the engine legs put onnxruntime's on the path), comes before the
+    # store: then the loader uses it and no entry has the star
+    wheel_installed = find_training_wheel()[0] is not None or find_inference_wheel()[0] is not None
     assert (f" * {name}" in cli(["list"], store).stdout) is not wheel_installed
 
     assert cli(["path"], chosen).stdout.strip() == str(folder / Path(row["extension"]).name)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import DIGITS, ROOT
 from test_engine_training import backends, current_library
 
@@ -72,6 +73,7 @@ state.close()
 """
 
 
+@pytest.mark.needs_training_build  # one side of the crossing is the training build
 def test_a_checkpoint_saved_on_one_backend_resumes_on_the_other(tmp_path: Path) -> None:
     runtimes = backends()
     for saver, loader in (("training build", ENGINE), (ENGINE, "training build")):

@@ -28,6 +28,8 @@ SUPPORT = ROOT / "tests" / "support"
 ZOO_DIR = ROOT / "tests" / "zoo"
 ZOO = json.loads((ZOO_DIR / "zoo.json").read_text())["models"]
 CURRENT = "1.31.1"
+# Every test here compares the engine with the training build's own training, run in a child beside it.
+pytestmark = pytest.mark.needs_training_build
 
 
 def current_library() -> Path:

@@ -58,6 +58,7 @@ def default_source():
     return source
 
 
+@pytest.mark.needs_training_build  # the training wheel's extension, found statically and mapped as a private image
 def test_wheel_loads_without_importing_onnxruntime_or_torch_or_running_a_child(tmp_path):
     env = {"ORT_CFFI_CACHE_DIR": str(tmp_path / "cache"), "ORT_CFFI_LIBRARY": ""}
     cold = load_in_child(env)
@@ -85,6 +86,7 @@ def warm_cache(tmp_path) -> "tuple[dict, Path, dict]":
     return env, record, json.loads(record.read_text())
 
 
+@pytest.mark.needs_training_build  # the cache of the training wheel's extension image
 def test_what_was_found_is_cached_per_runtime_file_and_examined_again_when_stale(tmp_path):
     env, record_file, record = warm_cache(tmp_path)
     assert record["identity"]["version"] == "1.19.2" and isinstance(record["location"]["api_base"], int)
@@ -104,6 +106,7 @@ def test_what_was_found_is_cached_per_runtime_file_and_examined_again_when_stale
     assert json.loads(record_file.read_text())["identity"] == record["identity"]
 
 
+@pytest.mark.needs_training_build  # the cache of the training wheel's extension image
 def test_a_wrong_cached_address_is_refused_then_examined_again(tmp_path):
     """An address that points outside the image is never called through; the loader examines the file again."""
     env, record_file, record = warm_cache(tmp_path)
@@ -127,6 +130,7 @@ def test_a_wrong_cached_address_is_refused_then_examined_again(tmp_path):
     assert json.loads(record_file.read_text())["location"] == record["location"]
 
 
+@pytest.mark.needs_training_build  # the cache of the training wheel's extension image
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the image is edited as x86_64 RELA entries")
 def test_a_damaged_cached_image_is_replaced_by_a_new_copy_in_the_same_process(tmp_path):
     """The record is right but the private copy is not (its relocation of OrtApiBase.GetApi points
@@ -176,6 +180,7 @@ def test_pruning_leaves_an_entry_another_process_is_writing(tmp_path):
         pass
 
 
+@pytest.mark.needs_training_build  # the survey of published training wheels, checked against the installed one
 def test_a_known_file_whose_static_answer_differs_from_the_survey_is_refused(tmp_path):
     """The survey (ort_cffi/data/runtimes.json) is the reference for published files: a disagreement
     means the finder or the file is not what was surveyed, and nothing is called through it. The
@@ -200,6 +205,7 @@ def test_a_known_file_whose_static_answer_differs_from_the_survey_is_refused(tmp
     assert "differs from the survey's" in proc.stdout and "refusing to use it" in proc.stdout
 
 
+@pytest.mark.needs_training_build  # the training wheel's extension named explicitly
 def test_an_explicit_wheel_extension_loads_through_a_private_image(tmp_path):
     """ORT_CFFI_LIBRARY may name a training wheel's extension file as well as a real library."""
     report = load_in_child({"ORT_CFFI_CACHE_DIR": str(tmp_path / "cache"), "ORT_CFFI_LIBRARY": str(default_source().path)})
