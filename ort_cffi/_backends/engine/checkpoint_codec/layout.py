@@ -189,15 +189,23 @@ def plan_checkpoint(trainable: Sequence[TensorRecord], frozen: Sequence[TensorRe
                                    "external_data_threshold)") from None
 
 
-def write_plan(plan: CheckpointPlan, path: PathLike) -> int:
+def write_plan(plan: CheckpointPlan, path: PathLike, *, in_place: bool = False) -> int:
     """Write the checkpoint to ``path`` (and its data to ``<path>.data`` when external) and return the
     checkpoint's size in bytes. Each file is written beside its target, flushed to disk, and renamed over it
     only once every file is complete, so that a failed write or a crash leaves what was there before (the
-    data file first: between the two renames an older checkpoint beside a new data file is possible)."""
+    data file first: between the two renames an older checkpoint beside a new data file is possible).
+    ``in_place``: written straight to ``path``, as ONNX Runtime's ``SaveCheckpoint`` writes, for a caller that
+    makes the write crash-safe itself (the facade's one path, ``atomic_write``, hands a temporary file)."""
     target = Path(path)
     outputs = [(target, plan.layout.write_to)]
     if plan.external is not None:
         outputs.insert(0, (target.with_name(target.name + ".data"), plan.external.write_to))
+    if in_place:
+        size = 0
+        for output, write in outputs:
+            with open(output, "wb") as stream:
+                size = write(stream)
+        return size
     partials = [(output.with_name(output.name + ".partial"), output, write) for output, write in outputs]
     size = 0
     try:

@@ -38,11 +38,12 @@ from ort_cffi._backends.engine.checkpoint_codec.state import Checkpoint, Optimiz
 _ZERO_CHUNK = 16 * 1024 * 1024  # a nominal tensor's zeros are written in pieces of this size
 
 
-def write_checkpoint(checkpoint: Checkpoint, path: Union[str, "os.PathLike[str]"]) -> None:
+def write_checkpoint(checkpoint: Checkpoint, path: Union[str, "os.PathLike[str]"], *, in_place: bool = False) -> None:
     """Write ``checkpoint`` to ``path`` (and ``<path>.data`` with external data) as ONNX Runtime's
     ``SaveCheckpoint`` writes the same state. Nothing is written when the state cannot be saved
-    (``CheckpointInputError``, naming what); a failed write leaves the files that were there."""
-    write_plan(plan_state(checkpoint), path)
+    (``CheckpointInputError``, naming what); a failed write leaves the files that were there, unless
+    ``in_place`` (see ``write_plan``), where the caller has made ``path`` a temporary file of its own."""
+    write_plan(plan_state(checkpoint), path, in_place=in_place)
 
 
 def checkpoint_bytes(checkpoint: Checkpoint) -> bytes:
