@@ -12,10 +12,12 @@
 #                                         # sid root of scripts/newest_pythons.sh (needs root)
 #   ORT_CFFI_TEST_SCOPE=core ...          # the loader, raw-layer, facade, Java-port and artifact tests
 #
-# On 3.11 and on 3.13 and later it then runs the facade, Java-port, Python-API, misuse, artifact and trainer tests
-# on ort_cffi's engine, over onnxruntime 1.31.1: the interpreter's own wheel, installed by pip into a folder of its
-# own (3.11, 3.13, 3.14), or where pip has none (3.15) the C library `ort-cffi-runtime install --inference`
-# fetches. ORT_CFFI_ENGINE_TESTS=0 leaves that run out.
+# On 3.11 and on 3.13 and later it then runs the suite again on ort_cffi's engine, over onnxruntime 1.31.1 (no
+# training build loaded): the interpreter's own wheel, installed by pip into a folder of its own (3.11, 3.13,
+# 3.14), or where pip has none (3.15) the C library `ort-cffi-runtime install --inference` fetches. The whole
+# suite, less the tests marked needs_training_build (and those this interpreter leaves out above); with
+# ORT_CFFI_TEST_SCOPE=core, the facade, Java-port, Python-API, misuse, artifact and trainer tests only.
+# ORT_CFFI_ENGINE_TESTS=0 leaves that run out.
 #
 # It ends by saying which interpreter ran and which tests were left out on it, and why.
 set -euo pipefail
@@ -148,9 +150,9 @@ else
   "$VENV_PY" -m pytest "${SELECT[@]}" "${CORE_TESTS[@]}" "$@"
 fi
 
-# ort_cffi's engine on the current inference build, where no training wheel installs (3.13 and later): the
-# facade, Java-port, artifact and trainer tests (and the fetch of --inference), less what only the training
-# build can run.
+# ort_cffi's engine on the current inference build, as where no training wheel installs (3.13 and later): the
+# whole suite (pytest.ini's testpaths), or with ORT_CFFI_TEST_SCOPE=core the tests below, less what only the
+# training build can run.
 CURRENT_ORT=1.31.1
 ENGINE_TESTS=(
   tests/facade/test_facade.py tests/facade/test_tensor_types.py tests/facade/test_input_signatures.py tests/facade/test_beyond_java.py
@@ -187,6 +189,18 @@ from ort_cffi.capi import get_runtime
 runtime = get_runtime()
 print(f'ONNX Runtime {runtime.version} ({runtime.kind}) from {runtime.library}; backend: {ort_cffi.backend()}')
 sys.exit(0 if ort_cffi.backend() == 'engine' and runtime.version == '$CURRENT_ORT' and not runtime.renamed else 'not the engine on $CURRENT_ORT')"
-  env "${engine_env[@]}" "$VENV_PY" -m pytest -m "not needs_training_build and not needs_onnxruntime_python and not needs_onnxruntime_generator" "${ENGINE_TESTS[@]}" "$@"
-  REASONS+=("on the engine (onnxruntime $CURRENT_ORT): all but the facade, Java-port, Python-API, misuse, artifact and trainer tests, and the tests marked needs_training_build, needs_onnxruntime_python or needs_onnxruntime_generator (they ran on the training build above)")
+  # Left out on the engine: what needs the training build (it ran above, on the training build), ONNX Runtime's
+  # Python layer or its generator (their wheel is the training build's), and what this interpreter lacks.
+  engine_left_out=(needs_training_build needs_onnxruntime_python needs_onnxruntime_generator)
+  for marker in "${LEFT_OUT[@]}"; do
+    case " ${engine_left_out[*]} " in *" $marker "*) ;; *) engine_left_out+=("$marker") ;; esac
+  done
+  engine_select=(-m "$(printf 'not %s and ' "${engine_left_out[@]}" | sed 's/ and $//')")
+  if [ "$SCOPE" = all ]; then
+    env "${engine_env[@]}" "$VENV_PY" -m pytest "${engine_select[@]}" "$@"  # every test (pytest.ini's testpaths)
+    REASONS+=("on the engine (onnxruntime $CURRENT_ORT): the tests marked $(printf '%s, ' "${engine_left_out[@]}" | sed 's/, $//') (the training build's own: it is not loaded there; they ran on the training build above where this interpreter has it)")
+  else
+    env "${engine_env[@]}" "$VENV_PY" -m pytest "${engine_select[@]}" "${ENGINE_TESTS[@]}" "$@"
+    REASONS+=("on the engine (onnxruntime $CURRENT_ORT): all but the facade, Java-port, Python-API, misuse, artifact and trainer tests ($SCOPE_WHY), and the tests marked $(printf '%s, ' "${engine_left_out[@]}" | sed 's/, $//')")
+  fi
 fi
