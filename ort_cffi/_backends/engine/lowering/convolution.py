@@ -189,8 +189,9 @@ def max_pool_grad(node: onnx.NodeProto, emit: Emitter) -> None:
         x_shape, y_shape = emit.shape(forward.input[0]), emit.shape(forward.output[0])
         x_sizes = _static(x_shape[2:]) if x_shape is not None else None  # the batch may vary
         y_sizes = _static(y_shape[2:]) if y_shape is not None else None
+        # MaxUnpool has a float kernel only (no double: the scatter below serves every type)
         if _windows_apart(forward) and emit.opset >= 11 and x_sizes and y_sizes and \
-                all(y <= x for x, y in zip(x_sizes, y_sizes)):
+                all(y <= x for x, y in zip(x_sizes, y_sizes)) and emit.elem_type(dy) == onnx.TensorProto.FLOAT:
             # MaxUnpool's own attributes only say the smallest output it accepts: windows of 1 say dY's sizes
             ones = [1] * len(x_sizes)
             emit.one("MaxUnpool", [dy, indices, shape], node.output[0], kernel_shape=ones, strides=ones)
