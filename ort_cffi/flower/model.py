@@ -23,6 +23,7 @@ from flwr.app import Array, ArrayRecord
 
 from ort_cffi import OrtEnvironment, OrtException, OrtTrainingSession, SessionOptions
 from ort_cffi._facade import denormals
+from ort_cffi._facade.sessions.signature import file_graph_inputs
 from ort_cffi.flower.data import Arrays, label_name
 from ort_cffi.trainer.data import (
     DEFAULT_ARTIFACTS,
@@ -73,17 +74,24 @@ class ParameterLayout:
 
     @classmethod
     def of_session(cls, session: OrtTrainingSession, training_model: PathLike) -> ParameterLayout:
-        """The layout of ``session``'s trainable parameters. The training model is opened as an ordinary
-        ``OrtSession`` (closed again before this returns) for its input names and shapes; the result is
+        """The layout of ``session``'s trainable parameters. The training model's declared inputs (read from
+        its file, not through a session) give their names and shapes; the result is
         checked against ``copyParametersToBuffer``, value for value, and falls back to `flat`
         when the two disagree (artifacts made some other way)."""
         size = session.getParametersSize(True)
         try:
-            with OrtEnvironment.getEnvironment().createSession(training_model) as reader:
-                inputs = {name: info.getInfo() for name, info in reader.getInputInfo().items()}
+            # Read from the file: an inference session of the training model would need its training operators,
+            # which only the training build registers (the engine lowers them in sessions of its own).
+            inputs = file_graph_inputs(os.fspath(training_model))
+        except (OSError, ValueError, BufferError):
+            return cls.flat(size)
+        try:
             trainable = [name for name in inputs if f"{name}{GRAD_BUFFER}" in inputs]
-            layout = cls(tuple(trainable), tuple(tuple(int(d) for d in inputs[name].shape) for name in trainable))
-            if not trainable or layout.size != size or any(d < 0 for shape in layout.shapes for d in shape):
+            dims = [inputs[name].dims for name in trainable]
+            if not trainable or any(d is None for d in dims):
+                return cls.flat(size)
+            layout = cls(tuple(trainable), tuple(tuple(int(extent) for extent, _ in d or ()) for d in dims))
+            if layout.size != size or any(d < 0 for shape in layout.shapes for d in shape):
                 return cls.flat(size)
             state = session.getCheckpointState()
             joined = np.concatenate([np.asarray(state.getParameter(name), np.float32).reshape(-1) for name in trainable])

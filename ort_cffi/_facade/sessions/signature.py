@@ -200,6 +200,13 @@ def model_inputs(path: Optional[str], data: Optional[bytes], names: Iterable[str
     return {name: specs[name] for name in names if name in specs}
 
 
+def file_graph_inputs(path: str) -> Dict[str, InputSpec]:
+    """``graph_inputs`` of the model file ``path``, parameters included, whatever operators its nodes use (no
+    session is made). Raises ``OSError`` or ``ValueError``."""
+    stat = os.stat(path)
+    return _file_inputs(os.path.realpath(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
 @functools.lru_cache(maxsize=64)
 def _file_inputs(path: str, device: int, inode: int, size: int, mtime_ns: int) -> Dict[str, InputSpec]:
     """``graph_inputs`` of a file, mapped rather than read (the caller copies what it keeps)."""
