@@ -167,8 +167,12 @@ def test_per_pixel_scores_keep_their_axis_and_labels_lose_it(tmp_path: Path) -> 
                               optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert labels_shape(made) == ["N", 5, 6]
     assert made.loss_reading["class_axis"] == 1 and made.loss_reading["tensor"] == "logits"
+    # Unprepared, the labels take the scores' shape less its last axis, as ONNX Runtime's generator makes them:
+    # [N, 3, 5] against scores [N, 3, 5, 6], which no batch fits. The training build loads such artifacts and
+    # refuses the first step (its kernel's shape check); on the engine 1.31.1's shape inference refuses the lowered
+    # gradient when the session is made. So they are written unchecked: only their labels are looked at.
     assert labels_shape(generate_artifacts(token_model("Conv"), artifact_directory=tmp_path / "p", prepare=False,
-                                           requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                                           requires_grad=ALL_PARAMETERS, loss="cross-entropy", check=False,
                                            optimizer="adamw", additional_output_names=MODEL_OUTPUTS)) == ["N", 3, 5]
 
 

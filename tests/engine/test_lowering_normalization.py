@@ -91,7 +91,8 @@ def log_softmax(logits):
     return (shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))).astype(np.float32)
 
 
-LOSS_SHAPES = [((6, 5), (6,)), ((2, 4, 3), (2, 3)), ((2, 3, 2, 2), (2, 2, 2))]
+# ranks 2, 3 and 4; the last with every axis of another size, so that an axis taken for another shows
+LOSS_SHAPES = [((6, 5), (6,)), ((2, 4, 3), (2, 3)), ((2, 3, 2, 2), (2, 2, 2)), ((2, 3, 4, 5), (2, 4, 5))]
 
 
 @pytest.mark.parametrize("shapes", LOSS_SHAPES)
