@@ -333,8 +333,10 @@ def closing_a_result_while_another_thread_reads_it() -> None:
 
 PACKAGE_DIR = str(Path(__import__("ort_cffi").__file__).resolve().parent)
 # Pure Python that holds no native handle: reading a model's protobuf for its external data (thousands of
-# lines per model) gives a close nothing to race with.
-NO_HANDLES = tuple(str(Path(PACKAGE_DIR) / "_facade" / name) for name in ("protobuf_wire.py", "external_data.py"))
+# lines per model), and on the engine its checkpoint codec (the flatbuffer's bytes to numpy arrays, about a
+# thousand lines per checkpoint read), give a close nothing to race with.
+NO_HANDLES = tuple(str(Path(PACKAGE_DIR) / "_facade" / name) for name in ("protobuf_wire.py", "external_data.py")) + (
+    str(Path(PACKAGE_DIR) / "_backends" / "engine" / "checkpoint_codec") + os.sep,)
 
 
 def close_at_every_line(make, use, close, wait: float = 0.01, limit: int = 3000) -> int:
