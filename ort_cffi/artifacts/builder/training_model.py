@@ -31,6 +31,7 @@ from ort_cffi.artifacts.builder.fusions import fuse_activations
 from ort_cffi.artifacts.builder.loss_blocks import Namer, add_loss
 from ort_cffi.artifacts.builder.lowering import lower_slow_kernels
 from ort_cffi.artifacts.builder.registry import MICROSOFT
+from ort_cffi.artifacts.builder.spec_forms import rewrite_changed_operators
 from ort_cffi.artifacts.builder.standard_forms import apply_standard_forms
 
 LAZY_RESET_GRAD = "lazy_reset_grad"
@@ -191,6 +192,7 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     ``standard_forms``: write the training operators that the table of ``standard_forms`` chose in their
     standard form (False: ONNX Runtime's kernels everywhere, as its generator writes them)."""
     base = copy.deepcopy(model)
+    rewrite_changed_operators(base)  # one answer on every release, in the training and the eval model alike
     inputs_to_loss = list(loss_input_names) if loss_input_names else [o.name for o in base.graph.output]
     namer = Namer()
     outputs = add_loss(base, loss, inputs_to_loss, namer)

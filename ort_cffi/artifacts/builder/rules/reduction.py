@@ -4,9 +4,11 @@ ReduceSum) and axes as an input (ReduceSum from 13, all from 18), known before r
 
 ReduceMax and ReduceMin give the gradient to the elements equal to the extremum, shared equally among
 ties (PyTorch's convention for ``amax``/``amin``). ReduceProd's gradient is exact with zeros in the input:
-the product of the other elements, computed without dividing by zero. A reduction over an empty axes
-input with noop_with_empty_axes passes its input through unchanged (ONNX Runtime does not apply the
-reduction's function either: ReduceSumSquare returns X, not X^2), so its gradient is dY.
+the product of the other elements, computed without dividing by zero. A reduction over an empty axes input
+with noop_with_empty_axes computes different things on ONNX Runtime 1.19.2 (its input) and 1.31 (its
+element-wise part, as the ONNX specification now says: ReduceSumSquare gives X^2): the builder rewrites such a
+node before differentiating (spec_forms.py), so the rules here meet it only where it is built without that
+pass, and treat it as 1.19.2 computes it (gradient dY).
 """
 from __future__ import annotations
 
