@@ -159,9 +159,11 @@ def _prepare_in_child(sources: Dict[str, Optional[ModelSource]], request: Dict[s
                                "child_main()"], input=_encode(header, blobs), capture_output=True, env=env)
     except OSError:
         return None
-    if done.returncode != 0 or not done.stdout.startswith(MAGIC):
+    # where something the child imports printed first, the answer starts after it
+    start = done.stdout.find(MAGIC)
+    if done.returncode != 0 or start < 0:
         return None
-    answer, answer_blobs = _decode(done.stdout)
+    answer, answer_blobs = _decode(memoryview(done.stdout)[start:].tobytes() if start else done.stdout)
     if "error" in answer:
         raise _error(answer["error"])
     return _from_header(answer, answer_blobs)
@@ -182,8 +184,10 @@ def child_main() -> None:
             RuntimeError) as error:
         from ort_cffi._backends.engine.lowering import UnsupportedTrainingOpError
 
-        described: Dict[str, Any] = {"kind": type(error).__name__,
-                                     "message": str(error.args[0]) if error.args else str(error)}
+        # the nearest class this process rebuilds it as (a subclass of ValueError stays a ValueError: the
+        # status the engine's table makes of it is the same)
+        kind = next(base.__name__ for base in type(error).__mro__ if base.__name__ in _ERRORS or base is RuntimeError)
+        described: Dict[str, Any] = {"kind": kind, "message": str(error.args[0]) if error.args else str(error)}
         if isinstance(error, UnsupportedTrainingOpError):
             described["kind"], described["ops"] = "UnsupportedTrainingOpError", list(error.ops)
         sys.stdout.buffer.write(_encode({"error": described}, {}))
