@@ -296,4 +296,7 @@ def test_the_faster_weight_form_is_picked_by_the_shapes():
     assert form([3, 3], [48, 1, 3, 3], 48, 64, [1, 1]) == "patches"
     assert form([3, 3], [144, 1, 3, 3], 144, 4, [1, 1]) == "conv"
     assert form([1, 1], [96, 1, 1, 1], 96, 4, [1, 1]) == "patches"
+    assert form([1, 1], [48, 8, 1, 1], 1, 256, [1, 1]) == "columns"  # pointwise: X itself, per image
+    assert form([1, 1], [96, 16, 1, 1], 1, 4, [1, 1]) == "patches"  # the per-image products outgrow the inputs
+    assert form([1, 1], [1280, 80, 1, 1], 1, 1, [1, 1]) == "patches"
     assert form([3, 3], None, 1) == "conv"
