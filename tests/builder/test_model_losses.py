@@ -64,6 +64,7 @@ def train(artifacts: Path, data: Path, out: Path, backend: str) -> Dict[str, np.
     return dict(np.load(out))
 
 
+@pytest.mark.needs_training_build  # the losses are compared with the training build's own run
 @pytest.mark.parametrize("form", ["softmax_ce_loss_only", "softmax_ce_with_log_prob", "nll_after_log_softmax"])
 def test_a_models_own_loss_trains_whatever_outputs_it_declares(form: str, tmp_path: Path) -> None:
     model = model_with_own_loss(form)

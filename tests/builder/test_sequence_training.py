@@ -105,6 +105,7 @@ def train(artifacts: Path, data: Path, out: Path, name: str, env: Dict[str, str]
     return dict(np.load(out))
 
 
+@pytest.mark.needs_training_build  # the losses are compared with the training build's own run
 @pytest.mark.parametrize("make", [exported_bag_model, written_bag_model], ids=["exported", "written"])
 def test_an_embedding_bag_trains_on_both_backends(make, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     model = make()
