@@ -20,12 +20,17 @@ def _per_channel(emit: Emitter, vector: str, rank: int) -> str:
     return emit.unsqueeze(vector, [0] + list(range(2, rank)))
 
 
-def _channel_affine(emit: Emitter, x: str, scale: str, bias: str, output: Optional[str] = None) -> str:
+def _channel_affine(emit: Emitter, x: str, scale: str, bias: str, output: Optional[str] = None,
+                    like: Optional[str] = None) -> str:
     """x * scale + bias per channel ([C] vectors over [N, C, ...]) in one pass: BatchNormalization in inference
     mode with mean 0, variance 1 and epsilon 0, whose kernel computes exactly x * scale' + bias' with scale' =
     scale * 1 / sqrt(1 + 0) = scale and bias' = bias - 0 * scale' = bias. Two elementwise operators would
-    read and write the whole tensor twice."""
+    read and write the whole tensor twice. The zeros and ones are constants where the channels are known, of
+    ``scale`` or of ``like`` (a [C] vector of the same type whose shape is declared: a computed ``scale``'s
+    often is not, and ConstantOfShape, Cast and Add at run time cost three nodes each)."""
     channels, dtype = emit.shape(scale), emit.dtype(scale)
+    if like is not None and (channels is None or not all(isinstance(c, int) for c in channels)):
+        channels, dtype = emit.shape(like), emit.dtype(like)
     if channels is not None and len(channels) == 1 and isinstance(channels[0], int) and dtype is not None:
         zeros, ones = emit.const(np.zeros(channels, dtype)), emit.const(np.ones(channels, dtype))
     else:
@@ -128,7 +133,7 @@ def batch_normalization_grad(node: onnx.NodeProto, emit: Emitter) -> None:
     dy, x, scale, mean, inv_std = node.input[:5]
     rank = emit.require_rank(x, "BatchNormalizationGrad's X")
     axes = [0] + list(range(2, rank))
-    centered = _channel_affine(emit, x, _channel_ones(emit, mean), emit.one("Neg", [mean]))
+    centered = _channel_affine(emit, x, _channel_ones(emit, scale), emit.one("Neg", [mean]), like=scale)
     d_bias = emit.reduce("ReduceSum", dy, axes, keepdims=False, output=_out(node, 2))
     d_scale = emit.one("Mul", [emit.reduce("ReduceSum", emit.one("Mul", [centered, dy]), axes, keepdims=False),
                                inv_std], _out(node, 1))
@@ -139,8 +144,8 @@ def batch_normalization_grad(node: onnx.NodeProto, emit: Emitter) -> None:
     per_count = emit.one("Neg", [emit.one("Div", [a, count])])
     b = emit.one("Mul", [emit.one("Mul", [per_count, d_scale]), inv_std])
     c = emit.one("Mul", [per_count, d_bias])
-    emit.one("Add", [_channel_affine(emit, dy, a, c), _channel_affine(emit, centered, b, _channel_zeros(emit, b))],
-             node.output[0])
+    emit.one("Add", [_channel_affine(emit, dy, a, c, like=scale),
+                     _channel_affine(emit, centered, b, _channel_zeros(emit, scale), like=scale)], node.output[0])
 
 
 def _layer_norm_grad(node: onnx.NodeProto, emit: Emitter, dy: str, normalized_of: str, scale: str, inv_std: str,
