@@ -46,6 +46,9 @@ class _Handles:
         self.c_type = c_type
         self._objects: Dict[int, Tuple[Any, Any]] = {}  # address -> (object, the memory that gives the address)
         self._lock = threading.Lock()
+        # the pointer object last looked up and its object: a step's calls pass the same one, and the lookup by
+        # address costs a cast and a conversion (kept as one tuple, read and replaced whole: no lock needed)
+        self._last: Tuple[Any, Any] = (None, None)
 
     def add(self, obj: Any) -> Any:
         token = ffi.new("char[1]")
@@ -55,13 +58,21 @@ class _Handles:
         return ffi.cast(self.c_type, token)
 
     def get(self, pointer: Any) -> Any:
-        entry = self._objects.get(int(ffi.cast("uintptr_t", pointer)))
+        last_pointer, last_object = self._last
+        if pointer is last_pointer:
+            return last_object
+        address = int(ffi.cast("uintptr_t", pointer))
+        with self._lock:  # so that a handle removed meanwhile is never remembered as live
+            entry = self._objects.get(address)
+            if entry is not None:
+                self._last = (pointer, entry[0])
         if entry is None:
             raise ValueError(f"{self.c_type} {pointer} is no live handle of ort_cffi's engine")
         return entry[0]
 
     def remove(self, pointer: Any) -> Optional[Any]:
         with self._lock:
+            self._last = (None, None)
             entry = self._objects.pop(int(ffi.cast("uintptr_t", pointer)), None)
         return entry[0] if entry else None
 
