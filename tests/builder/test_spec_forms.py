@@ -56,3 +56,69 @@ def test_a_reduction_that_reduces_keeps_its_operator() -> None:
     reducing.graph.output[1].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, [2]))
     built = build_models(reducing, ["w"], [], None)
     assert next(n for n in built.eval.graph.node if "y" in n.output).op_type == "ReduceL1"
+
+
+def spec_average_pool(x: np.ndarray, kernel, strides, pads, include: bool) -> np.ndarray:
+    """AveragePool with ceil_mode=1 as the ONNX specification (and PyTorch) compute it, 2-D: a last window that
+    would start in the end padding is dropped; a window divides by its taps inside the padded input
+    (count_include_pad=1) or inside the input."""
+    sizes = x.shape[2:]
+    begins, ends = pads[:2], pads[2:]
+    outs = []
+    for size, k, s, b, e in zip(sizes, kernel, strides, begins, ends):
+        out = -(-(size + b + e - k) // s) + 1
+        outs.append(out - 1 if (out - 1) * s >= size + b else out)
+    y = np.zeros(x.shape[:2] + tuple(outs), np.float64)
+    for i in range(outs[0]):
+        for j in range(outs[1]):
+            starts = [i * strides[0] - begins[0], j * strides[1] - begins[1]]
+            stops = [start + k for start, k in zip(starts, kernel)]
+            inside = [slice(max(start, 0), min(stop, size)) for start, stop, size in zip(starts, stops, sizes)]
+            total = x[:, :, inside[0], inside[1]].sum(axis=(2, 3))
+            if include:
+                count = np.prod([min(stop, size + e) - start for start, stop, size, e in zip(starts, stops, sizes, ends)])
+            else:
+                count = np.prod([sl.stop - sl.start for sl in inside])
+            y[:, :, i, j] = total / count
+    return y
+
+
+POOLS = {  # (input shape, kernel, strides, pads, count_include_pad)
+    "past the pads, counted": ((1, 2, 6, 6), [3, 3], [2, 2], [1, 1, 1, 1], 1),
+    "a window starting in the end pad": ((1, 2, 7, 6), [3, 2], [2, 2], [1, 0, 1, 1], 0),
+    "both": ((1, 1, 5, 8), [2, 3], [3, 2], [1, 1, 1, 1], 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(POOLS))
+def test_an_average_pool_whose_ceil_windows_pass_the_pads_computes_the_specifications_answer(case: str) -> None:
+    shape, kernel, strides, pads, include = POOLS[case]
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    nodes = [helper.make_node("Mul", ["x", "w"], ["xw"]),
+             helper.make_node("AveragePool", ["xw"], ["y"], kernel_shape=kernel, strides=strides, pads=pads,
+                              ceil_mode=1, count_include_pad=include),
+             helper.make_node("ReduceSum", ["y"], ["loss"], keepdims=0)]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, []),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.float32(1.5) * np.ones(shape, np.float32), "w")])
+    made = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    made.ir_version = 8
+    built = build_models(made, ["w"], [], None)
+    assert next(n for n in built.eval.graph.node if "y" in n.output).op_type != "AveragePool"
+    with OrtEnvironment.getEnvironment().createSession(built.eval.SerializeToString()) as session:
+        with session.run({"x": x, "w": np.float32(1.5) * np.ones(shape, np.float32)}) as result:
+            y = np.asarray(dict(result)["y"].getValue())
+    np.testing.assert_allclose(y, spec_average_pool(1.5 * x.astype(np.float64), kernel, strides, pads, bool(include)),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_an_average_pool_whose_windows_stay_in_the_pads_keeps_its_operator() -> None:
+    nodes = [helper.make_node("AveragePool", ["w"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                              ceil_mode=1, count_include_pad=1),
+             helper.make_node("ReduceSum", ["y"], ["loss"], keepdims=0)]
+    graph = helper.make_graph(nodes, "m", [], [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+                              [numpy_helper.from_array(np.ones((1, 1, 7, 7), np.float32), "w")])
+    made = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    made.ir_version = 8
+    assert any(n.op_type == "AveragePool" for n in build_models(made, ["w"], [], None).eval.graph.node)
