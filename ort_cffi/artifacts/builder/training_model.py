@@ -22,7 +22,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from ort_cffi.artifacts.builder.context import BuilderError, GradientContext
 from ort_cffi.artifacts.builder.engine import Engine, node_inputs
@@ -118,6 +118,39 @@ def _drop_needless_declarations(graph: onnx.GraphProto) -> None:
     if len(kept) < len(graph.value_info):
         del graph.value_info[:]
         graph.value_info.extend(kept)
+
+
+def _fold_unsqueezed_constants(graph: onnx.GraphProto) -> None:
+    """An Unsqueeze of a constant initializer (keepdims=0 reductions' gradients unsqueeze dY, which for the loss
+    is its seed) written as the unsqueezed initializer. ONNX Runtime 1.31's UnsqueezeElimination folds such a node
+    itself, and warns at every session that it cannot where it cannot replace the node's output (measured on
+    the zoo's ReduceMean losses); 1.19.2 folds it silently. Folded here, neither has anything to do."""
+    inputs = {value.name for value in graph.input}
+    outputs = {value.name for value in graph.output}
+    constants = {i.name: i for i in graph.initializer if i.name not in inputs}
+    kept: List[onnx.NodeProto] = []
+    folded: List[onnx.TensorProto] = []
+    for node in graph.node:
+        data = constants.get(node.input[0]) if node.op_type == "Unsqueeze" and node.domain in ("", "ai.onnx") \
+            and node.input else None
+        axes: Optional[List[int]] = None
+        if data is not None and data.data_location != TensorProto.EXTERNAL and node.output[0] not in outputs:
+            if len(node.input) > 1 and node.input[1] in constants:
+                axes = [int(a) for a in numpy_helper.to_array(constants[node.input[1]]).reshape(-1)]
+            elif len(node.input) == 1:
+                axes = [int(a) for a in next((a.ints for a in node.attribute if a.name == "axes"), [])]
+        if data is None or not axes:
+            kept.append(node)
+            continue
+        value = numpy_helper.to_array(data)
+        rank = value.ndim + len(axes)
+        value = np.expand_dims(value, tuple(sorted(a % rank for a in axes)))
+        folded.append(numpy_helper.from_array(value, node.output[0]))
+        constants[node.output[0]] = folded[-1]
+    if folded:
+        del graph.node[:]
+        graph.node.extend(kept)
+        graph.initializer.extend(folded)
 
 
 def _subgraphs(node: onnx.NodeProto) -> List[onnx.GraphProto]:
@@ -269,6 +302,7 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     graph.input.append(helper.make_tensor_value_info(LAZY_RESET_GRAD, TensorProto.BOOL, [1]))
     del graph.output[:]
     graph.output.extend(new_outputs)
+    _fold_unsqueezed_constants(graph)
     _drop_unread_constants(graph)
     written: Dict[str, int] = {}
     if standard_forms:  # last: the gradient rules, fusions and declarations above see ONNX Runtime's operators
