@@ -161,8 +161,9 @@ ENGINE_TESTS=(
   tests/apps/test_python_api.py tests/apps/test_python_api_semantics.py tests/guarantees/test_bad_input.py
 )
 case $PY_VERSION in
-  # 3.11 runs them as well, beside its whole suite on the training build (which takes in tests/engine, the
-  # engine against the training build step by step): the same tests on both backends.
+  # 3.11 runs the engine too, after its whole suite on the training build (which takes in tests/engine, the
+  # engine against the training build step by step): the same tests on both backends. 3.12 and older have the
+  # training wheel and no engine run.
   3.9|3.10|3.12) ENGINE=0 ;;
   *) ENGINE=${ORT_CFFI_ENGINE_TESTS:-1}
      [ "$ENGINE" = 1 ] || REASONS+=("the tests on the engine over onnxruntime $CURRENT_ORT: ORT_CFFI_ENGINE_TESTS=$ENGINE") ;;
