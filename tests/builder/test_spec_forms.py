@@ -122,3 +122,34 @@ def test_an_average_pool_whose_windows_stay_in_the_pads_keeps_its_operator() -> 
     made = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     made.ir_version = 8
     assert any(n.op_type == "AveragePool" for n in build_models(made, ["w"], [], None).eval.graph.node)
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "LpPool"])
+def test_a_max_or_lp_pool_drops_a_window_starting_in_the_end_pad_on_every_release(op: str) -> None:
+    """The specification's windows: the last one, which would start in the end padding, is left out (1.19.2 kept
+    it); the others are the same windows, a max (or the p-norm) over the input's taps in each."""
+    shape, kernel, strides, pads = (1, 2, 7, 6), [3, 2], [2, 2], [1, 0, 1, 1]
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    nodes = [helper.make_node("Mul", ["x", "w"], ["xw"]),
+             helper.make_node(op, ["xw"], ["y"], kernel_shape=kernel, strides=strides, pads=pads, ceil_mode=1),
+             helper.make_node("ReduceSum", ["y"], ["loss"], keepdims=0)]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, []),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.ones(shape, np.float32), "w")])
+    made = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    made.ir_version = 8
+    built = build_models(made, ["w"], [], None)
+    pool = next(n for n in built.eval.graph.node if "y" in n.output)
+    assert pool.op_type == op and not any(a.name == "ceil_mode" for a in pool.attribute)
+    with OrtEnvironment.getEnvironment().createSession(built.eval.SerializeToString()) as session:
+        with session.run({"x": x, "w": np.ones(shape, np.float32)}) as result:
+            y = np.asarray(dict(result)["y"].getValue())
+    padded = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (1, 1), (0, 1)],
+                    constant_values=-np.inf if op == "MaxPool" else 0.0)
+    expected = np.zeros(shape[:2] + (4, 3))
+    for i in range(4):
+        for j in range(3):
+            window = padded[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 2]
+            expected[:, :, i, j] = window.max(axis=(2, 3)) if op == "MaxPool" else np.sqrt((window ** 2).sum(axis=(2, 3)))
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)

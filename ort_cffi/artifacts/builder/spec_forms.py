@@ -20,6 +20,9 @@ gradient rules then see those operators.
   (zeros: the pads, then what the last window reaches beyond them), pooled with no padding and no ceil_mode,
   divided by the same pool over a mask of the taps that count (ones over the input, and over the pads with
   count_include_pad=1). A pool whose windows stay inside the padding computes alike on both and stays.
+  MaxPool and LpPool (ceil_mode from opset 10 and 18) drop or keep that last window alike: there the pool
+  takes ceil_mode=0 with the end pads that give the specification's windows (a pad is no part of a max, and
+  adds 0 to a sum of |x|^p).
 """
 from __future__ import annotations
 
@@ -35,6 +38,9 @@ _ELEMENTWISE: Dict[str, Optional[str]] = {
     "ReduceLogSumExp": None, "ReduceSum": None, "ReduceMean": None, "ReduceMax": None, "ReduceMin": None,
     "ReduceProd": None,
 }
+
+
+_POOLS = ("AveragePool", "MaxPool", "LpPool")  # the pools with ceil_mode
 
 
 def _opset(model: onnx.ModelProto) -> int:
@@ -93,7 +99,7 @@ def _inferred(model: onnx.ModelProto) -> Dict[str, Tuple[int, List[Optional[int]
 def _pool_plan(node: onnx.NodeProto, dims: Optional[List[Optional[int]]]) -> Optional[Dict[str, Any]]:
     """For an AveragePool whose answer differs between releases: its windows as the specification takes them
     (output sizes, explicit pads, the extra end padding the last windows reach); else None."""
-    if node.op_type != "AveragePool" or node.domain not in ("", "ai.onnx") or dims is None:
+    if node.op_type not in _POOLS or node.domain not in ("", "ai.onnx") or dims is None:
         return None
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     kernel = [int(k) for k in attrs.get("kernel_shape", [])]
@@ -108,7 +114,7 @@ def _pool_plan(node: onnx.NodeProto, dims: Optional[List[Optional[int]]]) -> Opt
     strides = [int(v) for v in attrs.get("strides", [1] * spatial)]
     dilations = [int(v) for v in attrs.get("dilations", [1] * spatial)]
     pads = [int(v) for v in attrs.get("pads", [0] * (2 * spatial))]
-    include = bool(attrs.get("count_include_pad", 0))
+    include = node.op_type == "AveragePool" and bool(attrs.get("count_include_pad", 0))
     outs, extra, differs = [], [], False
     for i, size in enumerate(sizes):
         assert size is not None
@@ -127,7 +133,29 @@ def _pool_plan(node: onnx.NodeProto, dims: Optional[List[Optional[int]]]) -> Opt
     if not differs:
         return None
     return {"kernel": kernel, "strides": strides, "dilations": dilations, "pads": pads, "include": include,
-            "outs": outs, "extra": extra, "explicit_dilations": "dilations" in attrs}
+            "outs": outs, "extra": extra, "explicit_dilations": "dilations" in attrs, "sizes": sizes}
+
+
+def _floor_pool(node: onnx.NodeProto, plan: Dict[str, Any]) -> Optional[onnx.NodeProto]:
+    """A MaxPool or LpPool of ``plan`` as the same operator with ceil_mode=0 and the end pads that give the
+    specification's windows (a pad takes no part in a max, and adds 0 to a sum of |x|^p: the windows that both
+    keep are the same); None where the pads that would take are not ones ONNX Runtime accepts (negative, or
+    not smaller than the kernel)."""
+    spatial = len(plan["kernel"])
+    ends = []
+    for i, size in enumerate(plan["sizes"]):
+        reach = (plan["kernel"][i] - 1) * plan["dilations"][i] + 1
+        ends.append((plan["outs"][i] - 1) * plan["strides"][i] + reach - plan["pads"][i] - size)  # floor: outs
+    if any(end < 0 or end >= k for end, k in zip(ends, plan["kernel"])):
+        return None
+    replacement = onnx.NodeProto()
+    replacement.CopyFrom(node)
+    del replacement.attribute[:]
+    for attribute in node.attribute:
+        if attribute.name not in ("ceil_mode", "pads"):
+            replacement.attribute.append(attribute)
+    replacement.attribute.append(helper.make_attribute("pads", plan["pads"][:spatial] + ends))
+    return replacement
 
 
 def _explicit_pool(node: onnx.NodeProto, plan: Dict[str, Any], elem_type: int, opset: int,
@@ -195,7 +223,7 @@ def rewrite_changed_operators(model: onnx.ModelProto) -> List[str]:
     graph = model.graph
     opset = _opset(model)
     known = _constants(graph)
-    types = _inferred(model) if any(n.op_type == "AveragePool" for n in graph.node) else {}
+    types = _inferred(model) if any(n.op_type in _POOLS for n in graph.node) else {}
     rewritten: List[str] = []
     nodes: List[onnx.NodeProto] = []
     initializers: List[onnx.TensorProto] = []
@@ -203,7 +231,14 @@ def rewrite_changed_operators(model: onnx.ModelProto) -> List[str]:
         typed = types.get(node.input[0]) if node.input else None
         plan = _pool_plan(node, typed[1] if typed else None)
         if plan is not None and typed is not None:
-            nodes.extend(_explicit_pool(node, plan, typed[0] or onnx.TensorProto.FLOAT, opset, initializers))
+            if node.op_type == "AveragePool":
+                nodes.extend(_explicit_pool(node, plan, typed[0] or onnx.TensorProto.FLOAT, opset, initializers))
+            else:
+                floored = _floor_pool(node, plan)
+                if floored is None:
+                    nodes.append(node)
+                    continue
+                nodes.append(floored)
             _redeclare(graph, node.output[0], plan["outs"])
             rewritten.append(node.name or node.output[0])
             continue
