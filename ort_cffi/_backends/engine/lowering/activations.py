@@ -16,10 +16,12 @@ def _output(node: onnx.NodeProto, index: int = 0) -> Optional[str]:
 
 @lowers("ReluGrad")
 def relu_grad(node: onnx.NodeProto, emit: Emitter) -> None:
-    """dX = dY where X > 0, else 0 (inputs dY, X)."""
+    """dX = dY where X > 0, else 0 (inputs dY, X), written as dY * Cast(X > 0): the same values for finite dY,
+    and a plain elementwise Mul runs several times faster than Where on 1.19.2 and 1.31.1 (docs/internals/
+    runtime.md, the engine's forms). An infinite or NaN dY where X <= 0 gives NaN here, 0 in the kernel."""
     dy, x = node.input[0], node.input[1]
-    zero = emit.const_like(0.0, x)
-    emit.one("Where", [emit.one("Greater", [x, zero]), dy, emit.const_like(0.0, dy)], _output(node))
+    positive = emit.one("Greater", [x, emit.const_like(0.0, x)])
+    emit.one("Mul", [dy, emit.cast_like(positive, dy)], _output(node))
 
 
 @lowers("SigmoidGrad")
