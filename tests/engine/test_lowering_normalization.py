@@ -153,6 +153,48 @@ def test_softmax_cross_entropy_loss_internal(reduction, shapes, weighted, ignore
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("shapes", LOSS_SHAPES)
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("ignore", [None, 1, -100, "all"])
+@pytest.mark.parametrize("label_dtype", [np.int64, np.int32])
+def test_standard_softmax_cross_entropy_loss(reduction, shapes, weighted, ignore, label_dtype, current_runtime):
+    """The standard operator, which inference builds run as its function, in the lean form (LogSoftmax,
+    GatherElements, a reduction). Its kernel on 1.19.2 is the reference; every label ignored gives the kernel's
+    0 for mean (1.31's function gives NaN there, with weights)."""
+    logit_shape, label_shape = shapes
+    labels = rng.integers(0, logit_shape[1], label_shape).astype(label_dtype)
+    attributes = {"reduction": reduction}
+    if ignore is not None:
+        attributes["ignore_index"] = 1 if ignore == "all" else ignore
+        labels.reshape(-1)[:] = 1 if ignore == "all" else labels.reshape(-1)
+        labels.reshape(-1)[::3] = attributes["ignore_index"]
+    feeds = {"scores": values(logit_shape, scale=2.0), "labels": labels}
+    if weighted:
+        feeds["weights"] = np.abs(values((logit_shape[1],))) + 0.1
+    model = one_node_model("SoftmaxCrossEntropyLoss", feeds,
+                           [("loss", np.float32, label_shape if reduction == "none" else ()),
+                            ("log_prob", np.float32, logit_shape)], domain="", opset=17, **attributes)
+    lowered = check_lowering(model, feeds, current_runtime)
+    kinds = {n.op_type for n in lowered.graph.node}
+    assert "SoftmaxCrossEntropyLoss" not in kinds and "LogSoftmax" in kinds
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("shapes", LOSS_SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_lean_softmax_cross_entropy_loss_grad_kernels(reduction, shapes, dtype, current_runtime):
+    """No weights, no ignored label: the lean gradient, a handful of kernels, of float and double log_prob."""
+    logit_shape, label_shape = shapes
+    feeds = {"dY": values((), dtype), "log_prob": log_softmax(values(logit_shape)).astype(dtype),
+             "labels": rng.integers(0, logit_shape[1], label_shape).astype(np.int64)}
+    model = one_node_model("SoftmaxCrossEntropyLossGrad", feeds, [("d_logits", dtype, logit_shape)],
+                           reduction=reduction)
+    lowered = check_lowering(model, feeds, current_runtime)
+    kernels = [n.op_type for n in lowered.graph.node if n.op_type != "Constant"]
+    assert len(kernels) <= 8, kernels
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("shape", [(6, 5), (2, 3, 4)])
 def test_older_softmax_cross_entropy_and_its_gradient(reduction, shape, current_runtime):
     labels = np.exp(values(shape))

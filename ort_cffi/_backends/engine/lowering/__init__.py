@@ -21,8 +21,8 @@ import onnx
 from onnx import helper
 
 from ort_cffi._backends.engine.lowering.registry import (
-    CONTRIB_TARGETS, MICROSOFT, RULES, RUNTIME_DEFAULT_DOMAIN, Emitter, LoweringError, UnsupportedTrainingOpError,
-    infer_types)
+    CONTRIB_TARGETS, MICROSOFT, RESTATED_STANDARD, RULES, RUNTIME_DEFAULT_DOMAIN, Emitter, LoweringError,
+    UnsupportedTrainingOpError, infer_types)
 
 # run by the engine itself on its own state, not by the session's graph
 KEPT_FOR_THE_ENGINE = frozenset({"InPlaceAccumulatorV2", "AdamWOptimizer", "SGDOptimizerV2"})
@@ -55,10 +55,13 @@ def _is_standard(op_type: str, opset: int) -> bool:
 def needs_lowering(node: onnx.NodeProto, opset: int) -> bool:
     """Whether ``node`` is a training operator the engine must write in standard operators: a
     ``com.microsoft`` operator other than the inference ones every build has and those the engine keeps, or a
-    default-domain operator that the ONNX standard lacks at ``opset`` (MaxPoolGrad, AveragePoolGrad)."""
+    default-domain operator that the ONNX standard lacks at ``opset`` (MaxPoolGrad, AveragePoolGrad), or a standard
+    one that inference builds run as its function and a rule writes leaner (``RESTATED_STANDARD``)."""
     if node.domain == MICROSOFT:
         return node.op_type not in KEPT_FOR_THE_ENGINE and node.op_type not in CONTRIB_TARGETS
     if node.domain in ("", "ai.onnx"):
+        if node.op_type in RESTATED_STANDARD:
+            return True
         return node.op_type not in RUNTIME_DEFAULT_DOMAIN and not _is_standard(node.op_type, opset)
     return False
 

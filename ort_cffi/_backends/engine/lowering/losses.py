@@ -1,6 +1,11 @@
-"""Softmax cross-entropy in training: the loss with ``ignore_index`` as an input (…Internal) is the standard
-SoftmaxCrossEntropyLoss, and its gradient is Exp, OneHot, Sub and Mul, in the arithmetic of ONNX Runtime's CPU
-kernel (orttraining/training_ops/cpu/loss/softmax_cross_entropy_loss.cc)."""
+"""Softmax cross-entropy in training: the loss with ``ignore_index`` as an input (…Internal) and the standard
+SoftmaxCrossEntropyLoss itself, and the gradient as Exp, OneHot, Sub and Mul, in the arithmetic of ONNX
+Runtime's CPU kernel (orttraining/training_ops/cpu/loss/softmax_cross_entropy_loss.cc).
+
+Inference builds have no kernel for the standard SoftmaxCrossEntropyLoss: they run its ONNX function, about ten
+kernels. The engine writes it as LogSoftmax, GatherElements at the label and a reduction (the lean form), and
+the gradient without weights or an ignored label, which reads that LogSoftmax's output, in as few kernels (docs/internals/runtime.md,
+the engine's forms)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -26,6 +31,59 @@ def _ignore_index(node: onnx.NodeProto, emit: Emitter, input_index: int) -> Opti
     return None if value is None else emit.const(np.array(int(value), np.int64))
 
 
+def _lean_loss(emit: Emitter, scores: str, labels: str, weights: Optional[str], ignore: Optional[int],
+               reduction: str, loss: str, log_prob: Optional[str]) -> None:
+    """log_prob = LogSoftmax over the classes (axis 1), the loss -log_prob at each label (GatherElements), times
+    the label's weight, 0 where the label is ``ignore``, then summed or averaged as ``reduction`` says: over the
+    weights' sum, or the count of labels not ignored; where that is 0, the kernel's 0. Any rank of scores."""
+    log_prob = emit.one("LogSoftmax", [scores], log_prob, axis=1)
+    labels64 = labels if emit.elem_type(labels) == TensorProto.INT64 else \
+        emit.one("Cast", [labels], to=TensorProto.INT64)
+    kept = None
+    if ignore is not None:
+        kept = emit.one("Not", [emit.one("Equal", [labels64, emit.const(np.array(ignore, np.int64))])])
+        labels64 = emit.one("Where", [kept, labels64, emit.const(np.array(0, np.int64))])
+    picked = emit.one("GatherElements", [log_prob, emit.unsqueeze(labels64, [1])], axis=1)
+    if kept is None and weights is None and reduction != "none":  # a reduction over every axis needs no Squeeze
+        emit.one("Neg", [emit.reduce("ReduceSum" if reduction == "sum" else "ReduceMean", picked, None,
+                                     keepdims=False)], loss)
+        return
+    zero = emit.const_like(0.0, scores)
+    picked = emit.squeeze(picked, [1])
+    weight = None
+    if weights is not None:
+        weight = emit.one("Gather", [weights, labels64], axis=0)
+        if kept is not None:
+            weight = emit.one("Where", [kept, weight, zero])
+        picked = emit.one("Mul", [picked, weight])
+    elif kept is not None:
+        picked = emit.one("Where", [kept, picked, zero])
+    if reduction == "none":
+        emit.one("Neg", [picked], loss)
+    elif reduction == "sum":
+        emit.one("Neg", [emit.reduce("ReduceSum", picked, None, keepdims=False)], loss)
+    else:
+        divisor = emit.reduce("ReduceSum", weight if weight is not None else emit.cast_like(kept, scores), None,
+                              keepdims=False)
+        total = emit.reduce("ReduceSum", picked, None, keepdims=False)
+        nonzero = emit.one("Not", [emit.one("Equal", [divisor, zero])])
+        quotient = emit.one("Div", [total, divisor])
+        emit.one("Neg", [emit.one("Where", [nonzero, quotient, total])], loss)
+
+
+@lowers("SoftmaxCrossEntropyLoss")
+def softmax_cross_entropy_loss(node: onnx.NodeProto, emit: Emitter) -> None:
+    """The standard operator (inputs scores, labels, weights; outputs loss, log_prob) in the lean form
+    (``_lean_loss``); before opset 13, where LogSoftmax flattens to 2-D, the operator as it is."""
+    if emit.opset < 13:
+        emit.node(node.op_type, list(node.input), list(node.output), **{
+            a.name: attribute(node, a.name) for a in node.attribute})
+        return
+    ignore = attribute(node, "ignore_index")
+    _lean_loss(emit, node.input[0], node.input[1], _given(node, 2), None if ignore is None else int(ignore),
+               attribute(node, "reduction", "mean"), node.output[0], _out(node, 1))
+
+
 @lowers("SoftmaxCrossEntropyLossInternal")
 def softmax_cross_entropy_loss_internal(node: onnx.NodeProto, emit: Emitter) -> None:
     """Inputs scores [N, C, d...], labels, weights, ignore_index; outputs loss, log_prob. Where ignore_index is
@@ -40,9 +98,8 @@ def softmax_cross_entropy_loss_internal(node: onnx.NodeProto, emit: Emitter) -> 
     known = emit.value(given) if given is not None else None
     if given is None or known is not None:
         ignore = attribute(node, "ignore_index") if known is None else int(known.reshape(-1)[0])
-        inputs = [scores, labels] + ([weights] if weights is not None else [])
-        outputs = [node.output[0]] + ([node.output[1]] if len(node.output) > 1 and node.output[1] else [])
-        emit.node("SoftmaxCrossEntropyLoss", inputs, outputs, reduction=reduction, ignore_index=ignore)
+        _lean_loss(emit, scores, labels, weights, None if ignore is None else int(ignore), reduction,
+                   node.output[0], _out(node, 1))
         return
     log_prob = emit.one("LogSoftmax", [scores], _out(node, 1), axis=1)
     labels64 = emit.one("Cast", [labels], to=TensorProto.INT64)
@@ -80,8 +137,12 @@ def softmax_cross_entropy_loss_grad(node: onnx.NodeProto, emit: Emitter) -> None
     times the label's weight where there are weights, and with weights the mean divides by their sum."""
     dy, log_prob, labels = node.input[0], node.input[1], node.input[2]
     weights = _given(node, 3)
-    ignore = _ignore_index(node, emit, 4)
     reduction = attribute(node, "reduction", "mean")
+    if weights is None and _given(node, 4) is None and attribute(node, "ignore_index") is None \
+            and reduction in ("mean", "sum"):
+        _lean_loss_grad(emit, dy, log_prob, labels, reduction, node.output[0])
+        return
+    ignore = _ignore_index(node, emit, 4)
     labels64 = emit.one("Cast", [labels], to=TensorProto.INT64)
     if ignore is not None:
         kept = emit.one("Not", [emit.one("Equal", [labels64, ignore])])
@@ -118,6 +179,28 @@ def softmax_cross_entropy_loss_grad(node: onnx.NodeProto, emit: Emitter) -> None
         emit.copy(grad, node.output[0])
     else:
         emit.one("Where", [emit.unsqueeze(kept, [1]), grad, zero], node.output[0])
+
+
+def _onehot(emit: Emitter, labels64: str, log_prob: str) -> str:
+    """OneHot of the labels along axis 1, of log_prob's type (1.31 has no double OneHot kernel: a float one is
+    exact, then cast); the class count a constant where shape inference knows it."""
+    dims = emit.shape(log_prob)
+    classes = emit.const(np.array([dims[1]], np.int64)) if dims is not None and len(dims) > 1 and \
+        isinstance(dims[1], int) else emit.shape_of(log_prob, 1, 2)
+    onehot = emit.one("OneHot", [labels64, classes, emit.const(np.array([0.0, 1.0], np.float32))], axis=1)
+    return onehot if emit.elem_type(log_prob) == TensorProto.FLOAT else emit.cast_like(onehot, log_prob)
+
+
+def _lean_loss_grad(emit: Emitter, dy: str, log_prob: str, labels: str, reduction: str, output: str) -> None:
+    """No weights, no ignored label, a scalar dY: (exp(log_prob) - onehot(label)) * dY, dY over the count of
+    labels for mean. An empty batch has an empty gradient, so the count needs no guard against 0."""
+    labels64 = labels if emit.elem_type(labels) == TensorProto.INT64 else \
+        emit.one("Cast", [labels], to=TensorProto.INT64)
+    difference = emit.one("Sub", [emit.one("Exp", [log_prob]), _onehot(emit, labels64, log_prob)])
+    scaled = dy
+    if reduction == "mean":
+        scaled = emit.one("Div", [dy, emit.cast_like(emit.one("Size", [labels64]), log_prob)])
+    emit.one("Mul", [difference, scaled], output)
 
 
 def _rows(emit: Emitter, log_prob: str) -> str:

@@ -27,6 +27,9 @@ CONTRIB_TARGETS = frozenset({"FusedMatMul", "Gelu", "FastGelu", "BiasGelu", "Qui
 # Default-domain operators that ONNX lacks below some opset but ONNX Runtime's inference builds register there
 # themselves, 1.19.2 and 1.31.1 alike (LayerNormalization before opset 17): they run as they are.
 RUNTIME_DEFAULT_DOMAIN = frozenset({"LayerNormalization", "SimplifiedLayerNormalization"})
+# Standard operators that inference builds have no kernel for and run as their ONNX function, node by node, where
+# a rule writes them in fewer kernels (SoftmaxCrossEntropyLoss: only training builds register its kernel).
+RESTATED_STANDARD = frozenset({"SoftmaxCrossEntropyLoss"})
 
 
 class LoweringError(ValueError):
