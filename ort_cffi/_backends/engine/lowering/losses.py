@@ -63,8 +63,12 @@ def _lean_loss(emit: Emitter, scores: str, labels: str, weights: Optional[str], 
     elif reduction == "sum":
         emit.one("Neg", [emit.reduce("ReduceSum", picked, None, keepdims=False)], loss)
     else:
-        divisor = emit.reduce("ReduceSum", weight if weight is not None else emit.cast_like(kept, scores), None,
-                              keepdims=False)
+        if weight is not None:
+            counted = weight
+        else:  # without weights this branch is reached only with an ignored label (the early return above)
+            assert kept is not None
+            counted = emit.cast_like(kept, scores)
+        divisor = emit.reduce("ReduceSum", counted, None, keepdims=False)
         total = emit.reduce("ReduceSum", picked, None, keepdims=False)
         nonzero = emit.one("Not", [emit.one("Equal", [divisor, zero])])
         quotient = emit.one("Div", [total, divisor])
