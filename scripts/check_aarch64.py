@@ -57,7 +57,8 @@ def check(condition: bool, what: str) -> None:
 def check_loader(version: str) -> None:
     from ort_cffi import OnnxTensor, OrtEnvironment, backend
     from ort_cffi._native import elf
-    from ort_cffi._native.loader import RuntimeFile, _dlopen, _dlsym, prepare_image
+    from ort_cffi._native.dynlib import find_symbol, open_library
+    from ort_cffi._native.loader import RuntimeFile, prepare_image
     from ort_cffi.capi import API_VERSION, ffi, get_runtime
 
     for name in ("ORT_CFFI_LIBRARY", "ORT_CFFI_BACKEND"):
@@ -73,8 +74,8 @@ def check_loader(version: str) -> None:
     # The static finder against the run time, for the library the loader chose.
     location = elf.find_api_base(runtime.library, version, anchors=["OrtGetApiBase"])
     check(location.machine == "aarch64", "the finder read an aarch64 file")
-    handle = _dlopen(runtime.library)
-    get_api_base = _dlsym(handle, "OrtGetApiBase")
+    handle = open_library(runtime.library)
+    get_api_base = find_symbol(handle, "OrtGetApiBase")
     load_base = get_api_base - location.anchor_address
     returned = int(ffi.cast("uintptr_t", ffi.cast("const OrtApiBase*(*)(void)", get_api_base)()))
     check(returned - load_base == location.api_base,
@@ -86,8 +87,8 @@ def check_loader(version: str) -> None:
     check(len(extension) == 1, f"the wheel has one extension module ({[e.name for e in extension]})")
     image, record = prepare_image(RuntimeFile(extension[0], "extension", version, "the aarch64 check"))
     located = record["location"]
-    image_handle = _dlopen(str(image))
-    image_base = _dlsym(image_handle, located["anchor"]) - located["anchor_address"]
+    image_handle = open_library(str(image))
+    image_base = find_symbol(image_handle, located["anchor"]) - located["anchor_address"]
     api_base = ffi.cast("const OrtApiBase*", image_base + located["api_base"])
     answered = ffi.string(api_base.GetVersionString()).decode()
     check(answered == version, f"the extension's private image ({image.name}): OrtApiBase at load base + "

@@ -49,6 +49,7 @@ SECTIONS: Dict[str, type] = {
     "OrtSession.SessionOptions.OptLevel": OptLevel,
     "OrtSession.SessionOptions.ExecutionMode": ExecutionMode,
     "NodeInfo": ort_cffi.NodeInfo,
+    "OnnxModelMetadata": ort_cffi.OnnxModelMetadata,
     "Set<String>": NameSet,
     "Optional<OnnxValue>": Optional_,
     "Map.Entry<String, OnnxValue>": Entry,
