@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from typing import Any, Callable, Optional, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from ort_cffi._native.errors import OrtErrorCode, OrtException, OrtFileNotFoundException
 
@@ -102,10 +102,24 @@ def probe_writes(directory: str) -> None:
                 pass
 
 
-def atomic_write(target: str, write: Callable[[str], None], what: str) -> None:
+def _fsync_file(path: str) -> None:
+    written = os.open(path, os.O_RDONLY)  # read-only: fsync needs no write access
+    try:
+        os.fsync(written)
+    finally:
+        os.close(written)
+
+
+def atomic_write(target: str, write: Callable[[str], None], what: str, companions: Sequence[str] = ()) -> None:
     """Have ``write(tmp_path)`` produce the file beside ``target``, fsync it, then rename it over
     ``target`` and fsync the folder. On any failure the temporary file is removed and ``target``
-    is untouched: a crash at any moment leaves the old file or the new one, never a partial one."""
+    is untouched: a crash at any moment leaves the old file or the new one, never a partial one.
+
+    ``companions``: suffixes of files whose name the reader derives from the file's own (a checkpoint's
+    ``<checkpoint>.data``). One that ``write`` made beside the temporary file is fsynced and renamed to
+    ``target + suffix`` just before ``target`` itself; a stale one of the old ``target`` that the new file
+    does not have is removed after. Two renames cannot be one: a crash between them leaves the new companion
+    beside the old file."""
     directory = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(directory):
         raise OrtFileNotFoundException(
@@ -113,21 +127,30 @@ def atomic_write(target: str, write: Callable[[str], None], what: str) -> None:
         )
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
     os.close(fd)
+    made: List[str] = []
     try:
         write(tmp)
-        written = os.open(tmp, os.O_RDONLY)  # read-only: fsync needs no write access
-        try:
-            os.fsync(written)
-        finally:
-            os.close(written)
+        _fsync_file(tmp)
         os.chmod(tmp, mode_for(target))  # mkstemp makes 0600; keep what a plain open() would give
+        made = [suffix for suffix in companions if os.path.exists(tmp + suffix)]
+        for suffix in made:
+            _fsync_file(tmp + suffix)
+            os.chmod(tmp + suffix, mode_for(target + suffix))
+            os.replace(tmp + suffix, target + suffix)
         os.replace(tmp, target)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        for path in [tmp] + [tmp + suffix for suffix in companions]:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
         raise
+    for suffix in companions:
+        if suffix not in made:
+            try:
+                os.unlink(target + suffix)
+            except FileNotFoundError:
+                pass
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

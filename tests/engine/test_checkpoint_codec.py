@@ -305,6 +305,29 @@ def test_external_data_reads_from_beside_the_checkpoint_and_writes_as_the_runtim
         read_checkpoint(tmp_path / "ours")
 
 
+def test_a_save_with_external_data_keeps_it_beside_the_saved_checkpoint(tmp_path: Path) -> None:
+    """The facade's crash-safe save writes a temporary file that the runtime gives its own ``<temporary>.data``;
+    the data must end up as ``<checkpoint>.data``, where a load looks for it, and nothing be left behind. A later
+    save of an inline state over it removes the data file it no longer reads."""
+    full = read_checkpoint(ARTIFACTS / "tiny" / "checkpoint")
+    tensors = [numpy_helper.from_array(np.array(value), key) for key, value in full.trainable.items()]
+    builder_write_checkpoint(tmp_path / "ckpt", tensors, [], external_data_threshold=0)
+    with training_session(ARTIFACTS / "tiny", tmp_path / "ckpt") as session:
+        train_steps(session, "tiny", 1)
+        state = session.getCheckpointState()
+        expected = {key: state.getParameter(key) for key in full.trainable}
+        session.saveCheckpoint(tmp_path / "saved", True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "ckpt.data", "saved", "saved.data"]
+    with training_session(ARTIFACTS / "tiny", tmp_path / "saved") as session:
+        state = session.getCheckpointState()
+        for key, value in expected.items():
+            assert np.array_equal(state.getParameter(key), value)
+    with OrtCheckpointState.loadCheckpoint(ARTIFACTS / "tiny" / "checkpoint") as inline:
+        inline.saveCheckpoint(tmp_path / "saved")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "ckpt.data", "saved"]
+    assert not read_checkpoint(tmp_path / "saved").external_data
+
+
 def test_past_the_flatbuffer_limit_the_parameters_go_beside_the_checkpoint(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The runtime saves a 1.9 GB state inline (measured); only past FlatBuffers' 2 GiB limit (lowered here) does

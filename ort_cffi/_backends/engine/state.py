@@ -64,6 +64,8 @@ class EngineState:
 
     def __init__(self, checkpoint: Checkpoint) -> None:
         self.nominal = bool(checkpoint.nominal)
+        # A state loaded with its data beside the checkpoint is saved that way again, as ONNX Runtime saves it
+        self.external_data = bool(checkpoint.external_data)
         self._lay_out(checkpoint.trainable, checkpoint.frozen, copy=not self.nominal)
         self.properties: Dict[str, PropertyValue] = dict(checkpoint.properties)
         # The optimizer's state: absent until a session with an optimizer model makes it, or a checkpoint brings it.
@@ -151,4 +153,5 @@ class EngineState:
             optimizer_groups=groups,
             properties=dict(self.properties),
             nominal=self.nominal,
+            external_data=self.external_data,
         )

@@ -30,6 +30,8 @@ from ort_cffi._native.tables import check_status, ffi, get_runtime
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+# ONNX Runtime keeps a large checkpoint's tensors in "<checkpoint>.data", found by the checkpoint's own name
+EXTERNAL_DATA_SUFFIX = ".data"
 _PROPERTY_TYPES = {0: "an int", 1: "a float", 2: "a str"}  # OrtPropertyType -> what a message calls it
 
 
@@ -222,6 +224,7 @@ class OrtCheckpointState(NativeHandle):
                     f"saving checkpoint {path!r}",
                 ),
                 "checkpoint",
+                companions=(EXTERNAL_DATA_SUFFIX,),  # read from beside the checkpoint, by its name
             )
 
     # --- properties ------------------------------------------------------------------------------
