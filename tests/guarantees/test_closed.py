@@ -138,6 +138,7 @@ RUN_OPTIONS_CALLS = {
 INFERENCE_CALLS = {
     "getInputInfo": lambda o: o.getInputInfo(),
     "getInputNames": lambda o: o.getInputNames(),
+    "getMetadata": lambda o: o.getMetadata(),
     "getNumInputs": lambda o: o.getNumInputs(),
     "getNumOutputs": lambda o: o.getNumOutputs(),
     "getOutputInfo": lambda o: o.getOutputInfo(),
