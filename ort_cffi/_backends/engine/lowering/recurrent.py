@@ -337,7 +337,7 @@ def lstm_training(node: onnx.NodeProto, emit: Emitter) -> None:
             i_t, o_t, f_t = _split(step, sig, [hidden] * 3)
             c_new = step.one("Add", [step.one("Mul", [f_t, c]), step.one("Mul", [i_t, c_gate])])
             h_new = step.one("Mul", [o_t, step.one("Tanh", [c_new])])
-            per_step = step.one("Concat", [sig, c_gate], axis=-1)
+            per_step = [sig, c_gate]
         else:
             p_i, p_o, p_f = _split(emit, peephole, [hidden] * 3)
             pre_i, pre_o, pre_f, pre_c = _split(step, pre, [hidden] * 4)
@@ -347,11 +347,13 @@ def lstm_training(node: onnx.NodeProto, emit: Emitter) -> None:
             c_new = step.one("Add", [step.one("Mul", [f_t, c]), step.one("Mul", [i_t, c_gate])])
             o_t = step.one("Sigmoid", [step.one("Add", [pre_o, step.one("Mul", [p_o, c_new])])])
             h_new = step.one("Mul", [o_t, step.one("Tanh", [c_new])])
-            per_step = step.one("Concat", [i_t, o_t, f_t, c_gate], axis=-1)
+            per_step = [i_t, o_t, f_t, c_gate]
         states, shown = _within(scan, [(h, h_new), (c, c_new)], mask is not None)
-        final_h, final_c, y, all_c, iofc = scan.run(
-            [view.state(H0, d), view.state(C0, d)], [from_x] + ([mask] if mask else []), states + shown + [per_step],
+        # the gate values leave the Scan in parts, put together once after it (not one Concat per step)
+        final_h, final_c, y, all_c, *gates = scan.run(
+            [view.state(H0, d), view.state(C0, d)], [from_x] + ([mask] if mask else []), states + shown + per_step,
             2, reverse)
+        iofc = emit.one("Concat", gates, axis=-1)
         found["y"].append(y)
         found["final_h"].append(view.final(final_h))
         found["final_c"].append(view.final(final_c))
@@ -480,9 +482,10 @@ def gru_training(node: onnx.NodeProto, emit: Emitter) -> None:
         h_gate = step.one("Tanh", [h_pre])
         h_new = step.one("Add", [h_gate, step.one("Mul", [z_t, step.one("Sub", [h, h_gate])])])
         states, shown = _within(scan, [(h, h_new)], mask is not None)
-        zrh = step.one("Concat", [zr, h_gate], axis=-1)
-        final_h, y, zrh_all = scan.run([view.state(H0, d)], [x_zr, x_h] + ([mask] if mask else []),
-                                       states + shown + [zrh], 1, reverse)
+        # zr and h leave the Scan apart, put together once after it (not one Concat per step)
+        final_h, y, zr_all, h_all = scan.run([view.state(H0, d)], [x_zr, x_h] + ([mask] if mask else []),
+                                             states + shown + [zr, h_gate], 1, reverse)
+        zrh_all = emit.one("Concat", [zr_all, h_all], axis=-1)
         found["y"].append(y)
         found["final_h"].append(view.final(final_h))
         found["zrh"].append(zrh_all)
