@@ -179,6 +179,15 @@ def test_standard_softmax_cross_entropy_loss(reduction, shapes, weighted, ignore
     assert "SoftmaxCrossEntropyLoss" not in kinds and "LogSoftmax" in kinds
 
 
+def test_standard_softmax_cross_entropy_loss_before_opset_13_stays(current_runtime):
+    """Before opset 13 LogSoftmax flattens to 2-D: the operator is left as it is, and still agrees."""
+    feeds = {"scores": values((2, 3, 4)), "labels": rng.integers(0, 3, (2, 4)).astype(np.int64)}
+    model = one_node_model("SoftmaxCrossEntropyLoss", feeds, [("loss", np.float32, ()),
+                                                              ("log_prob", np.float32, (2, 3, 4))], domain="", opset=12)
+    lowered = check_lowering(model, feeds, current_runtime)
+    assert [n.op_type for n in lowered.graph.node] == ["SoftmaxCrossEntropyLoss"]
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 @pytest.mark.parametrize("shapes", LOSS_SHAPES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
