@@ -4,8 +4,8 @@ Runtime's CPU kernel (orttraining/training_ops/cpu/loss/softmax_cross_entropy_lo
 
 Inference builds have no kernel for the standard SoftmaxCrossEntropyLoss: they run its ONNX function, about ten
 kernels. The engine writes it as LogSoftmax, GatherElements at the label and a reduction (the lean form), and
-the gradient without weights or an ignored label, which reads that LogSoftmax's output, in as few kernels (docs/internals/runtime.md,
-the engine's forms)."""
+the gradient without weights or an ignored label, which reads that LogSoftmax's output, in as few kernels
+(docs/internals/runtime.md, the engine's forms)."""
 from __future__ import annotations
 
 from typing import Optional
