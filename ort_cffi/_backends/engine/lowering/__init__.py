@@ -229,7 +229,7 @@ def lower_training_ops(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def lowered_op_types() -> List[str]:
-    """The training operator types that have a lowering rule, sorted."""
+    """The operator types that have a lowering rule (training operators, and ``RESTATED_STANDARD``), sorted."""
     return sorted(RULES)
 
 

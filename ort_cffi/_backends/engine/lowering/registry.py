@@ -60,7 +60,8 @@ RULES: Dict[str, Rule] = {}
 
 
 def lowers(*op_types: str) -> Callable[[Rule], Rule]:
-    """Register the decorated function as the lowering of the ``com.microsoft`` operators ``op_types``."""
+    """Register the decorated function as the lowering of the operators ``op_types``: ``com.microsoft`` training
+    operators, and the standard ones of ``RESTATED_STANDARD``."""
 
     def register(rule: Rule) -> Rule:
         for op_type in op_types:
