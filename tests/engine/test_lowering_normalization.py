@@ -119,12 +119,16 @@ def test_softmax_cross_entropy_loss_grad(shapes, reduction, weighted, ignore, cu
 
 @pytest.mark.parametrize("reduction", ["mean", "none"])
 @pytest.mark.parametrize("label_dtype", [np.int64, np.int32])
-def test_softmax_cross_entropy_loss_internal_grad(reduction, label_dtype, current_runtime):
+@pytest.mark.parametrize("weighted", [True, False])
+def test_softmax_cross_entropy_loss_internal_grad(reduction, label_dtype, weighted, current_runtime):
     labels = rng.integers(0, 5, (6,)).astype(label_dtype)
     labels[1] = 2
     feeds = {"dY": values((6,) if reduction == "none" else ()), "log_prob": log_softmax(values((6, 5))),
              "labels": labels, "weights": np.abs(values((5,))) + 0.1, "ignore_index": np.array(2, np.int64)}
+    if not weighted:
+        del feeds["weights"]
     model = one_node_model("SoftmaxCrossEntropyLossInternalGrad", feeds, [("d_logits", np.float32, (6, 5))],
+                           inputs=["dY", "log_prob", "labels", "weights" if weighted else "", "ignore_index"],
                            reduction=reduction)
     check_lowering(model, feeds, current_runtime)
 
@@ -177,6 +181,16 @@ def test_standard_softmax_cross_entropy_loss(reduction, shapes, weighted, ignore
     lowered = check_lowering(model, feeds, current_runtime)
     kinds = {n.op_type for n in lowered.graph.node}
     assert "SoftmaxCrossEntropyLoss" not in kinds and "LogSoftmax" in kinds
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_softmax_cross_entropy_loss_grad_with_every_label_ignored(reduction, current_runtime):
+    """No label kept: a zero gradient, as the kernel gives (the mean's count of 0 divides nothing)."""
+    feeds = {"dY": values((2, 3) if reduction == "none" else ()), "log_prob": log_softmax(values((2, 4, 3))),
+             "labels": np.full((2, 3), 1, np.int64)}
+    model = one_node_model("SoftmaxCrossEntropyLossGrad", feeds, [("d_logits", np.float32, (2, 4, 3))],
+                           reduction=reduction, ignore_index=1)
+    check_lowering(model, feeds, current_runtime)
 
 
 def test_standard_softmax_cross_entropy_loss_before_opset_13_stays(current_runtime):

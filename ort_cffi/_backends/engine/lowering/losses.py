@@ -4,8 +4,8 @@ Runtime's CPU kernel (orttraining/training_ops/cpu/loss/softmax_cross_entropy_lo
 
 Inference builds have no kernel for the standard SoftmaxCrossEntropyLoss: they run its ONNX function, about ten
 kernels. The engine writes it as LogSoftmax, GatherElements at the label and a reduction (the lean form), and
-the gradient without weights or an ignored label, which reads that LogSoftmax's output, in as few kernels
-(docs/internals/runtime.md, the engine's forms)."""
+the gradient without weights, which reads that LogSoftmax's output, in as few kernels (docs/internals/
+runtime.md, the engine's forms)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -142,11 +142,10 @@ def softmax_cross_entropy_loss_grad(node: onnx.NodeProto, emit: Emitter) -> None
     dy, log_prob, labels = node.input[0], node.input[1], node.input[2]
     weights = _given(node, 3)
     reduction = attribute(node, "reduction", "mean")
-    if weights is None and _given(node, 4) is None and attribute(node, "ignore_index") is None \
-            and reduction in ("mean", "sum"):
-        _lean_loss_grad(emit, dy, log_prob, labels, reduction, node.output[0])
-        return
     ignore = _ignore_index(node, emit, 4)
+    if weights is None:
+        _lean_loss_grad(emit, dy, log_prob, labels, ignore, reduction, node.output[0])
+        return
     labels64 = emit.one("Cast", [labels], to=TensorProto.INT64)
     if ignore is not None:
         kept = emit.one("Not", [emit.one("Equal", [labels64, ignore])])
@@ -195,16 +194,33 @@ def _onehot(emit: Emitter, labels64: str, log_prob: str) -> str:
     return onehot if emit.elem_type(log_prob) == TensorProto.FLOAT else emit.cast_like(onehot, log_prob)
 
 
-def _lean_loss_grad(emit: Emitter, dy: str, log_prob: str, labels: str, reduction: str, output: str) -> None:
-    """No weights, no ignored label, a scalar dY: (exp(log_prob) - onehot(label)) * dY, dY over the count of
-    labels for mean. An empty batch has an empty gradient, so the count needs no guard against 0."""
+def _lean_loss_grad(emit: Emitter, dy: str, log_prob: str, labels: str, ignore: Optional[str], reduction: str,
+                    output: str) -> None:
+    """No weights: (exp(log_prob) - onehot(label)) * dY, dY over the count of labels (not ignored) for mean, dY
+    per sample for none; where a label is ignored (``ignore``: an int64 scalar value), its one-hot is taken at
+    class 0 and its row times 0. The count's guard against 0: a batch with no label kept has no row to scale
+    (every row is times 0, or the batch is empty), so the count is taken at least 1 (one Max, not a Where)."""
     labels64 = labels if emit.elem_type(labels) == TensorProto.INT64 else \
         emit.one("Cast", [labels], to=TensorProto.INT64)
+    kept = None
+    if ignore is not None:
+        kept = emit.one("Not", [emit.one("Equal", [labels64, ignore])])
+        labels64 = emit.one("Where", [kept, labels64, emit.const(np.array(0, np.int64))])
     difference = emit.one("Sub", [emit.one("Exp", [log_prob]), _onehot(emit, labels64, log_prob)])
-    scaled = dy
-    if reduction == "mean":
-        scaled = emit.one("Div", [dy, emit.cast_like(emit.one("Size", [labels64]), log_prob)])
-    emit.one("Mul", [difference, scaled], output)
+    if kept is None and reduction != "none":  # a scalar factor
+        scaled = dy
+        if reduction == "mean":
+            scaled = emit.one("Div", [dy, emit.cast_like(emit.one("Size", [labels64]), log_prob)])
+        emit.one("Mul", [difference, scaled], output)
+        return
+    factor = dy  # per sample [N, d...] for none, else a scalar
+    if kept is not None:
+        kept_values = emit.cast_like(kept, log_prob)
+        if reduction == "mean":
+            count = emit.reduce("ReduceSum", kept_values, None, keepdims=False)
+            factor = emit.one("Div", [dy, emit.one("Max", [count, emit.const_like(1.0, log_prob)])])
+        factor = emit.one("Mul", [kept_values, factor])
+    emit.one("Mul", [difference, emit.unsqueeze(factor, [1])], output)
 
 
 def _rows(emit: Emitter, log_prob: str) -> str:
