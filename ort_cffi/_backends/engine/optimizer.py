@@ -46,87 +46,14 @@ def clip_by_total_norm(gradients: Dict[np.dtype, np.ndarray], max_norm: float) -
 CHUNK = 1 << 16  # elements per pass: a chunk of each of the four buffers and the two scratches stay in L2 cache
 
 
-class Scratch:
-    """Two float32 buffers of ``CHUNK`` elements, made once per session: the update runs chunk by chunk over
-    them, so a step allocates nothing and its temporaries take 512 KiB whatever the model's size (a whole-buffer
-    temporary would add twice the parameters to the peak memory, and each pass would leave the cache)."""
-
-    def __init__(self, size: int = CHUNK) -> None:
-        self.first = np.empty(size, F32)
-        self.second = np.empty(size, F32)
-
-
-def adamw(spec: OptimizerSpec, lr: float, step: int, p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray,
-          scratch: Optional[Scratch] = None) -> None:
-    """One AdamWOptimizer update in place; ``step`` is the kernel's step input (the stored count + 1).
-
-    Elementwise, so computing it chunk by chunk gives the same bits as over the whole buffers."""
-    a, b, eps, wd, rate = F32(spec.alpha), F32(spec.beta), F32(spec.epsilon), F32(spec.weight_decay), F32(lr)
-    bc1 = bc2 = F32(1)
-    lr_corrected = rate
-    if spec.correct_bias == 1:
-        # std::pow(float, int64) is computed in double, then cast back to float.
-        bc1 = F32(F32(1) - F32(pow(float(a), float(step))))
-        bc2 = F32(F32(1) - F32(pow(float(b), float(step))))
-        lr_corrected = F32(rate * F32(F32(np.sqrt(bc2)) / bc1))
-    one_minus_a, one_minus_b, decay = F32(F32(1) - a), F32(F32(1) - b), F32(rate * wd)
-    scratch = scratch or Scratch()
-    size = scratch.first.size
-    multiply, add, subtract, divide, sqrt = np.multiply, np.add, np.subtract, np.divide, np.sqrt
-    for start in range(0, p.size, size):
-        stop = min(p.size, start + size)
-        pc, gc, mc, vc = p[start:stop], g[start:stop], m[start:stop], v[start:stop]
-        t, u = scratch.first[:stop - start], scratch.second[:stop - start]
-        if spec.adam_mode == 0 and wd != 0:
-            multiply(pc, rate, out=t)  # weight * lr * weight_decay, left to right
-            multiply(t, wd, out=t)
-            subtract(pc, t, out=pc)
-        # m = alpha * m + (1 - alpha) * g
-        multiply(mc, a, out=mc)
-        multiply(gc, one_minus_a, out=t)
-        add(mc, t, out=mc)
-        # v = beta * v + (1 - beta) * g * g
-        multiply(vc, b, out=vc)
-        multiply(gc, one_minus_b, out=t)
-        multiply(t, gc, out=t)
-        add(vc, t, out=vc)
-        if spec.adam_mode == 0:
-            # p -= (lr * m) / (bc1 * (sqrt(v / bc2) + eps))
-            divide(vc, bc2, out=t)
-            sqrt(t, out=t)
-            add(t, eps, out=t)
-            multiply(t, bc1, out=t)
-            multiply(mc, rate, out=u)
-        else:
-            # p -= (lr_corrected * m) / (sqrt(v) + eps); then p -= (lr * weight_decay) * p
-            sqrt(vc, out=t)
-            add(t, eps, out=t)
-            multiply(mc, lr_corrected, out=u)
-        divide(u, t, out=u)
-        subtract(pc, u, out=pc)
-        if spec.adam_mode != 0 and wd != 0:
-            multiply(pc, decay, out=t)
-            subtract(pc, t, out=pc)
-
-
-def sgd(lr: float, p: np.ndarray, g: np.ndarray, scratch: Optional[Scratch] = None) -> None:
-    """SGDOptimizerV2: p = p + (-lr) * g."""
-    scratch = scratch or Scratch()
-    size, negative_rate = scratch.first.size, F32(-F32(lr))
-    for start in range(0, p.size, size):
-        stop = min(p.size, start + size)
-        t = scratch.first[:stop - start]
-        np.multiply(g[start:stop], negative_rate, out=t)
-        np.add(p[start:stop], t, out=p[start:stop])
-
-
 class Update:
     """One type's optimizer update, set up once per session over its flat buffers (parameters, gradients, and
     for AdamW the [2, size] buffer of both moments): the chunks' views and the constants are made here, so that a
     step is only its vectorised operations. On a small model a step is a few microseconds of numpy calls, which
-    is what it costs (docs/guides/performance.md): AdamW takes 9 calls per chunk where ``adamw`` above takes 12,
+    is what it costs (docs/guides/performance.md): AdamW takes 9 calls per chunk where the kernel's operation-by-operation form takes 12,
     because the two moments' ``x = factor * x + (1 - factor) * g``-shaped updates run as one call over both rows.
-    The bits are ``adamw``'s and ``sgd``'s (tests/engine/test_optimizer.py compares them)."""
+    The bits are the kernels' (tests/engine/test_optimizer.py holds their operation-by-operation form and
+    compares)."""
 
     def __init__(self, spec: OptimizerSpec, p: np.ndarray, g: np.ndarray, pair: Optional[np.ndarray],
                  chunk: int = CHUNK) -> None:
