@@ -79,6 +79,11 @@ pip_install() { "$VENV_PY" -m pip install -q --disable-pip-version-check "$@"; }
 pip_install --upgrade pip
 pip_install -e ".[$EXTRA]"
 
+# What every interpreter's run shares under .cache (the runtimes and the survey below) is fetched by one run at a
+# time: CI runs two interpreters at once (.ci/run), and a folder half made by one must not be read by the other.
+mkdir -p .cache
+exec 9>.cache/shared-downloads.lock
+flock 9
 # Inference-only runtimes (real libraries with OrtGetApiBase exported): 1.19.2 and 1.20.1 for the loader's
 # reading of inference builds, 1.31.1 (the current release) for ort_cffi's engine (tests/engine). They are the
 # `onnxruntime` package too, so each goes into a folder of its own, never on sys.path.
@@ -105,6 +110,7 @@ if [ ! -f .cache/survey/.complete ]; then
   done
   touch .cache/survey/.complete
 fi
+flock -u 9
 
 # ONNX Runtime's own Java test data, read in place (never copied into the repository).
 if [ -z "${ORT_CFFI_JAVA_TESTDATA:-}" ] && [ -d ../shared/testdata/ort-java-training ]; then
