@@ -4,8 +4,9 @@ Run as a script, ``python _child.py REQUEST.json``, by ``ort_cffi.artifacts``. I
 another interpreter than ort_cffi's (the one named by ``--python`` or ``ORT_CFFI_ARTIFACTS_PYTHON``), where
 ort_cffi need not be installed; on interpreters the training wheel does not install into, the request names
 the runtime store's copy of ONNX Runtime's Python layer (``layer``), which goes first on ``sys.path``. It
-also answers a ``probe`` request (which generator would run) without generating. It it uses the standard library, ``onnx`` and ``onnxruntime`` only, and keeps
-to Python 3.8's syntax (the oldest interpreter ONNX Runtime 1.19 has wheels for).
+also answers a ``probe`` request (which generator would run) without generating. It uses the standard
+library, ``onnx`` and ``onnxruntime`` only, and keeps to Python 3.8's syntax (the oldest interpreter ONNX
+Runtime 1.19 has wheels for); so do the modules of this folder it loads by file location (``load_sibling``).
 
 Why a child: the generator (``onnxruntime.training.artifacts``, ``onnxblock``) lives in ONNX Runtime's
 Python training layer. Importing ``onnxruntime`` into ort_cffi's process would load a second, Python-owned
@@ -16,61 +17,36 @@ and ``onnxruntime.tools`` are created from their specs without running their ``_
 imported, installed or not.
 
 Besides running the generator, the child does what needs the ``onnx`` package: it resolves the names and
-glob patterns of trainable and frozen parameters, checks the model's outputs against the loss, brings models
-saved by a newer ``onnx`` down to the IR version and opset ONNX Runtime 1.19 accepts (also the optimizer
-model, which the generator stamps with the installed ``onnx``'s IR version), and describes what it wrote.
+glob patterns of trainable and frozen parameters (``parameter_selection.py``), checks the model's outputs
+against the loss, brings models saved by a newer ``onnx`` down to the IR version and opset ONNX Runtime 1.19
+accepts (``ir_opset.py``; also the optimizer model, which the generator stamps with the installed ``onnx``'s
+IR version), and describes what it wrote.
 
 The result is a JSON file (its path is in the request): ``{"ok": true, ...}`` or
 ``{"ok": false, "kind": ..., "message": ...}`` for a problem with the request; any other failure is a
 traceback on stderr and a non-zero exit.
 """
-import fnmatch
 import importlib.util
 import json
 import os
 import re
 import sys
 import traceback
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
-# What ONNX Runtime 1.19 accepts: it refuses IR versions above 10 ("Unsupported model IR version"), and its
-# operator schemas are ONNX 1.16's, whose newest default-domain opset is 21.
-MAX_IR_VERSION = 10
-MAX_OPSET = 21
-# The newest element type of IR version 10 (INT4); later types need a newer IR version.
-MAX_IR10_TYPE = 22
-# Inputs (by position) of common operators through which no gradient flows: a floating-point initializer
-# feeding only these (a dropout ratio, batch-norm running statistics, clip bounds) is no parameter.
-NO_GRADIENT_INPUTS = {
-    "Dropout": {1, 2},
-    "BatchNormalization": {3, 4},
-    "Clip": {1, 2},
-    "Resize": {1, 2, 3},
-    "Upsample": {1},
-    "Pad": {1, 2, 3},
-}
 LOSS_NAMES = {
     "CrossEntropyLoss": "cross-entropy",
     "MSELoss": "MSE",
     "BCEWithLogitsLoss": "BCE-with-logits",
     "L1Loss": "L1",
 }
-GLOB_CHARACTERS = "*?["
-
-
-class Refusal(Exception):
-    """A problem with the request, reported to the parent as ``kind`` and a message that names it."""
-
-    def __init__(self, kind, message):
-        Exception.__init__(self, message)
-        self.kind = kind
 
 
 # Modules of this folder the child loads by file location (ort_cffi need not be importable here), and the
 # siblings each one takes from sys.modules (graph_facts.py says why): those are loaded first.
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIBLING_PREFIX = "_ort_cffi_artifacts_"  # graph_facts.SIBLING_PREFIX, needed here to load graph_facts itself
-SIBLINGS_NEEDED = {"rewrites": ["rewrite_rules"]}
+SIBLINGS_NEEDED = {"rewrites": ["rewrite_rules"], "parameter_selection": ["refusal"], "ir_opset": ["refusal"]}
 
 
 def load_sibling(name):
@@ -96,6 +72,15 @@ def load_sibling(name):
 # Element types, the opset and shapes as the graph modules read them (standard library only at import time).
 graph_facts = load_sibling("graph_facts")
 FLOAT_TYPES = graph_facts.FLOAT_TYPES
+type_name = graph_facts.type_name
+# A problem with the request (refusal.py), raised here and by the modules below.
+Refusal = load_sibling("refusal").Refusal
+# Which parameters train: the request's names and glob patterns resolved (parameter_selection.py).
+selection = load_sibling("parameter_selection")
+# Models brought to what ONNX Runtime 1.19 loads (ir_opset.py), before and after generation.
+ir_opset = load_sibling("ir_opset")
+inline_functions = ir_opset.inline_functions
+bring_down = ir_opset.bring_down
 
 
 # --- the generator, without the torch-importing package inits ---------------------------------------------
@@ -149,16 +134,6 @@ def import_generator():
 
 # --- describing tensors -------------------------------------------------------------------------------------
 
-def type_name(onnx, elem_type):
-    try:
-        return onnx.helper.tensor_dtype_to_np_dtype(elem_type).name
-    except Exception:  # bfloat16 and float8 have no numpy dtype in older onnx, newer types no name either
-        try:
-            return onnx.TensorProto.DataType.Name(elem_type).lower()
-        except ValueError:
-            return "type {} (unknown to onnx {})".format(elem_type, onnx.__version__)
-
-
 def value_spec(onnx, value):
     """{"name", "dtype", "shape"} of a graph input or output; shape entries are ints, names or null."""
     kind = value.type.WhichOneof("value")
@@ -180,131 +155,6 @@ def parameter(onnx, initializer, module_names):
     return record
 
 
-# --- IR version and opset -----------------------------------------------------------------------------------
-
-def _graphs(graph):
-    """The graph and every subgraph (If, Loop, Scan bodies) inside it."""
-    yield graph
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.HasField("g"):
-                for sub in _graphs(attribute.g):
-                    yield sub
-            for sub_graph in attribute.graphs:
-                for sub in _graphs(sub_graph):
-                    yield sub
-
-
-def _newest_type(graph):
-    """The highest tensor element type the model uses (to see whether IR version 10 can hold it)."""
-    newest = 0
-    for g in _graphs(graph):
-        for value in list(g.input) + list(g.output) + list(g.value_info):
-            if value.type.WhichOneof("value") == "tensor_type":
-                newest = max(newest, value.type.tensor_type.elem_type)
-        for initializer in g.initializer:
-            newest = max(newest, initializer.data_type)
-        for node in g.node:
-            for attribute in node.attribute:
-                if node.op_type in ("Cast", "CastLike", "EyeLike", "RandomNormal", "RandomUniform") and attribute.name in ("to", "dtype"):
-                    newest = max(newest, attribute.i)
-                if attribute.HasField("t"):
-                    newest = max(newest, attribute.t.data_type)
-    return newest
-
-
-def inline_functions(model):
-    """Write the model's local functions into its graph (torch's TorchScript exporter with
-    ``export_modules_as_functions``, onnxscript's functions), as ONNX Runtime does when it loads a model: the
-    preparation and the gradient builders then see the operators inside, which they know, rather than
-    calls of a function, which they do not. Returns the notes of what changed (none with an onnx older than
-    1.16, which has no inliner: the functions stay)."""
-    if not len(model.functions):
-        return []
-    try:
-        inliner = importlib.import_module("onnx.inliner")
-    except ImportError:
-        return []
-    names = sorted(set(f.name for f in model.functions))
-    model.CopyFrom(inliner.inline_local_functions(model))
-    return ["local function{} {} written into the graph".format("s" if len(names) > 1 else "", ", ".join(names))]
-
-
-def bring_down(onnx, model, what):
-    """Make ``model`` loadable by ONNX Runtime 1.19: the default-domain opset down to 21 (through onnx's
-    version converter) and the IR version down to 10. Returns the notes of what changed."""
-    notes = []
-    opset = graph_facts.default_opset(model)
-    if opset is not None and opset > MAX_OPSET:
-        try:
-            converted = onnx.version_converter.convert_version(model, MAX_OPSET)
-        except Exception as exc:
-            raise Refusal(
-                "ir",
-                "{} uses opset {} of the ONNX operators, and ONNX Runtime 1.19 knows opsets up to {}; onnx's "
-                "version converter could not bring it down ({}): export the model with opset {} or lower".format(
-                    what, opset, MAX_OPSET, str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__,
-                    MAX_OPSET),
-            )
-        model.CopyFrom(converted)
-        notes.append("opset {} converted to {}".format(opset, MAX_OPSET))
-    if model.ir_version > MAX_IR_VERSION:
-        newest = _newest_type(model.graph)
-        if newest > MAX_IR10_TYPE:
-            raise Refusal(
-                "ir",
-                "{} has IR version {} and uses the element type {}, which IR version {} (the newest ONNX Runtime "
-                "1.19 accepts) does not have".format(what, model.ir_version, type_name(onnx, newest), MAX_IR_VERSION),
-            )
-        notes.append("IR version {} brought down to {}".format(model.ir_version, MAX_IR_VERSION))
-        model.ir_version = MAX_IR_VERSION
-    return notes
-
-
-# --- which parameters train ---------------------------------------------------------------------------------
-
-def _consumers(graph):
-    """name -> [(op_type, node name, input position)] for the top-level graph; subgraph uses count as
-    differentiable (position -1)."""
-    uses: Dict[str, List[Tuple[str, str, int]]] = {}
-    for node in graph.node:
-        for position, name in enumerate(node.input):
-            uses.setdefault(name, []).append((node.op_type, node.name, position))
-        for attribute in node.attribute:
-            subgraphs = ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs)
-            for sub in subgraphs:
-                for inner in _graphs(sub):
-                    for inner_node in inner.node:
-                        for name in inner_node.input:
-                            uses.setdefault(name, []).append((node.op_type, node.name, -1))
-    return uses
-
-
-def no_gradient_reason(name, uses, outputs):
-    """Why no gradient can reach initializer ``name``, or None when one may."""
-    if name in outputs:
-        return None
-    found = uses.get(name, [])
-    if not found:
-        return "no node of the model uses it"
-    if all(position in NO_GRADIENT_INPUTS.get(op, ()) for op, _, position in found):
-        op, node, position = found[0]
-        where = "{} node {!r}".format(op, node) if node else "a {} node".format(op)
-        return "it only feeds input {} of {}, through which no gradient flows".format(position, where)
-    return None
-
-
-def _float_constants(model):
-    """The main graph's Constant nodes that hold a floating-point tensor, by output name."""
-    found = {}
-    for node in model.graph.node:
-        if node.op_type == "Constant" and node.domain in graph_facts.DEFAULT_DOMAINS:
-            for attribute in node.attribute:
-                if attribute.name == "value" and attribute.t.data_type in FLOAT_TYPES:
-                    found[node.output[0]] = node
-    return found
-
-
 def _elements(dims):
     count = 1
     for size in dims:
@@ -312,115 +162,7 @@ def _elements(dims):
     return count
 
 
-def constants_as_parameters(model, patterns):
-    """Make the floating-point Constant nodes that ``patterns`` name (exactly or as globs) initializers of
-    the same name: some exporters write weights as Constant nodes, which only initializers can replace as
-    parameters. Returns the notes of what changed."""
-    constants = _float_constants(model)
-    chosen = [name for name in constants if any(fnmatch.fnmatchcase(name, p) for p in patterns or ())]
-    if not chosen:
-        return []
-    for name in chosen:
-        tensor = next(a.t for a in constants[name].attribute if a.name == "value")
-        tensor.name = name
-        model.graph.initializer.append(tensor)
-    kept = [node for node in model.graph.node if not (node.op_type == "Constant" and node.output[0] in chosen)]
-    del model.graph.node[:]
-    model.graph.node.extend(kept)
-    return ["Constant {} made {} (requires_grad)".format(", ".join(repr(n) for n in chosen),
-                                                         "parameters" if len(chosen) > 1 else "a parameter")]
-
-
-def resolve(onnx, patterns, what, initializers, module_names, skipped=None):
-    """The floating-point initializers ``patterns`` select, as {name: exact}, where exact tells a plain
-    name from a glob match. A pattern matches an initializer's name or the torch name its exporter renamed
-    it from (``module_names``: initializer -> torch name). Refuses a pattern that matches nothing and a name
-    or pattern that selects only tensors that are not floating-point.
-
-    ``skipped`` (a list), for requires_grad and frozen_params: names are taken as ONNX Runtime's generator
-    takes them, and what is passed over is said in ``skipped``: the name of an initializer that is not
-    floating-point (code that lists every initializer lists the exporter's int64 shapes too) and, for
-    frozen_params, a name or pattern that matches no initializer (a buffer the model computes) are passed
-    over; a plain name counts as a pattern's match, so that one no gradient reaches (a dropout ratio) is
-    left out rather than refused."""
-    floats = [i.name for i in initializers if i.data_type in FLOAT_TYPES]
-    by_name = dict((i.name, i) for i in initializers)
-    shown = ["{} ({})".format(name, module_names[name]) if name in module_names else name for name in floats]
-    listed = ", ".join(shown[:8]) + (", ..." if len(shown) > 8 else "") if shown else "none"
-    chosen = {}
-    for pattern in patterns:
-        if not any(c in pattern for c in GLOB_CHARACTERS):
-            owners = [name for name in floats if module_names.get(name) == pattern] if pattern not in by_name else []
-            for name in owners:  # a torch name: the tensors made from that parameter
-                chosen[name] = skipped is None
-            if owners:
-                continue
-            initializer = by_name.get(pattern)
-            if initializer is None and skipped is not None and what == "frozen_params":
-                skipped.append((what, pattern, "no initializer of the model (a value it computes); nothing to freeze"))
-                continue
-            if initializer is not None and skipped is not None and initializer.data_type not in FLOAT_TYPES:
-                skipped.append((what, "{} ({})".format(pattern, type_name(onnx, initializer.data_type)),
-                                "not floating-point; kept as constants of the graphs"))
-                continue
-            if initializer is None:
-                raise Refusal("pattern", "{} names {!r}, but the model has no initializer of that name (its "
-                                         "floating-point initializers: {})".format(what, pattern, listed))
-            if initializer.data_type not in FLOAT_TYPES:
-                raise Refusal("dtype", "{} names {!r}, a tensor of type {}: only floating-point parameters can be "
-                                       "trained or frozen".format(what, pattern, type_name(onnx, initializer.data_type)))
-            chosen[pattern] = skipped is None
-            continue
-        matched = [i for i in initializers if fnmatch.fnmatchcase(i.name, pattern)
-                   or (i.name in module_names and fnmatch.fnmatchcase(module_names[i.name], pattern))]
-        if not matched and skipped is not None and what == "frozen_params":
-            skipped.append((what, pattern, "a pattern that matches no initializer of the model; nothing to freeze"))
-            continue
-        if not matched:
-            raise Refusal("pattern", "{} pattern {!r} matches no initializer of the model (its floating-point "
-                                     "initializers: {})".format(what, pattern, listed))
-        matched_floats = [i.name for i in matched if i.data_type in FLOAT_TYPES]
-        if not matched_floats:
-            kinds = ", ".join("{} ({})".format(i.name, type_name(onnx, i.data_type)) for i in matched[:4])
-            raise Refusal("dtype", "{} pattern {!r} matches only tensors that are not floating-point: {}; only "
-                                   "floating-point parameters can be trained or frozen".format(what, pattern, kinds))
-        for name in matched_floats:
-            chosen.setdefault(name, False)
-    return chosen
-
-
-def skipped_order(skipped):
-    """The sort key that notes what ``resolve`` passed over in the order it was met."""
-    first = {}  # type: Dict[Tuple[str, str], int]
-    for index, (option, _, reason) in enumerate(skipped):
-        first.setdefault((option, reason), index)
-    return lambda key: first[key]
-
-
 # --- the loss -----------------------------------------------------------------------------------------------
-
-def frozen_rows_of(onnx, given, initializers, module_names, wanted):
-    """{parameter: sorted rows} from the ``frozen_rows`` option ({name, torch name or pattern: rows}): every
-    parameter it selects must be trained, and every row lie on that parameter's first axis."""
-    by_name = dict((i.name, i) for i in initializers)
-    found = {}  # type: Dict[str, List[int]]
-    for name, rows in sorted(given.items()):
-        for parameter in resolve(onnx, [name], "frozen_rows", initializers, module_names):
-            if parameter not in wanted:
-                raise Refusal("options", "frozen_rows names {!r}, which is not trained here: rows of a trained "
-                                         "parameter only".format(parameter))
-            dims = list(by_name[parameter].dims)
-            outside = [row for row in rows if not dims or not 0 <= row < dims[0]]
-            if outside:
-                raise Refusal("options", "frozen_rows of {!r} (shape {}) are indices along its first axis, 0 to {}: "
-                                         "{} is not one".format(parameter, dims, dims[0] - 1 if dims else "none",
-                                                                outside[0]))
-            chosen = set(rows)
-            if parameter in found:  # selected by two names or patterns
-                chosen.update(found[parameter])
-            found[parameter] = sorted(chosen)
-    return found
-
 
 def loss_plan(onnx, model, loss, loss_input_names, reading=None, class_axis=None):
     """Check that the loss has a usable output to read; returns (loss input, target input name, the
@@ -595,30 +337,30 @@ def generate(request, backend=None):
                                      "outputs: {})".format(name, ", ".join(o.name for o in model.graph.output) or "none"))
 
     patterns = request.get("requires_grad")
-    notes.extend(constants_as_parameters(model, patterns))
+    notes.extend(selection.constants_as_parameters(model, patterns))
     initializers = list(model.graph.initializer)
-    uses = _consumers(model.graph)
+    uses = selection.consumers(model.graph)
     graph_outputs = set(o.name for o in model.graph.output)
     torch_names = load_sibling("module_names")
     renamed = torch_names.module_names(onnx, model)  # torch's names of what its default exporter renamed
     # Names as ONNX Runtime's generator takes them (docs/guides/porting-python.md); what is passed over is noted.
     skipped = []  # type: List[Tuple[str, str, str]]  # (option, name, why), noted by option and reason
-    frozen = resolve(onnx, request.get("frozen_params") or [], "frozen_params", initializers, renamed, skipped)
+    frozen = selection.resolve(onnx, request.get("frozen_params") or [], "frozen_params", initializers, renamed, skipped)
     if patterns is None:  # every parameter, not the numbers torch's default exporter wrote as initializers
         constants = torch_names.exporter_constants(onnx, model, renamed)
         wanted = dict((i.name, False) for i in initializers
                       if i.data_type in FLOAT_TYPES and i.name not in frozen and i.name not in constants)
     else:
-        wanted = resolve(onnx, patterns, "requires_grad", initializers, renamed, skipped)
+        wanted = selection.resolve(onnx, patterns, "requires_grad", initializers, renamed, skipped)
         both = [name for name in wanted if name in frozen]
         if both:
             raise Refusal("options", "trainable and frozen at once: {} (requires_grad and frozen_params must not "
                                      "overlap)".format(", ".join(both)))
-    for option, reason in sorted(set((option, reason) for option, _, reason in skipped), key=skipped_order(skipped)):
+    for option, reason in sorted(set((option, reason) for option, _, reason in skipped), key=selection.skipped_order(skipped)):
         notes.append("{}: {}: {}".format(option, ", ".join(n for o, n, r in skipped if (o, r) == (option, reason)), reason))
     left_out = {}
     for name, exact in list(wanted.items()):
-        reason = no_gradient_reason(name, uses, graph_outputs)
+        reason = selection.no_gradient_reason(name, uses, graph_outputs)
         if reason is None:
             continue
         if exact:
@@ -629,7 +371,7 @@ def generate(request, backend=None):
     # optimizer model may then have no trainable parameter.
     nothing_asked = patterns is not None and not patterns and request.get("optimizer") is None
     if not wanted and not nothing_asked:
-        constants = sorted(name for name, node in _float_constants(model).items()  # weights, not scalars
+        constants = sorted(name for name, node in selection.float_constants(model).items()  # weights, not scalars
                            if any(a.name == "value" and _elements(a.t.dims) > 1 for a in node.attribute))
         hint = "" if not constants else (
             ". The model's floating-point Constant nodes ({}{}) are not parameters; name them in requires_grad to "
@@ -650,7 +392,7 @@ def generate(request, backend=None):
         left_out.pop(name, None)
         frozen.setdefault(name, False)
 
-    rows = frozen_rows_of(onnx, request.get("frozen_rows") or {}, initializers, renamed, wanted)
+    rows = selection.frozen_rows_of(onnx, request.get("frozen_rows") or {}, initializers, renamed, wanted)
     if rows and getattr(backend, "name", None) != "ort_cffi":
         raise Refusal("options", "frozen_rows is ort_cffi's builder's: ONNX Runtime's generator trains every row")
 

@@ -1,14 +1,14 @@
-"""What the artifacts child's graph modules read from a model, in one place: element types, the opset,
-the shapes shape inference can tell, attributes and node names.
+"""What the artifacts child's graph modules read from a model, in one place: element types and their names,
+the opset, the subgraphs, the shapes shape inference can tell, attributes and node names.
 
 How the child's modules find each other. ``_child.py`` runs ONNX Runtime's generator in a child process,
 possibly under another interpreter where ort_cffi is not installed, or where importing the ``ort_cffi``
 package would load the binding for nothing. So it loads this folder's graph modules (``graph_facts``,
-``rewrite_rules``, ``rewrites``, ``loss_reading``, ``batchnorm``, ``eval_graph``, ``module_names``) by file
-location, under the names ``SIBLING_PREFIX + name``, the modules they import first. A module that imports a
-sibling takes it from ``sys.modules`` under that name, and only where it is absent (imported as
-``ort_cffi.artifacts.X``, as the tests and the package do) from the package: ``sibling(...)`` below, copied
-by nobody, is the one way.
+``rewrite_rules``, ``rewrites``, ``loss_reading``, ``batchnorm``, ``eval_graph``, ``module_names``,
+``parameter_selection``, ``ir_opset``, and ``refusal``, the child's error) by file location, under the
+names ``SIBLING_PREFIX + name``, the modules they import first. A module that imports a sibling takes it
+from ``sys.modules`` under that name, and only where it is absent (imported as ``ort_cffi.artifacts.X``, as
+the tests and the package do) from the package: ``sibling(...)`` below, copied by nobody, is the one way.
 
 Python 3.8 syntax and the standard library only at import time (``onnx`` inside the functions that read
 models): the child imports this module before it knows whether onnx is installed, and says so as a refusal.
@@ -35,6 +35,30 @@ def sibling(name):
         return loaded
     import importlib
     return importlib.import_module("ort_cffi.artifacts." + name)
+
+
+def type_name(onnx, elem_type):
+    """How messages name element type ``elem_type``: numpy's name, else onnx's (``onnx`` is the module)."""
+    try:
+        return onnx.helper.tensor_dtype_to_np_dtype(elem_type).name
+    except Exception:  # bfloat16 and float8 have no numpy dtype in older onnx, newer types no name either
+        try:
+            return onnx.TensorProto.DataType.Name(elem_type).lower()
+        except ValueError:
+            return "type {} (unknown to onnx {})".format(elem_type, onnx.__version__)
+
+
+def graph_and_subgraphs(graph):
+    """The graph and every subgraph (If, Loop, Scan bodies) inside it."""
+    yield graph
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("g"):
+                for sub in graph_and_subgraphs(attribute.g):
+                    yield sub
+            for sub_graph in attribute.graphs:
+                for sub in graph_and_subgraphs(sub_graph):
+                    yield sub
 
 
 def default_opset(model):

@@ -195,7 +195,8 @@ ZERO_CASES = [
 ALL_CASES = CASES + ZERO_CASES
 
 
-CHILD_MODULES = ("graph_facts", "rewrite_rules", "rewrites", "loss_reading", "batchnorm", "eval_graph", "module_names")
+CHILD_MODULES = ("graph_facts", "rewrite_rules", "rewrites", "loss_reading", "batchnorm", "eval_graph", "module_names",
+                 "refusal", "parameter_selection", "ir_opset")
 STANDALONE = """
 import sys
 sys.modules["ort_cffi"] = None  # importing ort_cffi here is an ImportError: the child may not have it
