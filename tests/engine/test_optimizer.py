@@ -1,4 +1,4 @@
-"""The engine's optimizer updates set up once per session (``optimizer.Update``, the two moments in one buffer)
+"""The engine's optimizer updates set up once per session (``optimizer.Update``, its constants 0-d arrays)
 compute the same bits as the operation-by-operation form of 1.19.2's kernels (``adamw``, ``sgd`` below, the
 reference), for every AdamW mode, with and without weight decay and bias correction, over one chunk and over
 several."""

@@ -46,40 +46,83 @@ def clip_by_total_norm(gradients: Dict[np.dtype, np.ndarray], max_norm: float) -
 CHUNK = 1 << 16  # elements per pass: a chunk of each of the four buffers and the two scratches stay in L2 cache
 
 
+def _scalar(value: Any) -> np.ndarray:
+    """A float32 0-d array: numpy's ufuncs take one as an operand in 0.55-0.6 µs where a numpy float32 scalar
+    costs 0.75-0.9 (its conversion), which on a small model is most of an update's time; the arithmetic is the
+    same float32 operation either way."""
+    return np.array(value, F32)
+
+
 class Update:
     """One type's optimizer update, set up once per session over its flat buffers (parameters, gradients, and
     for AdamW the [2, size] buffer of both moments): the chunks' views and the constants are made here, so that a
-    step is only its vectorised operations. On a small model a step is a few microseconds of numpy calls, which
-    is what it costs (docs/guides/performance.md): AdamW takes 9 calls per chunk where the kernel's operation-by-operation form takes 12,
-    because the two moments' ``x = factor * x + (1 - factor) * g``-shaped updates run as one call over both rows.
-    The bits are the kernels' (tests/engine/test_optimizer.py holds their operation-by-operation form and
-    compares)."""
+    step is only its vectorised operations, each the kernel's operation in float32 (tests/engine/test_optimizer.py
+    holds the kernels' operation-by-operation form and compares the bits).
+
+    On a small model a step costs its numpy calls' overhead, not their arithmetic (docs/guides/performance.md,
+    tiny models): every constant and per-step scalar is a 0-d array written in place (``_scalar``), and the
+    moments are updated row by row, 12 calls for AdamW, which measured faster than 9 calls over both rows of the
+    moments' buffer with [2, 1] factors (4.1 against 6.6 µs on 387 parameters)."""
 
     def __init__(self, spec: OptimizerSpec, p: np.ndarray, g: np.ndarray, pair: Optional[np.ndarray],
                  chunk: int = CHUNK) -> None:
         self.spec = spec
-        self.alpha, self.beta = F32(spec.alpha), F32(spec.beta)
-        self.epsilon, self.weight_decay = F32(spec.epsilon), F32(spec.weight_decay)
-        self.factors = np.array([[self.alpha], [self.beta]], F32)
-        self.complements = np.array([[F32(1) - self.alpha], [F32(1) - self.beta]], F32)
+        alpha, beta = F32(spec.alpha), F32(spec.beta)
+        self.alpha, self.beta = float(alpha), float(beta)  # for the bias corrections' powers
+        self.weight_decay = F32(spec.weight_decay)
+        self.mode0, self.decays = spec.adam_mode == 0, self.weight_decay != 0
+        self.corrects = spec.correct_bias == 1
+        self.a, self.b = _scalar(alpha), _scalar(beta)
+        self.one_minus_a, self.one_minus_b = _scalar(F32(1) - alpha), _scalar(F32(1) - beta)
+        self.eps, self.wd = _scalar(F32(spec.epsilon)), _scalar(self.weight_decay)
+        # per-step values, written in place: the rate (lr as float32), -rate for SGD, rate * weight_decay,
+        # and the bias corrections (mode 0) or the corrected rate (mode 1)
+        self.rate, self.negative_rate, self.decay = _scalar(0), _scalar(0), _scalar(0)
+        self.bc1, self.bc2, self.lr_corrected = _scalar(1), _scalar(1), _scalar(0)
         size = max(1, min(chunk, p.size))
-        self.scratch = np.empty((2, size), F32)
+        scratch = np.empty((2, size), F32)
         self.chunks: List[Tuple[Any, ...]] = []
         for start in range(0, p.size, size):
             stop = min(p.size, start + size)
             n = stop - start
-            moments = (pair[:, start:stop], pair[0, start:stop], pair[1, start:stop]) if pair is not None else (None,) * 3
-            self.chunks.append((p[start:stop], g[start:stop], *moments, self.scratch[:, :n], self.scratch[0, :n],
-                                self.scratch[1, :n]))
+            moments = (pair[0, start:stop], pair[1, start:stop]) if pair is not None else (None, None)
+            self.chunks.append((p[start:stop], g[start:stop], *moments, scratch[0, :n], scratch[1, :n]))
 
     def __call__(self, lr: float, step: int) -> None:
-        if self.spec.kind == "AdamW":
-            self._adamw(lr, step)
+        if lr != self._lr:
+            self._set_rate(lr)
+        if self.spec.kind != "AdamW":
+            negative_rate = self.negative_rate
+            multiply, add = np.multiply, np.add
+            for pc, gc, _, _, t, _ in self.chunks:
+                multiply(gc, negative_rate, out=t)
+                add(pc, t, out=pc)
+            return
+        if self.corrects:
+            row = step - self._first_step
+            if not 0 <= row < len(self._bc1):
+                row = self._corrections(step)
+            if self.mode0:
+                self.bc1[()] = self._bc1[row]
+                self.bc2[()] = self._bc2[row]
+            else:
+                self.lr_corrected[()] = self._rate * self._ratio[row]  # float32 * float32: F32(rate * ratio)
+        if self.mode0:
+            self._adamw_mode0()
         else:
-            negative_rate = F32(-F32(lr))
-            for pc, gc, _, _, _, _, t, _ in self.chunks:
-                np.multiply(gc, negative_rate, out=t)
-                np.add(pc, t, out=pc)
+            self._adamw_mode1()
+
+    _lr: Optional[float] = None
+    _rate = F32(0)
+
+    def _set_rate(self, lr: float) -> None:
+        rate = F32(lr)
+        self._lr, self._rate = lr, rate
+        self.rate[()] = rate
+        self.negative_rate[()] = -rate
+        self.decay[()] = F32(rate * self.weight_decay)
+        if not self.corrects:
+            self.lr_corrected[()] = rate
 
     CORRECTIONS = 256  # steps whose bias corrections are computed at once
 
@@ -88,64 +131,64 @@ class Update:
         computed for ``CORRECTIONS`` steps at a time: the same float32 operations as the kernel's, elementwise (a
         float32 square root and quotient are correctly rounded whether one or many), where a step's dozen numpy
         scalar operations cost more than its vectorised update on a small model."""
-        row = step - self._first_step
-        if not 0 <= row < len(self._bc1):
-            steps = range(step, step + self.CORRECTIONS)
-            # std::pow(float, int64) is computed in double, then cast back to float
-            powers = np.array([[pow(float(self.alpha), float(s)) for s in steps],
-                               [pow(float(self.beta), float(s)) for s in steps]], np.float64).astype(F32)
-            self._bc1, self._bc2 = F32(1) - powers[0], F32(1) - powers[1]
-            self._ratio = np.sqrt(self._bc2) / self._bc1
-            self._first_step, row = step, 0
-        return row
+        steps = range(step, step + self.CORRECTIONS)
+        # std::pow(float, int64) is computed in double, then cast back to float
+        powers = np.array([[pow(self.alpha, float(s)) for s in steps],
+                           [pow(self.beta, float(s)) for s in steps]], np.float64).astype(F32)
+        self._bc1, self._bc2 = F32(1) - powers[0], F32(1) - powers[1]
+        self._ratio = np.sqrt(self._bc2) / self._bc1
+        self._first_step = step
+        return 0
 
     _first_step = 0
     _bc1: np.ndarray = np.empty(0, F32)
     _bc2: np.ndarray = np.empty(0, F32)
     _ratio: np.ndarray = np.empty(0, F32)
-    _lr: Optional[float] = None
-    _rate = F32(0)
 
-    def _adamw(self, lr: float, step: int) -> None:
-        spec, eps, wd = self.spec, self.epsilon, self.weight_decay
-        if lr != self._lr:
-            self._lr, self._rate = lr, F32(lr)
-        rate = self._rate
-        bc1 = bc2 = F32(1)
-        lr_corrected = rate
-        if spec.correct_bias == 1:
-            row = self._corrections(step)
-            bc1, bc2 = self._bc1[row], self._bc2[row]
-            lr_corrected = F32(rate * self._ratio[row])
-        mode0 = spec.adam_mode == 0
-        decay = F32(rate * wd) if wd != 0 else F32(0)
-        factors, complements = self.factors, self.complements
+    def _adamw_mode0(self) -> None:
+        """p -= lr * weight_decay * p first; then p -= (lr * m) / (bc1 * (sqrt(v / bc2) + eps))."""
+        a, b, one_minus_a, one_minus_b, eps = self.a, self.b, self.one_minus_a, self.one_minus_b, self.eps
+        rate, wd, bc1, bc2, decays = self.rate, self.wd, self.bc1, self.bc2, self.decays
         multiply, add, subtract, divide, sqrt = np.multiply, np.add, np.subtract, np.divide, np.sqrt
-        for pc, gc, both, mc, vc, pair, t, u in self.chunks:
-            if mode0 and wd != 0:
+        for pc, gc, mc, vc, t, u in self.chunks:
+            if decays:
                 multiply(pc, rate, out=t)  # weight * lr * weight_decay, left to right
                 multiply(t, wd, out=t)
                 subtract(pc, t, out=pc)
-            # m = alpha * m + (1 - alpha) * g and v = beta * v + ((1 - beta) * g) * g, the rows of one buffer
-            multiply(both, factors, out=both)
-            multiply(gc, complements, out=pair)
-            multiply(u, gc, out=u)
-            add(both, pair, out=both)
-            if mode0:
-                # p -= (lr * m) / (bc1 * (sqrt(v / bc2) + eps))
-                divide(vc, bc2, out=t)
-                sqrt(t, out=t)
-                add(t, eps, out=t)
-                multiply(t, bc1, out=t)
-                multiply(mc, rate, out=u)
-            else:
-                # p -= (lr_corrected * m) / (sqrt(v) + eps); then p -= (lr * weight_decay) * p
-                sqrt(vc, out=t)
-                add(t, eps, out=t)
-                multiply(mc, lr_corrected, out=u)
+            multiply(mc, a, out=mc)  # m = alpha * m + (1 - alpha) * g
+            multiply(gc, one_minus_a, out=t)
+            add(mc, t, out=mc)
+            multiply(vc, b, out=vc)  # v = beta * v + ((1 - beta) * g) * g
+            multiply(gc, one_minus_b, out=t)
+            multiply(t, gc, out=t)
+            add(vc, t, out=vc)
+            divide(vc, bc2, out=t)
+            sqrt(t, out=t)
+            add(t, eps, out=t)
+            multiply(t, bc1, out=t)
+            multiply(mc, rate, out=u)
             divide(u, t, out=u)
             subtract(pc, u, out=pc)
-            if not mode0 and wd != 0:
+
+    def _adamw_mode1(self) -> None:
+        """p -= (lr_corrected * m) / (sqrt(v) + eps); then p -= (lr * weight_decay) * p."""
+        a, b, one_minus_a, one_minus_b, eps = self.a, self.b, self.one_minus_a, self.one_minus_b, self.eps
+        lr_corrected, decay, decays = self.lr_corrected, self.decay, self.decays
+        multiply, add, subtract, divide, sqrt = np.multiply, np.add, np.subtract, np.divide, np.sqrt
+        for pc, gc, mc, vc, t, u in self.chunks:
+            multiply(mc, a, out=mc)  # m = alpha * m + (1 - alpha) * g
+            multiply(gc, one_minus_a, out=t)
+            add(mc, t, out=mc)
+            multiply(vc, b, out=vc)  # v = beta * v + ((1 - beta) * g) * g
+            multiply(gc, one_minus_b, out=t)
+            multiply(t, gc, out=t)
+            add(vc, t, out=vc)
+            sqrt(vc, out=t)
+            add(t, eps, out=t)
+            multiply(mc, lr_corrected, out=u)
+            divide(u, t, out=u)
+            subtract(pc, u, out=pc)
+            if decays:
                 multiply(pc, decay, out=t)
                 subtract(pc, t, out=pc)
 

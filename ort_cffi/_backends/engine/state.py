@@ -133,8 +133,8 @@ class EngineState:
         return self.moments
 
     def _allocate_moments(self) -> Dict[str, Dict[np.dtype, np.ndarray]]:
-        """Both moments of a type in one [2, size] buffer (``moment_pairs``), each moment a row of it: the
-        optimizer updates the two with one vectorised operation where their arithmetic is alike."""
+        """Both moments of a type in one [2, size] buffer (``moment_pairs``), each moment a row of it (one
+        allocation; the optimizer updates the rows)."""
         self.moment_pairs = {dtype: np.zeros((len(MOMENTS), size), dtype) for dtype, size in self.layout.sizes.items()}
         self.generation += 1
         return {moment: {dtype: pair[row] for dtype, pair in self.moment_pairs.items()}
