@@ -59,6 +59,10 @@ class Prepared:
     eval_user_outputs: List[str] = field(default_factory=list)
     eval_parameter_inputs: List[str] = field(default_factory=list)
     external: Dict[str, str] = field(default_factory=dict)  # external data file read -> its SHA-256
+    # the bytes of the lowered training graph's intermediate values for one sample (every symbolic dimension
+    # taken as 1; a value of unknown shape counted as the largest known one): what decides the memory pattern
+    # (session.py); None where no shape is known
+    training_intermediates: Optional[int] = None
 
     def shapes_for_nominal_state(self) -> Dict[str, Tuple[int, ...]]:
         """The shapes a nominal checkpoint's parameters take; a symbolic or missing size is refused by name."""
@@ -88,11 +92,11 @@ def prepare_here(train: ModelSource, evaluation: Optional[ModelSource], optimize
                 external[name] = _file_digest(name)
         return model
 
-    def runnable(model: Any) -> bytes:
+    def runnable(model: Any) -> Any:
         lowered = lower_training_ops(model)
         if seed is not None:
             models.seed_random_ops(lowered, seed)
-        return bytes(lowered.SerializeToString())
+        return lowered
 
     graph = models.training_graph(load(train, "training model"), set(parameters), set(trainable))
     prepared = Prepared(b"", graph.user_inputs, graph.user_outputs, graph.parameter_inputs, graph.gradients,
@@ -105,12 +109,45 @@ def prepare_here(train: ModelSource, evaluation: Optional[ModelSource], optimize
         prepared.eval_user_inputs = evaluated.user_inputs
         prepared.eval_user_outputs = evaluated.user_outputs
         prepared.eval_parameter_inputs = evaluated.parameter_inputs
-    prepared.training = runnable(graph.model)
+    lowered = runnable(graph.model)
     del graph
+    prepared.training = bytes(lowered.SerializeToString())
+    prepared.training_intermediates = intermediate_bytes(lowered)
+    del lowered
     if evaluated is not None:
-        prepared.evaluation = runnable(evaluated.model)
+        prepared.evaluation = bytes(runnable(evaluated.model).SerializeToString())
     prepared.external = external
     return prepared
+
+
+def intermediate_bytes(model: Any) -> Optional[int]:
+    """The bytes of the values a graph's nodes compute, for one sample: from onnx's shape inference, every
+    symbolic dimension taken as 1, a value of unknown shape or type counted as the largest known one (at most
+    the bytes of a step's intermediates at batch 1, as a graph's values are mostly per sample). None where
+    inference fails or knows no shape."""
+    import onnx
+
+    try:
+        graph = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # an operator onnx cannot infer: the size stays unknown
+        return None
+    sizes: Dict[str, int] = {}
+    for value in list(graph.value_info) + list(graph.output):
+        tensor = value.type.tensor_type
+        if not value.type.HasField("tensor_type") or not tensor.HasField("shape") or not tensor.elem_type:
+            continue
+        try:
+            itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).itemsize
+        except Exception:  # a type numpy has none for (a string, a float8): its size stays unknown
+            continue
+        count = 1
+        for dim in tensor.shape.dim:
+            count *= dim.dim_value if dim.HasField("dim_value") else 1
+        sizes[value.name] = count * itemsize
+    if not sizes:
+        return None
+    largest = max(sizes.values())
+    return sum(sizes.get(output, largest) for node in graph.node for output in node.output if output)
 
 
 # --- the entry point ------------------------------------------------------------------------------------------

@@ -47,15 +47,29 @@ def _named(kind: str, source: ModelSource) -> str:
 
 
 MEMORY_PATTERN_ENV = "ORT_CFFI_ENGINE_MEMORY_PATTERN"
+# A lowered training graph whose intermediate values take at most this many bytes per sample keeps the memory
+# pattern: 16 samples' worth is a MiB at most, and on such graphs a step is mostly per-kernel overhead, which the
+# pattern's one planned block cuts (2-3 µs of sklearn_mlp's 22 µs Run on 1.31.1; docs/guides/performance.md)
+SMALL_INTERMEDIATES = 64 << 10
 
 
-def _engine_options(options: Any) -> Any:
-    """The caller's session options, copied, without ONNX Runtime's memory pattern (unless
-    ``$ORT_CFFI_ENGINE_MEMORY_PATTERN`` is 1): the pattern pre-plans one block for every intermediate value of a
-    step, and on the lowered training graphs, whose standard forms keep more intermediates, it raised a step's
-    peak memory by 6-12 MiB on the zoo's CNNs and BERT for no measured gain in time (docs/internals/runtime.md,
-    the engine). None: the caller's options as they are."""
-    if os.environ.get(MEMORY_PATTERN_ENV, "0").strip() == "1" or options == ffi.NULL:
+def keeps_memory_pattern(intermediates: Optional[int]) -> bool:
+    """Whether the engine's sessions of a training graph keep ONNX Runtime's memory pattern (the caller's
+    setting): ``$ORT_CFFI_ENGINE_MEMORY_PATTERN`` 1 keeps it, 0 turns it off; otherwise it is kept where the
+    lowered training graph's intermediates (``Prepared.training_intermediates``, bytes per sample) are small.
+    Elsewhere it is off: the pattern pre-plans one block for every intermediate value of a step, and on the
+    lowered training graphs, whose standard forms keep more intermediates, it raised a step's peak memory by
+    6-12 MiB on the zoo's CNNs and BERT for no measured gain in time (docs/internals/runtime.md, the engine)."""
+    setting = os.environ.get(MEMORY_PATTERN_ENV, "").strip()
+    if setting in ("0", "1"):
+        return setting == "1"
+    return intermediates is not None and intermediates <= SMALL_INTERMEDIATES
+
+
+def _engine_options(options: Any, memory_pattern: bool) -> Any:
+    """The caller's session options, copied, without ONNX Runtime's memory pattern unless ``memory_pattern``
+    (``keeps_memory_pattern``). None: the caller's options as they are."""
+    if memory_pattern or options == ffi.NULL:
         return None
     api = get_runtime().api
     out = ffi.new("OrtSessionOptions**")
@@ -71,12 +85,13 @@ def _engine_options(options: Any) -> Any:
 class NativeSession:
     """One ``OrtSession`` of the loaded runtime, made from a model in memory."""
 
-    def __init__(self, env: Any, options: Any, model: Union[bytes, memoryview], what: str) -> None:
+    def __init__(self, env: Any, options: Any, model: Union[bytes, memoryview], what: str,
+                 memory_pattern: bool = False) -> None:
         self.what = what
         data = model if isinstance(model, bytes) else ffi.from_buffer(model)
         out = ffi.new("OrtSession**")
         api = get_runtime().api
-        copied = _engine_options(options)
+        copied = _engine_options(options, memory_pattern)
         try:
             check_status(api.CreateSessionFromArray(env, data, len(data), options if copied is None else copied, out),
                          f"creating a session of the {what}")
@@ -170,6 +185,7 @@ class EngineSession:
                        [p.name for p in state.trainable()], self.seed)
         self.train = GraphNames(made.user_inputs, made.user_outputs, made.parameter_inputs, made.gradients,
                                 made.accumulated)
+        self.memory_pattern = keeps_memory_pattern(made.training_intermediates)  # for the eval model's too
         if state.nominal:
             state.adopt_shapes(made.shapes_for_nominal_state())
         self.spec: Optional[OptimizerSpec] = made.optimizer
@@ -227,7 +243,7 @@ class EngineSession:
         return value
 
     def _session(self, env: Any, options: Any, model: Union[bytes, memoryview], what: str) -> NativeSession:
-        session = NativeSession(env, options, model, what)
+        session = NativeSession(env, options, model, what, self.memory_pattern)
         self._sessions.append(session)
         return session
 
