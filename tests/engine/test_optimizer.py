@@ -99,7 +99,9 @@ def _buffers(size: int, seed: int):
 @pytest.mark.parametrize("mode", [0, 1])
 @pytest.mark.parametrize("weight_decay", [0.0, 0.01])
 @pytest.mark.parametrize("correct_bias", [0, 1])
-@pytest.mark.parametrize("size,chunk", [(37, optimizer.CHUNK), (1000, 64), (0, optimizer.CHUNK)])
+# small chunks update both moments as one [2, n] buffer, chunks past Update.PAIRED a moment at a time
+@pytest.mark.parametrize("size,chunk", [(37, optimizer.CHUNK), (1000, 64), (0, optimizer.CHUNK),
+                                        (2 * optimizer.Update.PAIRED + 3, optimizer.Update.PAIRED + 1)])
 def test_adamw_set_up_once_gives_the_kernels_bits(mode: int, weight_decay: float, correct_bias: int, size: int,
                                                   chunk: int) -> None:
     spec = OptimizerSpec("AdamW", alpha=0.9, beta=0.999, epsilon=1e-6, weight_decay=weight_decay, adam_mode=mode,

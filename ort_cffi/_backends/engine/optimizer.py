@@ -60,9 +60,11 @@ class Update:
     holds the kernels' operation-by-operation form and compares the bits).
 
     On a small model a step costs its numpy calls' overhead, not their arithmetic (docs/guides/performance.md,
-    tiny models): every constant and per-step scalar is a 0-d array written in place (``_scalar``), and the
-    moments are updated row by row, 12 calls for AdamW, which measured faster than 9 calls over both rows of the
-    moments' buffer with [2, 1] factors (4.1 against 6.6 µs on 387 parameters)."""
+    tiny models): every constant and per-step scalar is a 0-d array written in place (``_scalar``), and no
+    operand is broadcast across rows (a [2, 1] operand costs more than two calls). AdamW takes 10 calls per
+    chunk up to ``PAIRED`` elements (both moments decayed and added to as one [2, n] buffer against full rows of
+    alpha and beta), 12 past it: 4.6 µs on 387 parameters, where 9 calls with numpy scalars and [2, 1] factors
+    took 7.0-7.7 (thread time, alternating)."""
 
     def __init__(self, spec: OptimizerSpec, p: np.ndarray, g: np.ndarray, pair: Optional[np.ndarray],
                  chunk: int = CHUNK) -> None:
@@ -81,12 +83,22 @@ class Update:
         self.bc1, self.bc2, self.lr_corrected = _scalar(1), _scalar(1), _scalar(0)
         size = max(1, min(chunk, p.size))
         scratch = np.empty((2, size), F32)
+        # alpha and beta as full rows, where a chunk is small: one call decays both moments and one adds to both
+        # (a [2, 1] operand, broadcast, costs more than two calls); on larger chunks reading the rows costs more
+        # than the calls they save, and each moment is a call of its own
+        factors = np.empty((2, size), F32) if pair is not None and size <= self.PAIRED else None
+        if factors is not None:
+            factors[0], factors[1] = alpha, beta
         self.chunks: List[Tuple[Any, ...]] = []
         for start in range(0, p.size, size):
             stop = min(p.size, start + size)
             n = stop - start
-            moments = (pair[0, start:stop], pair[1, start:stop]) if pair is not None else (None, None)
-            self.chunks.append((p[start:stop], g[start:stop], *moments, scratch[0, :n], scratch[1, :n]))
+            moments = (pair[:, start:stop], pair[0, start:stop], pair[1, start:stop]) if pair is not None \
+                else (None, None, None)
+            self.chunks.append((p[start:stop], g[start:stop], *moments, scratch[:, :n], scratch[0, :n],
+                                scratch[1, :n], factors[:, :n] if factors is not None else None))
+
+    PAIRED = 1 << 14  # the largest chunk whose moments are updated as one [2, n] buffer
 
     def __call__(self, lr: float, step: int) -> None:
         if lr != self._lr:
@@ -94,7 +106,7 @@ class Update:
         if self.spec.kind != "AdamW":
             negative_rate = self.negative_rate
             multiply, add = np.multiply, np.add
-            for pc, gc, _, _, t, _ in self.chunks:
+            for pc, gc, _, _, _, _, t, _, _ in self.chunks:
                 multiply(gc, negative_rate, out=t)
                 add(pc, t, out=pc)
             return
@@ -150,18 +162,23 @@ class Update:
         a, b, one_minus_a, one_minus_b, eps = self.a, self.b, self.one_minus_a, self.one_minus_b, self.eps
         rate, wd, bc1, bc2, decays = self.rate, self.wd, self.bc1, self.bc2, self.decays
         multiply, add, subtract, divide, sqrt = np.multiply, np.add, np.subtract, np.divide, np.sqrt
-        for pc, gc, mc, vc, t, u in self.chunks:
+        for pc, gc, both, mc, vc, pair, t, u, factors in self.chunks:
             if decays:
                 multiply(pc, rate, out=t)  # weight * lr * weight_decay, left to right
                 multiply(t, wd, out=t)
                 subtract(pc, t, out=pc)
-            multiply(mc, a, out=mc)  # m = alpha * m + (1 - alpha) * g
+            # m = alpha * m + (1 - alpha) * g and v = beta * v + ((1 - beta) * g) * g
             multiply(gc, one_minus_a, out=t)
-            add(mc, t, out=mc)
-            multiply(vc, b, out=vc)  # v = beta * v + ((1 - beta) * g) * g
-            multiply(gc, one_minus_b, out=t)
-            multiply(t, gc, out=t)
-            add(vc, t, out=vc)
+            multiply(gc, one_minus_b, out=u)
+            multiply(u, gc, out=u)
+            if factors is not None:  # both rows at once
+                multiply(both, factors, out=both)
+                add(both, pair, out=both)
+            else:
+                multiply(mc, a, out=mc)
+                add(mc, t, out=mc)
+                multiply(vc, b, out=vc)
+                add(vc, u, out=vc)
             divide(vc, bc2, out=t)
             sqrt(t, out=t)
             add(t, eps, out=t)
@@ -175,14 +192,19 @@ class Update:
         a, b, one_minus_a, one_minus_b, eps = self.a, self.b, self.one_minus_a, self.one_minus_b, self.eps
         lr_corrected, decay, decays = self.lr_corrected, self.decay, self.decays
         multiply, add, subtract, divide, sqrt = np.multiply, np.add, np.subtract, np.divide, np.sqrt
-        for pc, gc, mc, vc, t, u in self.chunks:
-            multiply(mc, a, out=mc)  # m = alpha * m + (1 - alpha) * g
+        for pc, gc, both, mc, vc, pair, t, u, factors in self.chunks:
+            # m = alpha * m + (1 - alpha) * g and v = beta * v + ((1 - beta) * g) * g
             multiply(gc, one_minus_a, out=t)
-            add(mc, t, out=mc)
-            multiply(vc, b, out=vc)  # v = beta * v + ((1 - beta) * g) * g
-            multiply(gc, one_minus_b, out=t)
-            multiply(t, gc, out=t)
-            add(vc, t, out=vc)
+            multiply(gc, one_minus_b, out=u)
+            multiply(u, gc, out=u)
+            if factors is not None:  # both rows at once
+                multiply(both, factors, out=both)
+                add(both, pair, out=both)
+            else:
+                multiply(mc, a, out=mc)
+                add(mc, t, out=mc)
+                multiply(vc, b, out=vc)
+                add(vc, u, out=vc)
             sqrt(vc, out=t)
             add(t, eps, out=t)
             multiply(mc, lr_corrected, out=u)
