@@ -321,11 +321,21 @@ class EngineTrainingApi:
         return self._name(session, index, allocator, out, lambda s: s.eval.user_inputs if s.eval else [],
                           "Eval input")
 
+    # A step's three calls are written out rather than through ``_do`` (a closure and two calls more: about
+    # 0.3 µs of a small model's 50 µs step)
     def LazyResetGrad(self, session: Any) -> Any:
-        return self._do(lambda: self._session(session).lazy_reset_grad())
+        try:
+            self._sessions.get(session).lazy_reset_grad()
+        except Exception as error:
+            return self._status(error)
+        return ffi.NULL
 
     def TrainStep(self, session: Any, run_options: Any, n_in: int, inputs: Any, n_out: int, outputs: Any) -> Any:
-        return self._do(lambda: self._session(session).train_step(run_options, inputs, n_in, outputs, n_out))
+        try:
+            self._sessions.get(session).train_step(run_options, inputs, n_in, outputs, n_out)
+        except Exception as error:
+            return self._status(error)
+        return ffi.NULL
 
     def EvalStep(self, session: Any, run_options: Any, n_in: int, inputs: Any, n_out: int, outputs: Any) -> Any:
         return self._do(lambda: self._session(session).eval_step(run_options, inputs, n_in, outputs, n_out))
@@ -339,7 +349,11 @@ class EngineTrainingApi:
         return self._do(work)
 
     def OptimizerStep(self, session: Any, run_options: Any) -> Any:
-        return self._do(lambda: self._session(session).optimizer_step())
+        try:
+            self._sessions.get(session).optimizer_step()
+        except Exception as error:
+            return self._status(error)
+        return ffi.NULL
 
     def RegisterLinearLRScheduler(self, session: Any, warmup: int, total: int, initial: float) -> Any:
         return self._do(lambda: self._session(session).register_linear_scheduler(warmup, total, initial))
