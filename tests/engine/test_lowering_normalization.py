@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 from lowering_check import check_lowering, current_runtime, one_node_model  # noqa: F401  (a fixture)
 
+from ort_cffi._backends.engine.lowering import lower_training_ops
+
 # the reference is the training build's own kernels, through its Python layer
 pytestmark = pytest.mark.needs_onnxruntime_python
 
@@ -51,30 +53,86 @@ def layer_statistics(x, axis, simplified=False):
     return mean.astype(np.float32), (1.0 / np.sqrt(var + 1e-5)).astype(np.float32)
 
 
-@pytest.mark.parametrize("shape,axis", [((4, 6), -1), ((2, 3, 8), -1), ((2, 3, 4, 5), 2), ((2, 3, 4), 1)])
+def reshapes_written(lowered):
+    return [n.op_type for n in lowered.graph.node if n.op_type in ("Flatten", "Reshape", "Shape", "Cast")]
+
+
+# Shapes known (symbolic False): the statistics keep X's rank and the gradients broadcast over X with no Flatten,
+# Reshape, Shape or Cast; with the sizes unknown at lowering time (True) the flattened form is written.
+@pytest.mark.parametrize("shape,axis", [((4, 6), -1), ((2, 3, 8), -1), ((2, 3, 4, 5), 2), ((2, 3, 4), 1),
+                                        ((3, 4), 0)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_layer_normalization_grad(shape, axis, dtype, current_runtime):
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_layer_normalization_grad(shape, axis, dtype, symbolic, current_runtime):
     x = values(shape, dtype, 2.0, 0.5)
     mean, inv_std = layer_statistics(x, axis)
     normalized = shape[axis % len(shape):]
     feeds = {"dY": values(shape, dtype), "X": x, "scale": values(normalized, dtype), "mean": mean, "inv_std": inv_std}
     outputs = [("dX", dtype, shape), ("dScale", dtype, normalized), ("dBias", dtype, normalized)]
-    check_lowering(one_node_model("LayerNormalizationGrad", feeds, outputs, axis=axis), feeds, current_runtime)
+    lowered = check_lowering(one_node_model("LayerNormalizationGrad", feeds, outputs, axis=axis, symbolic=symbolic),
+                             feeds, current_runtime)
+    if not symbolic:  # float64 data with float statistics: the statistics' two Casts only
+        assert reshapes_written(lowered) == (["Cast", "Cast"] if dtype == np.float64 else [])
+
+
+def layer_norm(x, scale, bias, axis, epsilon=1e-5, simplified=False):
+    """LayerNormalization's forward in float64: what the gradient forms differentiate."""
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    centered = x if simplified else x - x.mean(axis=axes, keepdims=True)
+    return centered / np.sqrt((centered * centered).mean(axis=axes, keepdims=True) + epsilon) * scale + bias
+
+
+@pytest.mark.parametrize("shape,axis", [((3, 5), -1), ((2, 3, 6), -1), ((2, 3, 2, 3), 2)])
+@pytest.mark.parametrize("op_type", ["LayerNormalizationGrad", "SimplifiedLayerNormalizationGrad"])
+def test_layer_normalization_grads_against_finite_differences(shape, axis, op_type, current_runtime):
+    """The lowered gradients (on 1.31.1, float64) are the derivatives of the forward: central differences of
+    sum(dY * LayerNormalization(X, scale, bias)) in X, scale and bias."""
+    simplified = op_type.startswith("Simplified")
+    x, dy = values(shape, np.float64, 2.0, 0.5), values(shape, np.float64)
+    normalized = shape[axis % len(shape):]
+    scale, bias = values(normalized, np.float64) + 1.5, values(normalized, np.float64)
+    axes = tuple(range(axis % len(shape), len(shape)))
+    mean = x.mean(axis=axes, keepdims=True)
+    centered = x if simplified else x - mean
+    inv_std = 1.0 / np.sqrt((centered * centered).mean(axis=axes, keepdims=True) + 1e-5)
+    feeds = {"dY": dy, "X": x, "scale": scale}
+    feeds.update({"inv_std": inv_std} if simplified else {"mean": mean, "inv_std": inv_std})
+    outputs = [("dX", np.float64, shape), ("dScale", np.float64, normalized)]
+    outputs += [] if simplified else [("dBias", np.float64, normalized)]
+    lowered = lower_training_ops(one_node_model(op_type, feeds, outputs, axis=axis))
+    got = current_runtime.run(lowered, feeds)
+
+    def loss(x_, scale_, bias_):
+        return float((dy * layer_norm(x_, scale_, bias_, axis, simplified=simplified)).sum())
+
+    step = 1e-6
+    for index, wrt in enumerate([x, scale, bias][:len(got)]):
+        numeric = np.zeros_like(wrt)
+        for at in np.ndindex(wrt.shape):
+            args = [x.copy(), scale.copy(), bias.copy()]
+            args[index][at] += step
+            up = loss(*args)
+            args[index][at] -= 2 * step
+            numeric[at] = (up - loss(*args)) / (2 * step)
+        np.testing.assert_allclose(got[index], numeric, rtol=1e-6, atol=1e-7, err_msg=f"{op_type} output {index}")
 
 
 @pytest.mark.parametrize("shape,axis", [((4, 6), -1), ((2, 3, 4, 5), 2)])
-def test_simplified_layer_normalization_grad(shape, axis, current_runtime):
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_simplified_layer_normalization_grad(shape, axis, symbolic, current_runtime):
     x = values(shape, scale=2.0, shift=0.5)
     _, inv_std = layer_statistics(x, axis, simplified=True)
     normalized = shape[axis % len(shape):]
     feeds = {"dY": values(shape), "X": x, "scale": values(normalized), "inv_std": inv_std}
     outputs = [("dX", np.float32, shape), ("dScale", np.float32, normalized)]
-    check_lowering(one_node_model("SimplifiedLayerNormalizationGrad", feeds, outputs, axis=axis), feeds,
-                   current_runtime)
+    lowered = check_lowering(one_node_model("SimplifiedLayerNormalizationGrad", feeds, outputs, axis=axis,
+                                            symbolic=symbolic), feeds, current_runtime)
+    assert symbolic or not reshapes_written(lowered)
 
 
 @pytest.mark.parametrize("shape,axis", [((4, 6), -1), ((2, 3, 4, 5), 2)])
-def test_invertible_layer_normalization_grad(shape, axis, current_runtime):
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_invertible_layer_normalization_grad(shape, axis, symbolic, current_runtime):
     x = values(shape, scale=2.0, shift=0.5)
     mean, inv_std = layer_statistics(x, axis)
     normalized = shape[axis % len(shape):]
@@ -82,8 +140,9 @@ def test_invertible_layer_normalization_grad(shape, axis, current_runtime):
     feeds = {"dY": values(shape), "Y": ((x - mean) * inv_std * scale + bias).astype(np.float32), "scale": scale,
              "bias": bias, "inv_std": inv_std}
     outputs = [("dX", np.float32, shape), ("dScale", np.float32, normalized), ("dBias", np.float32, normalized)]
-    check_lowering(one_node_model("InvertibleLayerNormalizationGrad", feeds, outputs, axis=axis), feeds,
-                   current_runtime)
+    lowered = check_lowering(one_node_model("InvertibleLayerNormalizationGrad", feeds, outputs, axis=axis,
+                                            symbolic=symbolic), feeds, current_runtime)
+    assert symbolic or not reshapes_written(lowered)
 
 
 def log_softmax(logits):
