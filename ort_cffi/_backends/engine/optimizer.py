@@ -73,7 +73,7 @@ class Update:
         self.alpha, self.beta = float(alpha), float(beta)  # for the bias corrections' powers
         self.weight_decay = F32(spec.weight_decay)
         self.mode0, self.decays = spec.adam_mode == 0, self.weight_decay != 0
-        self.corrects = spec.correct_bias == 1
+        self.corrects, self.adamw = spec.correct_bias == 1, spec.kind == "AdamW"
         self.a, self.b = _scalar(alpha), _scalar(beta)
         self.one_minus_a, self.one_minus_b = _scalar(F32(1) - alpha), _scalar(F32(1) - beta)
         self.eps, self.wd = _scalar(F32(spec.epsilon)), _scalar(self.weight_decay)
@@ -103,7 +103,7 @@ class Update:
     def __call__(self, lr: float, step: int) -> None:
         if lr != self._lr:
             self._set_rate(lr)
-        if self.spec.kind != "AdamW":
+        if not self.adamw:
             negative_rate = self.negative_rate
             multiply, add = np.multiply, np.add
             for pc, gc, _, _, _, _, t, _, _ in self.chunks:

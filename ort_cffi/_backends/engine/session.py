@@ -301,7 +301,8 @@ class EngineSession:
         if spec is None:
             raise ValueError("No optimizer session initialized.")
         state = self.state
-        state.require_values("run an optimizer step")
+        if state.nominal:
+            state.require_values("run an optimizer step")
         if spec.max_norm is not None:
             optimizer.clip_by_total_norm(self.gradients, spec.max_norm)
         if self._update_generation != state.generation:
