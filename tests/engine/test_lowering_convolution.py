@@ -180,6 +180,96 @@ def test_max_pool_grad(case, current_runtime):
     check_lowering(pool_model("MaxPool", x_shape, attributes, True), feeds, current_runtime, exact=True)
 
 
+# MaxPool with its Indices, restated where the windows tile the input (convolution.max_pool): sizes the windows
+# do not divide, 3x3 windows, ceil_mode with sizes they divide, VALID, and the zoo's size
+TILING_POOLS = {
+    "2x2": ((2, 3, 8, 8), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    "2x2_uneven": ((2, 3, 9, 7), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    "3x3": ((1, 2, 9, 12), {"kernel_shape": [3, 3], "strides": [3, 3]}),
+    "ceil_divided": ((2, 2, 8, 6), {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+    "valid": ((1, 3, 6, 6), {"kernel_shape": [3, 3], "strides": [3, 3], "auto_pad": "VALID"}),
+    "zoo": ((16, 16, 32, 32), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+}
+
+
+def max_pool_model(x_shape, attributes, symbolic=False):
+    """MaxPool with its Y and Indices as the graph's outputs."""
+    dims = ["n", "c"] + list(x_shape[2:]) if symbolic else list(x_shape)
+    graph = helper.make_graph([helper.make_node("MaxPool", ["X"], ["Y", "I"], **attributes)], "max_pool",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, dims)],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("I", TensorProto.INT64, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def with_ties(x_shape):
+    """Values with many ties in a window (whole numbers, a row of zeros) and an infinite one: the Indices
+    point at each window's first maximum, as the kernel's do."""
+    x = values(x_shape)
+    x[:, :, : x_shape[2] // 2] = np.round(x[:, :, : x_shape[2] // 2])
+    x[:, :, -1] = 0.0
+    x[(0, 0) + (-1,) * (len(x_shape) - 2)] = -np.inf
+    return x
+
+
+@pytest.mark.parametrize("case,symbolic", [(c, s) for c in sorted(TILING_POOLS) for s in (False, True)])
+def test_max_pool_indices_restated(case, symbolic, current_runtime):
+    """Y and the Indices bit for bit as 1.19.2's kernel gives them, on 1.19.2 and 1.31.1, the pool written
+    without its Indices output."""
+    x_shape, attributes = TILING_POOLS[case]
+    model = max_pool_model(x_shape, attributes, symbolic)
+    lowered = check_lowering(model, {"X": with_ties(x_shape)}, current_runtime, exact=True)
+    pools = [n for n in lowered.graph.node if n.op_type == "MaxPool"]
+    assert len(pools) == 1 and len([o for o in pools[0].output if o]) == 1
+    assert "SpaceToDepth" in {n.op_type for n in lowered.graph.node}
+
+
+@pytest.mark.parametrize("case", ["2d_overlap_pads", "2d_ceil", "1d", "3d", "2d_apart_dilated_gaps"])
+def test_max_pool_indices_kept_where_windows_do_not_tile(case, current_runtime):
+    """Overlapping, padded, partial, dilated or spaced windows, 1-D and 3-D: the kernel's own Indices."""
+    x_shape, attributes = POOLS[case]
+    lowered = check_lowering(max_pool_model(x_shape, attributes), {"X": with_ties(x_shape)}, current_runtime,
+                             exact=True)
+    assert [len(n.output) for n in lowered.graph.node if n.op_type == "MaxPool"] == [2]
+
+
+def test_max_pool_with_a_nan_window_stays_in_bounds(current_runtime):
+    """A window of NaN matches no maximum: its index is still a position of X, so MaxPoolGrad's MaxUnpool
+    writes inside dX (the runtime refuses an index out of bounds)."""
+    x_shape, attributes = TILING_POOLS["2x2"]
+    x = values(x_shape)
+    x[0, 0, :2, :2] = np.nan
+    lowered = lower_training_ops(max_pool_model(x_shape, attributes))
+    _, indices = current_runtime.run(lowered, {"X": x})
+    assert indices.min() >= 0 and indices.max() < x.size
+    dy = values(pool_output("MaxPool", x, attributes))
+    (dx,) = current_runtime.run(lower_training_ops(pool_model("MaxPool", x_shape, attributes, True)),
+                                {"X": x, "dY": dy})
+    assert dx.shape == x_shape and np.isfinite(dx).all()
+
+
+def test_max_pool_grad_through_restated_indices_matches_finite_differences(current_runtime):
+    """dX of the restated pool and MaxPoolGrad, projected on random directions, against central differences
+    of a 2x2 max pool written plainly in float64 (values 0.01 apart and steps of 1e-3 along directions of
+    magnitude below 5: no window's maximum moves)."""
+    x_shape, attributes = TILING_POOLS["2x2_uneven"]
+    x = (np.random.default_rng(3).permutation(int(np.prod(x_shape))).reshape(x_shape) * 0.01).astype(np.float32)
+    dy = values(pool_output("MaxPool", x, attributes))
+    (dx,) = current_runtime.run(lower_training_ops(pool_model("MaxPool", x_shape, attributes, True)),
+                                {"X": x, "dY": dy})
+    rows, columns = x_shape[2] // 2, x_shape[3] // 2
+
+    def pooled(v):
+        return v[:, :, :rows * 2, :columns * 2].reshape(x_shape[0], x_shape[1], rows, 2, columns, 2).max(axis=(3, 5))
+
+    for seed in range(3):
+        direction = np.clip(np.random.default_rng(seed).standard_normal(x_shape), -4.9, 4.9)
+        step = 1e-3
+        difference = float(np.sum((pooled(x + step * direction) - pooled(x - step * direction)) * dy) / (2 * step))
+        projected = float(np.sum(dx.astype(np.float64) * direction))
+        assert abs(projected - difference) <= 1e-5 * (abs(difference) + 1.0), (projected, difference)
+
+
 def average_pool_gradient(dy, x_shape, kernel, strides, pads, count_include_pad):
     """AveragePool's gradient written plainly: each dY element, over its window's count, spread on the window
     (the window clipped to the input, as 1.19.2's 1-D and 2-D kernels clip it)."""

@@ -28,8 +28,9 @@ CONTRIB_TARGETS = frozenset({"FusedMatMul", "Gelu", "FastGelu", "BiasGelu", "Qui
 # themselves, 1.19.2 and 1.31.1 alike (LayerNormalization before opset 17): they run as they are.
 RUNTIME_DEFAULT_DOMAIN = frozenset({"LayerNormalization", "SimplifiedLayerNormalization"})
 # Standard operators that inference builds have no kernel for and run as their ONNX function, node by node, where
-# a rule writes them in fewer kernels (SoftmaxCrossEntropyLoss: only training builds register its kernel).
-RESTATED_STANDARD = frozenset({"SoftmaxCrossEntropyLoss"})
+# a rule writes them in fewer kernels (SoftmaxCrossEntropyLoss: only training builds register its kernel), or
+# whose kernel is slow in a case a rule writes faster (MaxPool's Indices: lowering/convolution.py).
+RESTATED_STANDARD = frozenset({"SoftmaxCrossEntropyLoss", "MaxPool"})
 
 
 class LoweringError(ValueError):
