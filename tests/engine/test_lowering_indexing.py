@@ -43,11 +43,24 @@ def test_scale(scale_dtype, scale_down, current_runtime):
 
 
 @pytest.mark.parametrize("a,b", [([2, 3, 4], [2, 3, 4]), ([2, 3, 4], [4]), ([4], [2, 3, 4]), ([2, 1, 4], [3, 1]),
-                                 ([], [5, 2]), ([1, 1], [1]), ([5, 1, 3], [5, 7, 1])])
-def test_broadcast_gradient_args(a, b, current_runtime):
+                                 ([], [5, 2]), ([1, 1], [1]), ([5, 1, 3], [5, 7, 1]), ([1, 4, 1], [3, 4, 1]),
+                                 ([3, 1, 2], [1, 2]), ([2], [])])
+@pytest.mark.parametrize("ranks_known", [True, False])
+def test_broadcast_gradient_args(a, b, ranks_known, current_runtime):
     feeds = {"a_shape": np.array(a, np.int64), "b_shape": np.array(b, np.int64)}
-    model = one_node_model("BroadcastGradientArgs", feeds, [("a_axes", np.int64, None), ("b_axes", np.int64, None)])
-    check_lowering(model, feeds, current_runtime, exact=True)
+    model = one_node_model("BroadcastGradientArgs", feeds, [("a_axes", np.int64, None), ("b_axes", np.int64, None)],
+                           symbolic=not ranks_known)
+    lowered = check_lowering(model, feeds, current_runtime, exact=True)
+    # ranks known when the model is lowered: the sizes compared in the kernel's order, 11 nodes at most
+    computed = [n for n in lowered.graph.node if n.op_type not in ("Constant", "Identity")]
+    assert not ranks_known or len(computed) <= 11, [n.op_type for n in computed]
+
+
+def test_broadcast_gradient_args_one_output(current_runtime):
+    feeds = {"a_shape": np.array([1, 4, 1], np.int64), "b_shape": np.array([2, 3, 4, 5], np.int64)}
+    for outputs in ([("a_axes", np.int64, None), ("", np.int64, None)],
+                    [("", np.int64, None), ("b_axes", np.int64, None)]):
+        check_lowering(one_node_model("BroadcastGradientArgs", feeds, outputs), feeds, current_runtime, exact=True)
 
 
 @pytest.mark.parametrize("data_shape,indices_shape,axis", [((7, 3), (4,), 0), ((7, 3), (2, 5), 0), ((2, 7, 3), (5,), 1),

@@ -38,6 +38,10 @@ def broadcast_gradient_args(node: onnx.NodeProto, emit: Emitter) -> None:
     have, an operand is summed where its size is 1 and the other's is not; the leading axes only the longer
     shape has go to the shorter operand (to B when the ranks are equal, where there are none)."""
     a, b = node.input[0], node.input[1]
+    lengths = (emit.shape(a), emit.shape(b))
+    if all(dims is not None and len(dims) == 1 and isinstance(dims[0], int) for dims in lengths):
+        _broadcast_gradient_args_of_known_ranks(node, emit, lengths[0][0], lengths[1][0])  # type: ignore[index]
+        return
     one = emit.const(np.array([1], np.int64))
     rank_a, rank_b = emit.one("Shape", [a]), emit.one("Shape", [b])
     rank = emit.one("Max", [rank_a, rank_b])
@@ -69,6 +73,38 @@ def broadcast_gradient_args(node: onnx.NodeProto, emit: Emitter) -> None:
         emit.one("Slice", [ascending, emit.const(np.array([-1], np.int64)), emit.const(np.array([last], np.int64)),
                            emit.const(np.array([0], np.int64)), emit.const(np.array([-1], np.int64))],
                  node.output[output])
+
+
+def _broadcast_gradient_args_of_known_ranks(node: onnx.NodeProto, emit: Emitter, rank_a: int, rank_b: int) -> None:
+    """BroadcastGradientArgs where both ranks are known when the model is lowered (the shape vectors' lengths),
+    as the kernel walks it: the shared axes from the highest down, A's where the sizes differ and A's is 1,
+    B's where they differ and A's is not; then the leading axes, to A where it is not the longer. The shared
+    sizes are taken in that descending order by one Gather per shape, so that a Compress of the constant axes
+    gives each output in the kernel's order: 10 or 11 nodes for both outputs, where the form for unknown ranks takes
+    40 (bert_tiny's embeddings have two)."""
+    a, b = node.input[0], node.input[1]
+    shared, rank = min(rank_a, rank_b), max(rank_a, rank_b)
+    leading = np.arange(rank - shared - 1, -1, -1, dtype=np.int64)
+    outputs = [out if out else None for out in list(node.output[:2]) + [""] * (2 - len(node.output))]
+    if shared == 0:
+        for index, out in enumerate(outputs):
+            if out:
+                takes_leading = (index == 0) == (rank_a <= rank_b)
+                emit.one("Identity", [emit.const(leading if takes_leading else np.zeros(0, np.int64))], out)
+        return
+    a_dims = emit.one("Gather", [a, emit.const(np.arange(rank_a - 1, rank_a - shared - 1, -1, dtype=np.int64))])
+    b_dims = emit.one("Gather", [b, emit.const(np.arange(rank_b - 1, rank_b - shared - 1, -1, dtype=np.int64))])
+    axes = emit.const(np.arange(rank - 1, rank - shared - 1, -1, dtype=np.int64))
+    differ = emit.one("Not", [emit.one("Equal", [a_dims, b_dims])])
+    a_is_one = emit.one("Equal", [a_dims, emit.const(np.array([1], np.int64))])
+    for index, out in enumerate(outputs):
+        if not out:
+            continue
+        chosen = emit.one("And", [differ, a_is_one if index == 0 else emit.one("Not", [a_is_one])])
+        takes_leading = (index == 0) == (rank_a <= rank_b) and len(leading) > 0
+        emit.one("Compress", [axes, chosen], None if takes_leading else out, axis=0)
+        if takes_leading:
+            emit.one("Concat", [emit.nodes[-1].output[0], emit.const(leading)], out, axis=0)
 
 
 @lowers("ReduceAllL2")
