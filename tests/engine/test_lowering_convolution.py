@@ -57,6 +57,10 @@ CASES = {
     "2d_stride_dilation": ((2, 3, 13, 11), (4, 3, 3, 2), {"strides": [2, 2], "dilations": [2, 1], "pads": [1, 2, 0, 1]}),
     "2d_stride3_kernel4": ((2, 5, 14, 10), (6, 5, 4, 4), {"strides": [3, 3], "pads": [1, 0, 2, 1]}),
     "2d_groups_stride_dilation": ((2, 6, 12, 12), (4, 3, 3, 3), {"group": 2, "strides": [2, 2], "dilations": [2, 2]}),
+    # without a stride over wide maps: the patches as flat runs too (convolution._flat_rows_pay), with dilation
+    # and uneven pads
+    "2d_wide": ((2, 3, 6, 20), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "2d_wide_dilation": ((2, 3, 7, 40), (4, 3, 3, 2), {"dilations": [2, 3], "pads": [2, 0, 1, 3]}),
     # dX of depthwise layers as a Conv with the kernel flipped: a multiplier, 3-D with dilation, and pads past
     # the kernel's reach (which keep the ConvTranspose)
     "2d_depthwise_multiplier": ((2, 3, 7, 6), (6, 1, 3, 2), {"group": 3, "pads": [1, 0, 1, 1]}),

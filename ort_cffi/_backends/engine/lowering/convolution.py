@@ -380,12 +380,13 @@ def _weight_gradient_by_patches(emit: Emitter, dy: str, x: str, w: str, group: i
 
     With a stride (2-D, the same along both axes, sizes known), a Slice with steps would copy element by
     element: the patches are taken from X's phases instead (``_flat_patches``; segnet's 4x4 kernels with
-    stride 2, 16 channels over 32x32: 1.97 ms with stepped Slices, 1.24 so). Without a stride the stepped
-    Slices' rows are already runs, and the flat form was no faster (0.79 ms against 0.76 on 8x8 maps)."""
+    stride 2, 16 channels over 32x32: 1.97 ms with stepped Slices, 1.24 so). Without a stride the flat form
+    trades the Slices' short rows for GEMMs over the padded width: ``_flat_rows_pay`` says where it wins."""
     spatial = len(kernel)
     spatial_axes = list(range(2, 2 + spatial))
     positions = list(np.ndindex(*kernel))
-    if x_sizes is not None and spatial == 2 and strides[0] == strides[1] > 1 and len(positions) > 1:
+    if x_sizes is not None and spatial == 2 and strides[0] == strides[1] and len(positions) > 1 and \
+            (strides[0] > 1 or _flat_rows_pay(x_sizes[1] + begin[1] + end[1], kernel[1], dilations[1])):
         dy_first, patch = _flat_patches(emit, dy, x, strides, dilations, kernel, begin, end, x_sizes)
     else:
         dy_first = emit.one("Transpose", [dy], perm=[1, 0] + spatial_axes)
@@ -402,6 +403,15 @@ def _weight_gradient_by_patches(emit: Emitter, dy: str, x: str, w: str, group: i
         products.append(emit.unsqueeze(product, [3]) if len(positions) > 1 else product)
     stacked = emit.one("Concat", products, axis=3) if len(positions) > 1 else products[0]  # [g, Mg, Cg, K]
     emit.one("Reshape", [stacked, emit.one("Shape", [w])], output)
+
+
+def _flat_rows_pay(padded_width: int, kernel_width: int, dilation: int) -> bool:
+    """Whether a layer without a stride takes its patches as flat runs (``_flat_patches``): where the padded
+    width, which the GEMMs then run over, exceeds dY's width by at most an eighth. Measured on 1.31.1 (dW
+    alone, batch 16, the minimum of 150 alternating runs, 2026-12-07, load average 7): 3x3 layers over 16x16
+    maps (32 x 16 channels: 0.87 -> 0.82 ms; 32 x 32: 1.57 -> 1.44) and 32x32 maps (16 x 16: 1.90 -> 1.89)
+    gain, over 8x8 maps (64 x 32: 0.68 -> 0.71; the width a quarter wider) they lose."""
+    return padded_width * 8 <= (padded_width - (kernel_width - 1) * dilation) * 9
 
 
 def _stepped_patches(emit: Emitter, dy: str, x: str, strides: List[int], dilations: List[int], begin: List[int],
