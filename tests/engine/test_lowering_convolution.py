@@ -387,6 +387,10 @@ def test_the_faster_weight_form_is_picked_by_the_shapes():
     assert form([4, 4], [32, 16, 4, 4], 1, 64, [2, 2]) == "conv"
     assert form([3, 3], [16, 3, 3, 3], 1, 1024, [1, 1]) == "columns"
     assert form([3, 3], [48, 1, 3, 3], 48, 64, [2, 2]) == "columns"
+    assert form([3, 3], [32, 16, 3, 3], 1, 64, [2, 2]) == "columns"  # strided, few inputs, a small kernel
+    assert form([3, 3], [32, 16, 3, 3], 1, 64, [1, 1]) == "patches"
+    assert form([3, 3], [64, 32, 3, 3], 1, 64, [2, 2]) == "patches"
+    assert form([3, 3], [16, 16, 3, 3], 1, 256, [2, 2]) == "patches"  # the kernel not at most half the outputs
     assert form([3, 3], [48, 1, 3, 3], 48, 64, [1, 1]) == "patches"
     assert form([3, 3], [144, 1, 3, 3], 144, 4, [1, 1]) == "conv"
     assert form([1, 1], [96, 1, 1, 1], 96, 4, [1, 1]) == "patches"

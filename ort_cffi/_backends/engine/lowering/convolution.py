@@ -345,6 +345,12 @@ def weight_gradient_form(kernel: List[int], w_dims: Optional[List[int]], group: 
       3x3 over 3 channels on 32x32, 0.54 ms, the patches 1.39: their GEMMs are as narrow as Cg), and for
       strided layers whose groups have few outputs (depthwise with stride 2 on 16x16: 0.63 ms, the patches
       0.84, the Conv 0.72). Depthwise without a stride keeps the patches (8x8: 0.54 ms, the columns 0.60).
+      Also strided layers of up to 16 input channels per group whose kernel has at most half as many
+      positions as the group has outputs (the one-hot Conv's K multiply-adds per column element against the
+      GEMM's Mg): 32x16 3x3 with stride 2 on 16x16, 0.35 ms, the patches 0.42 (the training kernel 0.19);
+      on 32x32, 1.03 against 1.16 (2026-12-07, 1.31.1, load average 7). With 32 input channels (64x32 on
+      16x16: the patches 0.97, the columns 1.13) or a 4x4 kernel over 16 outputs (16x16 on 32x32: 0.89
+      against 1.69) the patches stay.
     - For 1x1 kernels without a stride (group 1), "columns" where an image's product dY X^T ([M, C]) is no
       larger than the image's dY and X together (M * C <= (M + C) * Y): the columns are X itself, no Transposes,
       and the batch is summed after (MobileNet's 48x8 layer on 16x16: 0.095 ms, the patches 0.207); else
@@ -366,6 +372,8 @@ def weight_gradient_form(kernel: List[int], w_dims: Optional[List[int]], group: 
     depthwise = w_dims[0] // group < 4  # few outputs per group
     if (w_dims[1] <= 4 and not depthwise) or (strided and depthwise):
         return "columns"
+    if strided and w_dims[1] <= 16 and 2 * positions <= w_dims[0] // group:
+        return "columns"  # the patches' GEMMs as narrow as Cg; the im2col's K MACs per element at most half Mg's
     return "patches"
 
 
