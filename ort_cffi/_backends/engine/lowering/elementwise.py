@@ -38,9 +38,9 @@ def broadcast_gradient_args(node: onnx.NodeProto, emit: Emitter) -> None:
     have, an operand is summed where its size is 1 and the other's is not; the leading axes only the longer
     shape has go to the shorter operand (to B when the ranks are equal, where there are none)."""
     a, b = node.input[0], node.input[1]
-    lengths = (emit.shape(a), emit.shape(b))
-    if all(dims is not None and len(dims) == 1 and isinstance(dims[0], int) for dims in lengths):
-        _broadcast_gradient_args_of_known_ranks(node, emit, lengths[0][0], lengths[1][0])  # type: ignore[index]
+    ranks = [dims[0] for dims in (emit.shape(a), emit.shape(b)) if dims is not None and len(dims) == 1]
+    if len(ranks) == 2 and isinstance(ranks[0], int) and isinstance(ranks[1], int):
+        _broadcast_gradient_args_of_known_ranks(node, emit, ranks[0], ranks[1])
         return
     one = emit.const(np.array([1], np.int64))
     rank_a, rank_b = emit.one("Shape", [a]), emit.one("Shape", [b])

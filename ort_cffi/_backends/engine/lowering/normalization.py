@@ -215,11 +215,11 @@ def _layer_norm_grad_kept(emit: Emitter, dy: str, x_hat: str, scale: str, inv_st
             g = emit.one("Sub", [g, emit.reduce("ReduceMean", g, normalized, keepdims=True)])
         emit.one("Mul", [emit.one("Sub", [g, emit.one("Mul", [x_hat, mean_gx])]), inv_std], outputs[0])
     for index, summed in ((1, lambda: emit.one("Mul", [dy, x_hat])), (2, lambda: dy)):
-        if len(outputs) > index and outputs[index]:
-            if leading:
-                emit.reduce("ReduceSum", summed(), leading, keepdims=False, output=outputs[index])
-            else:
-                emit.copy(summed(), outputs[index])
+        wanted = outputs[index] if len(outputs) > index else None
+        if wanted and leading:
+            emit.reduce("ReduceSum", summed(), leading, keepdims=False, output=wanted)
+        elif wanted:
+            emit.copy(summed(), wanted)
 
 
 @lowers("LayerNormalizationGrad")
