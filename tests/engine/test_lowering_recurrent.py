@@ -267,6 +267,36 @@ def test_backward_loop_holds_only_the_recurrence(op: str) -> None:
     assert any(n.op_type == "Gemm" for n in lowered.graph.node), "the weight gradients are batched products"
 
 
+@pytest.mark.parametrize("op", ["LSTMTraining", "GRUTraining_lbr0", "GRUTraining_lbr1"])
+def test_forward_loop_holds_only_the_cell(op: str) -> None:
+    """The forward Scan's body (a forward LSTM or GRU without peephole weights or sequence lengths) holds the
+    cell and nothing else: its products with R are Gemms that add X·Wᵀ (or R's bias) themselves and read R as
+    it is (no Transpose, no MatMul left for ONNX Runtime to fuse, which it does not where a training model's
+    batch is symbolic); X·Wᵀ and the biases are one Gemm per part outside; nothing in the body joins values
+    (no Concat), and the LSTM's Y is computed after the loop, not copied out of it step by step."""
+    if op == "LSTMTraining":
+        case = lstm_case(4, 2, True, True, False, ("dY",), 6)
+        per_step = {"Gemm": 1, "Sigmoid": 3, "Tanh": 2, "Identity": 1}
+    else:
+        case = gru_case(4, 2, True, True, int(op[-1]), ("dY",), 6)
+        per_step = {"Gemm": 2, "Sigmoid": 1, "Tanh": 1}
+    lowered = lower(case.model)
+    forward = [n for n in _scans(lowered) if not any(a.name == "scan_input_directions" and list(a.ints)
+                                                     and a.ints[0] == 1 for a in n.attribute)]
+    assert len(forward) == 1
+    body = helper.get_attribute_value(next(a for a in forward[0].attribute if a.name == "body"))
+    kinds = [n.op_type for n in body.node]
+    for kind, count in per_step.items():
+        assert kinds.count(kind) == count, f"{kind}: {kinds}"
+    assert not {"MatMul", "Transpose", "Concat"} & set(kinds), kinds
+    gemms = [n for n in body.node if n.op_type == "Gemm"]
+    assert all(any(a.name == "transB" and a.i == 1 for a in n.attribute) for n in gemms)
+    if op != "GRUTraining_lbr0":  # there the product reads r·h, made in the step
+        assert all(n.input[0] == body.input[0].name for n in gemms), "the products read the hidden state"
+    outside = [n.op_type for n in lowered.graph.node]
+    assert outside.count("Gemm") >= (1 if op == "LSTMTraining" else 2), "X·Wᵀ over the whole sequence"
+
+
 # --- what the kernels refuse, and what of it the lowering computes -----------------------------------------------
 @pytest.mark.parametrize("op,attrs,fragment", [
     ("LSTMTraining", {"direction": "sideways"}, "unknown direction 'sideways'"),

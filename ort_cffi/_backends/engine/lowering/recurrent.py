@@ -17,10 +17,15 @@ tests/engine/test_lowering_recurrent.py):
   and Y_h; outputs the gradients of X, W, R, B and H0, for either ``linear_before_reset``.
 
 The forms. The forward is one ``Scan`` over time holding the cell (one product with R, the gates, the
-states); X·Wᵀ and the biases are one product over the whole sequence before it, and the Scan's per-step
-outputs are Y and the values the gradient reads. (Keeping the standard LSTM / GRU operator, which gives Y bit
-for bit, and recomputing the gates from Y after it measured 1.4 to 1.7 times slower: the recurrent product
-is then computed twice.)
+states); X·Wᵀ and the biases are one Gemm over the whole sequence before it (per part the step reads, for a
+GRU), and the Scan's per-step outputs are Y and the values the gradient reads. Every kernel in the step runs
+once per time step, so the step holds only what is serial: the products with R are Gemms that add X·Wᵀ (or
+R's bias) themselves and read R untransposed (ONNX Runtime fuses a MatMul and an Add only where it knows the
+shapes, and a training model's batch is symbolic); the LSTM's gates are cut apart by one Split of the
+product, each activated alone (no second Split of the sigmoids' output), and without peephole weights or
+sequence lengths its Y = o·tanh(C) is one product over all steps after the loop instead of a copy out of
+each step. (Keeping the standard LSTM / GRU operator, which gives Y bit for bit, and recomputing the gates
+from Y after it measured 1.4 to 1.7 times slower: the recurrent product is then computed twice.)
 
 The backward is a reverse ``Scan`` in which only the recurrence is serial: per step, the hidden state's
 gradient (and the LSTM's cell state's), the gate gradients that they make (elementwise products with factors
@@ -117,9 +122,19 @@ def _tanh_slope(emit: Emitter, t: str) -> str:
     return emit.one("Sub", [emit.const_like(1.0, t), emit.one("Mul", [t, t])])
 
 
-def _times_weight(emit: Emitter, x: str, weight: str) -> str:
-    """x [..., n] · weightᵀ, ``weight`` [m, n]: [..., m]."""
-    return emit.one("MatMul", [x, emit.one("Transpose", [weight], perm=[1, 0])])
+def _projected(emit: Emitter, x: str, weight: str, bias: Optional[str]) -> str:
+    """x [T, batch, n] · weightᵀ (+ bias), ``weight`` [m, n], ``bias`` [m]: [T, batch, m], as one Gemm over the
+    flattened sequence (the bias added by the product, not in a pass of its own; no transposed copy of the
+    weight)."""
+    flat = emit.one("Gemm", [emit.one("Flatten", [x], axis=2), weight] + ([bias] if bias else []), transB=1)
+    rows = _slice(emit, emit.one("Shape", [x]), 0, 2, 0)
+    return emit.one("Reshape", [flat, emit.one("Concat", [rows, _ints(emit, -1)], axis=0)])
+
+
+def _recurrent(step: Emitter, h: str, weight: str, added: Optional[str]) -> str:
+    """h [batch, hidden] · weightᵀ (+ added), ``weight`` [m, hidden]: one Gemm in a Scan's body (ONNX Runtime
+    fuses a MatMul and an Add only where it knows the shapes, which a training model's symbolic batch hides)."""
+    return step.one("Gemm", [h, weight] + ([added] if added else []), transB=1)
 
 
 def _weight_grad(emit: Emitter, grad: str, value: str) -> str:
@@ -321,15 +336,31 @@ def lstm_training(node: onnx.NodeProto, emit: Emitter) -> None:
     for d, reverse in enumerate(view.reversed):
         w, r, bias, peephole = (view.input(i, d) for i in (W, R, B, P))
         assert w is not None and r is not None
-        from_x = _times_weight(emit, view.x, w)
         if bias is not None:
             w_bias, r_bias = _split(emit, bias, [4 * hidden, 4 * hidden])
-            from_x = emit.one("Add", [from_x, emit.one("Add", [w_bias, r_bias])])
-        r_t = emit.one("Transpose", [r], perm=[1, 0])
+            bias = emit.one("Add", [w_bias, r_bias])
+        from_x = _projected(emit, view.x, w, bias)
         scan = _Scan(emit, view.elem_type, f"lstm_forward{d}")
         step = scan.body
         h, c, x_t = scan.value("h"), scan.value("c"), scan.value("from_x")
-        pre = step.one("Add", [x_t, step.one("MatMul", [h, r_t])])
+        pre = _recurrent(step, h, r, x_t)
+        if peephole is None and mask is None:
+            # the step holds only what is serial: Y = o·tanh(C) is one product over all steps after the Scan
+            pre_i, pre_o, pre_f, pre_c = _split(step, pre, [hidden] * 4)
+            i_t, o_t, f_t = (step.one("Sigmoid", [p]) for p in (pre_i, pre_o, pre_f))
+            c_gate = step.one("Tanh", [pre_c])
+            c_new = step.one("Add", [step.one("Mul", [f_t, c]), step.one("Mul", [i_t, c_gate])])
+            tanh_c = step.one("Tanh", [c_new])
+            final_h, final_c, all_c, all_tanh_c, *gates = scan.run(
+                [view.state(H0, d), view.state(C0, d)], [from_x],
+                [step.one("Mul", [o_t, tanh_c]), c_new, step.one("Identity", [c_new]), tanh_c, i_t, o_t, f_t, c_gate],
+                2, reverse)
+            found["y"].append(emit.one("Mul", [gates[1], all_tanh_c]))
+            found["final_h"].append(final_h)
+            found["final_c"].append(final_c)
+            found["all_c"].append(all_c)
+            found["iofc"].append(emit.one("Concat", gates, axis=-1))
+            continue
         if peephole is None:
             pre_iof, pre_c = _split(step, pre, [3 * hidden, hidden])
             sig = step.one("Sigmoid", [pre_iof])
@@ -455,30 +486,27 @@ def gru_training(node: onnx.NodeProto, emit: Emitter) -> None:
     for d, reverse in enumerate(view.reversed):
         w, r, bias = (view.input(i, d) for i in (W, R, B))
         assert w is not None and r is not None
-        from_x = _times_weight(emit, view.x, w)
-        r_zr = emit.one("Transpose", [_slice(emit, r, 0, 2 * hidden, 0)], perm=[1, 0])
-        r_h = emit.one("Transpose", [_slice(emit, r, 2 * hidden, 3 * hidden, 0)], perm=[1, 0])
-        x_zr, x_h = _split(emit, from_x, [2 * hidden, hidden])
-        r_bias_h = None
+        # X·Wᵀ and the biases outside the step, one Gemm per part the step reads (no Split of the whole)
+        r_zr, r_h = _slice(emit, r, 0, 2 * hidden, 0), _slice(emit, r, 2 * hidden, 3 * hidden, 0)
+        w_zr, w_h = _slice(emit, w, 0, 2 * hidden, 0), _slice(emit, w, 2 * hidden, 3 * hidden, 0)
+        bias_zr = bias_h = r_bias_h = None
         if bias is not None:
             w_bz, w_bh, r_bz, r_bh = _split(emit, bias, [2 * hidden, hidden, 2 * hidden, hidden])
-            x_zr = emit.one("Add", [x_zr, emit.one("Add", [w_bz, r_bz])])
+            bias_zr = emit.one("Add", [w_bz, r_bz])
             if lbr:  # Rbh is inside the reset gate's product: it stays in the step
-                x_h, r_bias_h = emit.one("Add", [x_h, w_bh]), r_bh
+                bias_h, r_bias_h = w_bh, r_bh
             else:
-                x_h = emit.one("Add", [x_h, emit.one("Add", [w_bh, r_bh])])
+                bias_h = emit.one("Add", [w_bh, r_bh])
+        x_zr, x_h = _projected(emit, view.x, w_zr, bias_zr), _projected(emit, view.x, w_h, bias_h)
         scan = _Scan(emit, view.elem_type, f"gru_forward{d}")
         step = scan.body
         h, x_zr_t, x_h_t = scan.value("h"), scan.value("from_x_zr"), scan.value("from_x_h")
-        zr = step.one("Sigmoid", [step.one("Add", [x_zr_t, step.one("MatMul", [h, r_zr])])])
+        zr = step.one("Sigmoid", [_recurrent(step, h, r_zr, x_zr_t)])
         z_t, r_t = _split(step, zr, [hidden, hidden])
         if lbr:
-            recurrent = step.one("MatMul", [h, r_h])
-            if r_bias_h is not None:
-                recurrent = step.one("Add", [recurrent, r_bias_h])
-            h_pre = step.one("Add", [x_h_t, step.one("Mul", [r_t, recurrent])])
+            h_pre = step.one("Add", [x_h_t, step.one("Mul", [r_t, _recurrent(step, h, r_h, r_bias_h)])])
         else:
-            h_pre = step.one("Add", [x_h_t, step.one("MatMul", [step.one("Mul", [r_t, h]), r_h])])
+            h_pre = _recurrent(step, step.one("Mul", [r_t, h]), r_h, x_h_t)
         h_gate = step.one("Tanh", [h_pre])
         h_new = step.one("Add", [h_gate, step.one("Mul", [z_t, step.one("Sub", [h, h_gate])])])
         states, shown = _within(scan, [(h, h_new)], mask is not None)
@@ -527,9 +555,8 @@ def gru_grad(node: onnx.NodeProto, emit: Emitter) -> None:
         if lbr:
             # dr = dh_a·(H_{t-1}·Rhᵀ + Rbh), known for all steps: every gate gradient is dH times a factor,
             # and dH_{t-1} = dH·z + [dz, dr, dh·r]·R
-            recurrent = _times_weight(emit, h_prev, _slice(emit, r, 2 * hidden, 3 * hidden, 0))
-            if bias is not None:
-                recurrent = emit.one("Add", [recurrent, _gate(emit, bias, hidden, 5)])
+            recurrent = _projected(emit, h_prev, _slice(emit, r, 2 * hidden, 3 * hidden, 0),
+                                   None if bias is None else _gate(emit, bias, hidden, 5))
             from_r = emit.one("Mul", [from_h, emit.one("Mul", [recurrent, reset_slope])])
             back = emit.one("Concat", [from_z, from_r, emit.one("Mul", [from_h, reset])], axis=-1)
             scanned += [back, passed]
