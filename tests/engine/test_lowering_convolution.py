@@ -376,11 +376,12 @@ def test_average_pool_grad_3d_matches_finite_differences(count_include_pad, curr
 
 
 def test_the_faster_weight_form_is_picked_by_the_shapes():
-    """The rule measured in convolution.weight_gradient_form: pointwise convolutions and layers of several
-    input channels per group take the patches; few input channels per group (RGB, strided depthwise) the
+    """The rule measured in convolution.weight_gradient_form: pointwise convolutions whose per-image products
+    outgrow their inputs and layers of several input channels per group take the patches; few input channels per group (RGB, strided depthwise) the
     columns; tiny maps, large kernels over small maps, and a weight whose shape is not known the Conv."""
     form = convolution.weight_gradient_form
-    assert form([1, 1], [64, 32, 1, 1], 1, 64, [2, 2]) == "patches"
+    assert form([1, 1], [64, 32, 1, 1], 1, 64, [2, 2]) == "columns"  # a strided shortcut: every other of X
+    assert form([1, 1], [64, 32, 1, 1], 2, 64, [2, 2]) == "patches"
     assert form([3, 3], [64, 32, 3, 3], 1, 64, [1, 1]) == "patches"
     assert form([3, 3], [64, 32, 3, 3], 1) == "patches"  # sizes known only at run time
     assert form([4, 4], [16, 16, 4, 4], 1, 256, [2, 2]) == "patches"

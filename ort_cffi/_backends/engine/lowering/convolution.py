@@ -351,19 +351,19 @@ def weight_gradient_form(kernel: List[int], w_dims: Optional[List[int]], group: 
       on 32x32, 1.03 against 1.16 (2026-12-07, 1.31.1, load average 7). With 32 input channels (64x32 on
       16x16: the patches 0.97, the columns 1.13) or a 4x4 kernel over 16 outputs (16x16 on 32x32: 0.89
       against 1.69) the patches stay.
-    - For 1x1 kernels without a stride (group 1), "columns" where an image's product dY X^T ([M, C]) is no
-      larger than the image's dY and X together (M * C <= (M + C) * Y): the columns are X itself, no Transposes,
-      and the batch is summed after (MobileNet's 48x8 layer on 16x16: 0.095 ms, the patches 0.207); else
-      "patches" (1280x80 on 1x1: 0.126 ms, the columns 2.25, whose per-image products are 16 times dW).
-    - "patches" elsewhere, and for 1x1 kernels with a stride (a 3x3 layer of 64 outputs over 32 channels on 8x8:
-      0.76 ms, the columns 1.08, the Conv 1.23)."""
+    - For 1x1 kernels (group 1), "columns" where an image's product dY X^T ([M, C]) is no larger than the
+      image's dY and X together (M * C <= (M + C) * Y): the columns are X itself (with a stride, one Slice with
+      steps of it), no Transposes, and the batch is summed after (MobileNet's 48x8 layer on 16x16: 0.095 ms,
+      the patches 0.207; a ResNet's 64x32 shortcut with stride 2 on 16x16: 0.13, the patches 0.165, and 32x16
+      on 32x32: 0.17 against 0.19, the training kernel 0.12 and 0.16); else "patches" (1280x80 on 1x1: 0.126
+      ms, the columns 2.25, whose per-image products are 16 times dW).
+    - "patches" elsewhere (a 3x3 layer of 64 outputs over 32 channels on 8x8: 0.76 ms, the columns 1.08, the
+      Conv 1.23)."""
     if w_dims is None:
         return "conv"
     positions = int(np.prod(kernel))
     if positions == 1:
-        strided = strides is not None and any(s > 1 for s in strides)
-        if group == 1 and not strided and output_size is not None and \
-                w_dims[0] * w_dims[1] <= (w_dims[0] + w_dims[1]) * output_size:
+        if group == 1 and output_size is not None and w_dims[0] * w_dims[1] <= (w_dims[0] + w_dims[1]) * output_size:
             return "columns"
         return "patches"
     strided = strides is not None and any(s > 1 for s in strides)
@@ -507,8 +507,12 @@ def _weight_gradient_by_columns(emit: Emitter, dy: str, x: str, channels: int, g
     Y...], then one batched FusedMatMul per image, dY [N, g, Mg, Y] by the columns [N, g, Cg * K, Y] transposed,
     summed over the batch: ConvGrad's own im2col and GEMM per image, as wide as Cg * K."""
     positions = int(np.prod(kernel))
+    spatial_axes = list(range(2, 2 + len(kernel)))
     if positions == 1 and all(s == 1 for s in strides) and not any(begin + end):
         columns = x  # a pointwise layer's columns are X itself
+    elif positions == 1 and not any(begin + end):  # with a stride, every s-th of X: one Slice with steps
+        columns = emit.one("Slice", [x, emit.const(_ints([0] * len(kernel))), emit.const(_ints([_LAST] * len(kernel))),
+                                     emit.const(_ints(spatial_axes)), emit.const(_ints(strides))])
     else:
         ones = emit.cast_like(emit.const(_one_hot_kernel(channels, kernel)), x)
         columns = emit.one("Conv", [x, ones], group=channels, strides=strides, dilations=dilations, pads=begin + end)
