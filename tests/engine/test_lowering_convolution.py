@@ -377,8 +377,9 @@ def test_average_pool_grad_3d_matches_finite_differences(count_include_pad, curr
 
 def test_the_faster_weight_form_is_picked_by_the_shapes():
     """The rule measured in convolution.weight_gradient_form: pointwise convolutions whose per-image products
-    outgrow their inputs and layers of several input channels per group take the patches; few input channels per group (RGB, strided depthwise) the
-    columns; tiny maps, large kernels over small maps, and a weight whose shape is not known the Conv."""
+    outgrow their inputs and layers of several input channels per group take the patches; few input channels
+    per group (RGB, strided depthwise, strided with small kernels) and the other pointwise layers the columns;
+    tiny maps, large kernels over small maps, and a weight whose shape is not known the Conv."""
     form = convolution.weight_gradient_form
     assert form([1, 1], [64, 32, 1, 1], 1, 64, [2, 2]) == "columns"  # a strided shortcut: every other of X
     assert form([1, 1], [64, 32, 1, 1], 2, 64, [2, 2]) == "patches"
