@@ -80,8 +80,8 @@ def _broadcast_gradient_args_of_known_ranks(node: onnx.NodeProto, emit: Emitter,
     as the kernel walks it: the shared axes from the highest down, A's where the sizes differ and A's is 1,
     B's where they differ and A's is not; then the leading axes, to A where it is not the longer. The shared
     sizes are taken in that descending order by one Gather per shape, so that a Compress of the constant axes
-    gives each output in the kernel's order: 10 or 11 nodes for both outputs, where the form for unknown ranks takes
-    40 (bert_tiny's embeddings have two)."""
+    gives each output in the kernel's order: 10 or 11 nodes for both outputs, where the form for unknown ranks
+    takes 40 (bert_tiny's embeddings have two)."""
     a, b = node.input[0], node.input[1]
     shared, rank = min(rank_a, rank_b), max(rank_a, rank_b)
     leading = np.arange(rank - shared - 1, -1, -1, dtype=np.int64)
@@ -102,9 +102,9 @@ def _broadcast_gradient_args_of_known_ranks(node: onnx.NodeProto, emit: Emitter,
             continue
         chosen = emit.one("And", [differ, a_is_one if index == 0 else emit.one("Not", [a_is_one])])
         takes_leading = (index == 0) == (rank_a <= rank_b) and len(leading) > 0
-        emit.one("Compress", [axes, chosen], None if takes_leading else out, axis=0)
+        picked = emit.one("Compress", [axes, chosen], None if takes_leading else out, axis=0)
         if takes_leading:
-            emit.one("Concat", [emit.nodes[-1].output[0], emit.const(leading)], out, axis=0)
+            emit.one("Concat", [picked, emit.const(leading)], out, axis=0)
 
 
 @lowers("ReduceAllL2")
