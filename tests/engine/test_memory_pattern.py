@@ -29,6 +29,22 @@ def test_intermediates_are_counted_per_sample() -> None:
     assert intermediate_bytes(_mlp(32, batch=16)) == 16 * (2 * 32 * 4) + 4  # a fixed batch counts in full
 
 
+def test_large_weights_are_left_out_of_inference_and_small_constants_kept() -> None:
+    from ort_cffi._backends.engine.prepared import _without_weights
+
+    model = _mlp(2048)  # w: 64 KiB, declared as an input for inference
+    # a Reshape whose shape is a small initializer: inference needs its value for the output's shape
+    model.graph.initializer.append(numpy_helper.from_array(np.array([-1, 1024], np.int64), "shape"))
+    model.graph.node.insert(2, helper.make_node("Reshape", ["r", "shape"], ["s"]))
+    model.graph.node[3].input[0] = "s"
+    stripped = _without_weights(model)
+    assert [t.name for t in stripped.graph.initializer] == ["shape"]
+    assert "w" in [value.name for value in stripped.graph.input]
+    # h, r [N, 2048], s [unknown, 1024] (both taken as 1; without the shape's value s would count as the
+    # largest, 2048 floats), y a scalar
+    assert intermediate_bytes(model) == 2 * 2048 * 4 + 1024 * 4 + 4
+
+
 def test_a_value_of_unknown_shape_counts_as_the_largest_known() -> None:
     model = _mlp(32)
     # an operator onnx cannot infer: its output has no shape
