@@ -43,9 +43,10 @@ def _log_softmax_classes(emit: Emitter, scores: str, output: Optional[str]) -> s
     and at least as many as the classes (and 16), x - max - log(sum(exp(x - max))) over that axis, which is the
     kernel's own arithmetic (within an ulp of its exp and log)."""
     dims = emit.shape(scores)
-    if dims is not None and len(dims) > 2 and all(isinstance(d, int) for d in dims[1:]):
-        positions = int(np.prod(dims[2:]))
-        if positions >= max(SPELLED_OUT_MIN_POSITIONS, int(dims[1])):
+    known = [d for d in dims[1:] if isinstance(d, int)] if dims is not None else []
+    if dims is not None and len(dims) > 2 and len(known) == len(dims) - 1:
+        classes, positions = known[0], int(np.prod(known[1:]))
+        if positions >= max(SPELLED_OUT_MIN_POSITIONS, classes):
             shifted = emit.one("Sub", [scores, emit.reduce("ReduceMax", scores, [1])])
             total = emit.reduce("ReduceSum", emit.one("Exp", [shifted]), [1])
             return emit.one("Sub", [shifted, emit.one("Log", [total])], output)
