@@ -177,6 +177,8 @@ CASES: List[Callable[[], Case]] = [
     lambda: gather_grad(3, 128, (), (64, 16)),
     lambda: elementwise("ReluGrad", (16, 64, 512)),
     lambda: elementwise("ReluGrad", (64, 512)),
+    lambda: elementwise("ReluGrad", (16, 512)),
+    lambda: elementwise("ReluGrad", (16, 32)),  # the zoo's scikit-learn MLP, hidden 32
     lambda: elementwise("LeakyReluGrad", (16, 64, 512), "Y", alpha=0.01),
     lambda: elementwise("SigmoidGrad", (16, 64, 512), "Y"),
     lambda: elementwise("TanhGrad", (16, 64, 512), "Y"),
