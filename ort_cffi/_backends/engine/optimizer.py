@@ -157,28 +157,32 @@ class Update:
     _bc2: np.ndarray = np.empty(0, F32)
     _ratio: np.ndarray = np.empty(0, F32)
 
+    def _update_moments(self, g: np.ndarray, moments: np.ndarray, m: np.ndarray, v: np.ndarray,
+                        scaled: np.ndarray, t: np.ndarray, u: np.ndarray, factors: Optional[np.ndarray]) -> None:
+        """m = alpha * m + (1 - alpha) * g and v = beta * v + ((1 - beta) * g) * g, both modes' first stage;
+        ``scaled`` is the [2, n] scratch whose rows are ``t`` and ``u``, which the caller reuses after."""
+        np.multiply(g, self.one_minus_a, out=t)
+        np.multiply(g, self.one_minus_b, out=u)
+        np.multiply(u, g, out=u)
+        if factors is not None:  # both rows at once
+            np.multiply(moments, factors, out=moments)
+            np.add(moments, scaled, out=moments)
+        else:
+            np.multiply(m, self.a, out=m)
+            np.add(m, t, out=m)
+            np.multiply(v, self.b, out=v)
+            np.add(v, u, out=v)
+
     def _adamw_mode0(self) -> None:
         """p -= lr * weight_decay * p first; then p -= (lr * m) / (bc1 * (sqrt(v / bc2) + eps))."""
-        a, b, one_minus_a, one_minus_b, eps = self.a, self.b, self.one_minus_a, self.one_minus_b, self.eps
-        rate, wd, bc1, bc2, decays = self.rate, self.wd, self.bc1, self.bc2, self.decays
+        eps, rate, wd, bc1, bc2, decays = self.eps, self.rate, self.wd, self.bc1, self.bc2, self.decays
         multiply, add, subtract, divide, sqrt = np.multiply, np.add, np.subtract, np.divide, np.sqrt
-        for pc, gc, both, mc, vc, pair, t, u, factors in self.chunks:
+        for pc, gc, moments, mc, vc, scaled, t, u, factors in self.chunks:
             if decays:
                 multiply(pc, rate, out=t)  # weight * lr * weight_decay, left to right
                 multiply(t, wd, out=t)
                 subtract(pc, t, out=pc)
-            # m = alpha * m + (1 - alpha) * g and v = beta * v + ((1 - beta) * g) * g
-            multiply(gc, one_minus_a, out=t)
-            multiply(gc, one_minus_b, out=u)
-            multiply(u, gc, out=u)
-            if factors is not None:  # both rows at once
-                multiply(both, factors, out=both)
-                add(both, pair, out=both)
-            else:
-                multiply(mc, a, out=mc)
-                add(mc, t, out=mc)
-                multiply(vc, b, out=vc)
-                add(vc, u, out=vc)
+            self._update_moments(gc, moments, mc, vc, scaled, t, u, factors)
             divide(vc, bc2, out=t)
             sqrt(t, out=t)
             add(t, eps, out=t)
@@ -189,22 +193,10 @@ class Update:
 
     def _adamw_mode1(self) -> None:
         """p -= (lr_corrected * m) / (sqrt(v) + eps); then p -= (lr * weight_decay) * p."""
-        a, b, one_minus_a, one_minus_b, eps = self.a, self.b, self.one_minus_a, self.one_minus_b, self.eps
-        lr_corrected, decay, decays = self.lr_corrected, self.decay, self.decays
+        eps, lr_corrected, decay, decays = self.eps, self.lr_corrected, self.decay, self.decays
         multiply, add, subtract, divide, sqrt = np.multiply, np.add, np.subtract, np.divide, np.sqrt
-        for pc, gc, both, mc, vc, pair, t, u, factors in self.chunks:
-            # m = alpha * m + (1 - alpha) * g and v = beta * v + ((1 - beta) * g) * g
-            multiply(gc, one_minus_a, out=t)
-            multiply(gc, one_minus_b, out=u)
-            multiply(u, gc, out=u)
-            if factors is not None:  # both rows at once
-                multiply(both, factors, out=both)
-                add(both, pair, out=both)
-            else:
-                multiply(mc, a, out=mc)
-                add(mc, t, out=mc)
-                multiply(vc, b, out=vc)
-                add(vc, u, out=vc)
+        for pc, gc, moments, mc, vc, scaled, t, u, factors in self.chunks:
+            self._update_moments(gc, moments, mc, vc, scaled, t, u, factors)
             sqrt(vc, out=t)
             add(t, eps, out=t)
             multiply(mc, lr_corrected, out=u)
