@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import DIGITS, ROOT
-from test_engine_training import backends, current_library
+from test_engine_training import CURRENT, backends, current_library
 
-ENGINE = "engine on 1.31.1"
+ENGINE = f"engine on {CURRENT}"  # 1.31.1, or ORT_CFFI_TEST_ORT_VERSION's release (test_engine_training.py)
 
 
 def child(code: str, env: dict) -> subprocess.CompletedProcess:
@@ -31,9 +31,9 @@ def test_the_trainer_trains_on_the_engine_and_records_which_backend_ran(tmp_path
         env={**os.environ, "ORT_CFFI_LIBRARY": str(current_library()), "ORT_CFFI_BACKEND": ""},
         capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "ONNX Runtime 1.31.1, ort_cffi's engine over the inference API" in proc.stdout
+    assert f"ONNX Runtime {CURRENT}, ort_cffi's engine over the inference API" in proc.stdout
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["runtime"] == {"onnxruntime": "1.31.1", "backend": "engine"}
+    assert metrics["runtime"] == {"onnxruntime": CURRENT, "backend": "engine"}
     assert metrics["epochs"][-1]["val_accuracy"] > 0.8
     assert (out / "inference_model.onnx").is_file() and metrics["inference"]["val_accuracy"] > 0.8
 

@@ -10,6 +10,9 @@ started one float32 step away (``--nudge``: every parameter moved to the next fl
 run as the engine does (mobilenet_v2: 0.52 relative at step 99, the engine 0.36; resnet_training: 1.8e-3 and
 1.7e-3; docs/internals/runtime.md, the engine). No implementation that is not bit-identical can do better on
 such a model. There the first steps must still agree within 1e-5, and the engine must train as far.
+
+``ORT_CFFI_TEST_ORT_VERSION=1.24.4`` (scripts/check_versions.py sets it) runs the engine on that inference release
+instead of 1.31.1, from ``.cache/ort-inference-<version>``, and leaves out the engine on 1.19.2 (the default run's).
 """
 from __future__ import annotations
 
@@ -27,26 +30,29 @@ from conftest import DIGITS, ROOT
 SUPPORT = ROOT / "tests" / "support"
 ZOO_DIR = ROOT / "tests" / "zoo"
 ZOO = json.loads((ZOO_DIR / "zoo.json").read_text())["models"]
-CURRENT = "1.31.1"
+DEFAULT_CURRENT = "1.31.1"
+CURRENT = os.environ.get("ORT_CFFI_TEST_ORT_VERSION") or DEFAULT_CURRENT
 # Every test here compares the engine with the training build's own training, run in a child beside it.
 pytestmark = pytest.mark.needs_training_build
 
 
 def current_library() -> Path:
-    """ONNX Runtime 1.31.1's C library, unpacked by scripts/test.sh into .cache/ (never on sys.path)."""
+    """ONNX Runtime 1.31.1's C library (or ORT_CFFI_TEST_ORT_VERSION's), unpacked by scripts/test.sh (or
+    scripts/check_versions.py) into .cache/ (never on sys.path)."""
     folder = ROOT / ".cache" / f"ort-inference-{CURRENT}" / "onnxruntime" / "capi"
     found = sorted(folder.glob("libonnxruntime.so.*"))
     if not found:
-        pytest.fail(f"onnxruntime=={CURRENT}'s library is missing under .cache/: run scripts/test.sh")
+        pytest.fail(f"onnxruntime=={CURRENT}'s library is missing under .cache/: run scripts/test.sh "
+                    "(or scripts/check_versions.py for another release)")
     return found[0]
 
 
 def backends() -> Dict[str, Dict[str, str]]:
-    return {
-        "training build": {"ORT_CFFI_BACKEND": "training-api", "ORT_CFFI_LIBRARY": ""},
-        "engine on 1.19.2": {"ORT_CFFI_BACKEND": "engine", "ORT_CFFI_LIBRARY": ""},
-        f"engine on {CURRENT}": {"ORT_CFFI_BACKEND": "", "ORT_CFFI_LIBRARY": str(current_library())},
-    }
+    runs = {"training build": {"ORT_CFFI_BACKEND": "training-api", "ORT_CFFI_LIBRARY": ""}}
+    if CURRENT == DEFAULT_CURRENT:
+        runs["engine on 1.19.2"] = {"ORT_CFFI_BACKEND": "engine", "ORT_CFFI_LIBRARY": ""}
+    runs[f"engine on {CURRENT}"] = {"ORT_CFFI_BACKEND": "", "ORT_CFFI_LIBRARY": str(current_library())}
+    return runs
 
 
 def run(artifacts: Path, dataset: Path, steps: int, out: Path, env: Dict[str, str], *extra: str) -> Dict[str, np.ndarray]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from lowering_check import (assert_close, check_lowering, current_runtime,  # noqa: F401  (a fixture)
-                            one_node_model, run_training_build)
+from lowering_check import (CURRENT_VERSION, assert_close, check_lowering,  # noqa: F401  (a fixture)
+                            current_runtime, one_node_model, run_training_build)
 from onnx import TensorProto, helper
 
 from ort_cffi._backends.engine.lowering import UnsupportedTrainingOpError, convolution, lower_training_ops
@@ -110,7 +110,7 @@ def test_conv_grad(case, symbolic, weight_form, current_runtime):
         lowered = lower_training_ops(model)
         expected = run_training_build(reference, feeds)
         assert_close(run_training_build(lowered, feeds), expected, 1e-5, "lowered, on 1.19.2")
-        assert_close(current_runtime.run(lowered, feeds), expected, 1e-5, "lowered, on 1.31.1")
+        assert_close(current_runtime.run(lowered, feeds), expected, 1e-5, f"lowered, on {CURRENT_VERSION}")
         return
     check_lowering(model, feeds, current_runtime)
 
@@ -303,7 +303,7 @@ def test_average_pool_grad(case, count_include_pad, current_runtime):
                                           attributes.get("pads", [0] * 6), count_include_pad)]
         lowered = lower_training_ops(model)
         assert_close(run_training_build(lowered, feeds), expected, 1e-5, "lowered, on 1.19.2")
-        assert_close(current_runtime.run(lowered, feeds), expected, 1e-5, "lowered, on 1.31.1")
+        assert_close(current_runtime.run(lowered, feeds), expected, 1e-5, f"lowered, on {CURRENT_VERSION}")
         return
     check_lowering(model, feeds, current_runtime)
     expected = average_pool_gradient(feeds["dY"], x_shape, attributes["kernel_shape"], attributes["strides"],

@@ -32,7 +32,9 @@ from ort_cffi._backends.engine.lowering.registry import (MICROSOFT, RULES, Emitt
 pytestmark = pytest.mark.needs_onnxruntime_python
 
 ort = pytest.importorskip("onnxruntime")
-INFERENCE_1_31 = ROOT / ".cache" / "ort-inference-1.31.1"  # scripts/test.sh installs it
+# scripts/test.sh installs 1.31.1; ORT_CFFI_TEST_ORT_VERSION (scripts/check_versions.py) names another release
+CURRENT_VERSION = os.environ.get("ORT_CFFI_TEST_ORT_VERSION") or "1.31.1"
+INFERENCE_1_31 = ROOT / ".cache" / f"ort-inference-{CURRENT_VERSION}"
 OPSET = 17
 INPUT, HIDDEN = 3, 5
 
@@ -197,7 +199,7 @@ _CHILD = textwrap.dedent("""
     import numpy as np
     import onnxruntime as ort
     folder = sys.argv[1]
-    assert ort.__version__ == "1.31.1", ort.__version__
+    assert ort.__version__ == sys.argv[2], ort.__version__
     names = json.load(open(folder + "/cases.json"))
     for name in names:
         options = ort.SessionOptions()
@@ -214,7 +216,7 @@ def test_lowered_runs_on_1_31_as_the_kernels_on_1_19(tmp_path: Path,
     """Every case's lowered model on ONNX Runtime 1.31.1 (no training kernels there), in one child process:
     the kernels' cases and the directional ones."""
     assert (INFERENCE_1_31 / "onnxruntime" / "__init__.py").is_file(), \
-        f"ONNX Runtime 1.31.1 is not unpacked at {INFERENCE_1_31} (scripts/test.sh installs it)"
+        f"ONNX Runtime {CURRENT_VERSION} is not unpacked at {INFERENCE_1_31} (scripts/test.sh installs it)"
     runs = [(case, dict(zip(case.outputs, kernel_outputs[case.name]))) for case in CASES]
     runs += [directional_case(op, direction, lens, seed=3, lbr=lbr, peephole=op == "LSTM")
              for op, direction, lens, lbr in DIRECTIONAL]
@@ -223,13 +225,13 @@ def test_lowered_runs_on_1_31_as_the_kernels_on_1_19(tmp_path: Path,
         np.savez(tmp_path / f"{case.name}.feeds.npz", **case.feeds)
     (tmp_path / "cases.json").write_text(json.dumps([case.name for case, _ in runs]))
     env = dict(os.environ, PYTHONPATH=str(INFERENCE_1_31))
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path)], env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path), CURRENT_VERSION], env=env,
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     for case, expected in runs:
         with np.load(tmp_path / f"{case.name}.out.npz") as found:
             got = {name: found[f"arr_{i}"] for i, name in enumerate(case.outputs)}
-        check_outputs(case, got, expected, "on 1.31.1")
+        check_outputs(case, got, expected, f"on {CURRENT_VERSION}")
 
 
 def check_outputs(case: Case, got: Dict[str, np.ndarray], expected: Dict[str, np.ndarray], where: str = "") -> None:

@@ -22,7 +22,8 @@ from onnx import TensorProto, helper
 from ort_cffi._backends.engine.lowering import lower_training_ops
 from ort_cffi._backends.engine.lowering.registry import CONTRIB_TARGETS, MICROSOFT
 
-CURRENT_VERSION = "1.31.1"
+# ORT_CFFI_TEST_ORT_VERSION (scripts/check_versions.py) runs the lowered forms on another inference release
+CURRENT_VERSION = os.environ.get("ORT_CFFI_TEST_ORT_VERSION") or "1.31.1"
 # scripts/test.sh fetches the cp311 wheel there; another interpreter gets its own wheel beside it
 CURRENT_DIR = ROOT / ".cache" / (f"ort-inference-{CURRENT_VERSION}" if sys.version_info[:2] == (3, 11) else
                                  f"ort-inference-{CURRENT_VERSION}-py{sys.version_info[0]}{sys.version_info[1]}")
@@ -116,7 +117,7 @@ class CurrentRuntime:
         self.process.stdin.write(struct.pack("<Q", len(data)) + data)
         self.process.stdin.flush()
         head = self.process.stdout.read(8)
-        assert head, "onnxruntime 1.31.1's child process ended"
+        assert head, f"onnxruntime {CURRENT_VERSION}'s child process ended"
         status, value = pickle.loads(self.process.stdout.read(struct.unpack("<Q", head)[0]))
         if status != "ok":
             raise AssertionError(f"onnxruntime {CURRENT_VERSION} refused the lowered model: {value}")
