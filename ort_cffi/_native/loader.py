@@ -186,8 +186,21 @@ def find_inference_wheel() -> tuple[Optional[RuntimeFile], list[str]]:
             libraries = sorted((package_dir / "capi").glob(pattern))
             if libraries:
                 return RuntimeFile(libraries[0], "library", version, f"the installed {name} {version} wheel"), []
-        return None, [f"the {name} {version} wheel: no ONNX Runtime C library in {package_dir / 'capi'}"]
+        older = _older_than_1_19(version)
+        why = (" (it is older than 1.19, the oldest release ort_cffi can use: `pip install -U onnxruntime`)"
+               if older else "")
+        return None, [f"the {name} {version} wheel: no ONNX Runtime C library in {package_dir / 'capi'}{why}"]
     return None, ["the onnxruntime / onnxruntime-gpu wheel: not installed"]
+
+
+def _older_than_1_19(version: str) -> bool:
+    """Whether a wheel's version is a 1.x release before 1.19 (its wheels ship no separate C library, and
+    their C API tables predate the layout ort_cffi declares: docs/guides/runtime.md, versions)."""
+    parts = version.split(".")
+    try:
+        return int(parts[0]) == 1 and int(parts[1]) < 19
+    except (IndexError, ValueError):
+        return False
 
 
 def installed_version(site_dir: Path, name: str) -> Optional[str]:
