@@ -85,9 +85,11 @@ mkdir -p .cache
 exec 9>.cache/shared-downloads.lock
 flock 9
 # Inference-only runtimes (real libraries with OrtGetApiBase exported): 1.19.2 and 1.20.1 for the loader's
-# reading of inference builds, 1.31.1 (the current release) for ort_cffi's engine (tests/engine). They are the
-# `onnxruntime` package too, so each goes into a folder of its own, never on sys.path.
-for version in 1.19.2 1.20.1 1.31.1; do
+# reading of inference builds, 1.31.1 (the current release) for ort_cffi's engine (tests/engine), 1.20.1 and
+# 1.25.1 for the engine on releases between (tests/engine/test_versions.py; every release:
+# scripts/check_versions.py). They are the `onnxruntime` package too, so each goes into a folder of its own,
+# never on sys.path.
+for version in 1.19.2 1.20.1 1.25.1 1.31.1; do
   target=.cache/ort-inference-$version
   if [ ! -f "$target/.complete" ]; then
     rm -rf "$target"
