@@ -146,6 +146,18 @@ def cross_entropy_grad(rows: int, classes: int) -> Case:
                 size=rows * classes, size_of=(1, None))
 
 
+def cross_entropy(rows: int, classes: int) -> Case:
+    """The standard SoftmaxCrossEntropyLoss (mean reduction, outputs the loss and the log-probabilities) as the
+    builder's cross-entropy loss block writes it; the logits of a tied-embedding language model's scale (std 11)."""
+    rng = np.random.default_rng(6)
+    feeds = {"scores": (rng.standard_normal((rows, classes)) * 11.0).astype(np.float32),
+             "labels": rng.integers(0, classes, (rows,)).astype(np.int64)}
+    node = helper.make_node("SoftmaxCrossEntropyLoss", ["scores", "labels"], ["loss", "log_prob"], reduction="mean")
+    return Case(f"SoftmaxCrossEntropyLoss over [{rows}, {classes}]",
+                _model("cross_entropy", [node], feeds, ["loss", "log_prob"]), feeds, ("SoftmaxCrossEntropyLoss",),
+                ["loss", "log_prob"], size=rows * classes, size_of=(0, None))
+
+
 def layer_norm_grad(rows: int, width: int) -> Case:
     """LayerNormalizationGrad over the last axis (inputs dY, X, scale, mean, inverse standard deviation)."""
     rng = np.random.default_rng(5)
@@ -189,7 +201,13 @@ CASES: List[Callable[[], Case]] = [
     lambda: softmax("SoftmaxGrad_13", (16, 4, 64, 64)),
     lambda: softmax("LogSoftmaxGrad_13", (512, 2000)),
     lambda: softmax("LogSoftmaxGrad_13", (32, 10)),
+    lambda: cross_entropy(512, 2000),
+    lambda: cross_entropy(64, 1000),
+    lambda: cross_entropy(16, 100),
+    lambda: cross_entropy(32, 10),
     lambda: cross_entropy_grad(512, 2000),
+    lambda: cross_entropy_grad(64, 1000),
+    lambda: cross_entropy_grad(16, 100),
     lambda: cross_entropy_grad(32, 10),
     lambda: layer_norm_grad(1024, 128),
 ]

@@ -130,7 +130,7 @@ ZOO = json.loads((ZOO_DIR / "zoo.json").read_text())["models"]
 # measured: the zoo models whose training graphs hold an operator the table gives the standard form
 CHANGED = ["bert_tiny", "bigru_classifier", "bigru_classifier_dynamo", "bilstm_tagger", "bilstm_tagger_dynamo",
            "conv1d_regressor", "einsum_attention", "einsum_attention_dynamo", "gpt2_tiny", "lstm_text",
-           "transformer_dynamo"]
+           "segnet", "transformer_dynamo"]
 STEPS, TOLERANCE, STRICT_STEPS = 100, 1e-5, 5
 TRAINING_BUILD = {"ORT_CFFI_BACKEND": "training-api", "OMP_NUM_THREADS": "1"}
 
@@ -224,3 +224,29 @@ def test_a_node_its_rule_refuses_keeps_its_kernel() -> None:
     written, none_kept = lower_chosen_ops(model(17), {"GatherGrad"})
     assert none_kept == [] and not _microsoft_ops(written)
     assert any(n.op_type == "ScatterND" for n in written.graph.node)
+
+
+@pytest.mark.parametrize("classes", [10, 1000])
+def test_the_cross_entropy_loss_takes_its_form_by_the_size_of_its_scores(classes: int, tmp_path: Path) -> None:
+    """The forward SoftmaxCrossEntropyLoss (a standard operator) and its gradient take the standard form from the
+    table's size on: the scores a loss reads are not declared in the training model, so their size comes from
+    shape inference; a [4, 10] classifier keeps ONNX Runtime's kernels, [4, 1000] logits get the forms."""
+    from onnx import TensorProto, helper
+
+    from ort_cffi.artifacts import ALL_PARAMETERS, generate_artifacts
+
+    rng = np.random.default_rng(0)
+    weight = helper.make_tensor("weight", TensorProto.FLOAT, [8, classes], rng.standard_normal((8, classes)).ravel())
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "weight"], ["logits"])], "classifier",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [4, classes])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    generate_artifacts(model, requires_grad=ALL_PARAMETERS, loss="cross-entropy", optimizer="adamw",
+                       loss_input_names=["logits"], artifact_directory=tmp_path)
+    kinds = {n.op_type for n in onnx.load(tmp_path / "training_model.onnx").graph.node}
+    forms = standard_forms.table()["forms"]
+    for op, size in (("SoftmaxCrossEntropyLoss", 4 * classes), ("SoftmaxCrossEntropyLossGrad", 4 * classes)):
+        entry = forms[op]
+        standard = entry["form"] == "standard" and size >= int(entry.get("from_size") or 0)
+        assert (op not in kinds) == standard, (op, size, sorted(kinds))
+    assert classes < 100 or {"LogSoftmax", "ScatterElements"} <= kinds, sorted(kinds)

@@ -41,6 +41,9 @@ from ort_cffi._facade.standard_forms import lower_chosen_ops, lowered_op_types
 TABLE = Path(__file__).resolve().parents[2] / "data" / "standard_forms.json"
 STANDARD, KERNEL = "standard", "kernel"
 UNKNOWN_DIMENSION = 16  # what a dimension not known when the model is built counts as, against from_size
+# The training operators, and the standard operators a rule writes in fewer or faster kernels (the forward
+# SoftmaxCrossEntropyLoss: its 1.19.2 kernel takes 20 times its lean form over [512, 2000] logits)
+FORMED_DOMAINS = frozenset({"com.microsoft", "", "ai.onnx"})
 
 
 class StandardFormsTableError(ValueError):
@@ -84,6 +87,40 @@ def _dims(model: onnx.ModelProto) -> Dict[str, List[Optional[int]]]:
     return found
 
 
+# Initializers up to this many bytes stay in the copy shape inference reads (shape and axis constants); larger
+# ones (the weights) are declared as inputs of their type and shape, so the copy stays small.
+_KEPT_INITIALIZER_BYTES = 4096
+
+
+def _inferred_dims(model: onnx.ModelProto, names: FrozenSet[str]) -> Dict[str, List[Optional[int]]]:
+    """The dimensions of ``names`` by ONNX shape inference over the main graph, where the model does not
+    declare them (a forward value, such as the scores a loss reads, is not declared in a training model); an
+    empty mapping where inference fails."""
+    graph = onnx.GraphProto()
+    graph.name = model.graph.name
+    graph.node.extend(model.graph.node)
+    graph.input.extend(model.graph.input)
+    graph.output.extend(model.graph.output)
+    graph.value_info.extend(model.graph.value_info)
+    declared = {value.name for value in model.graph.input}
+    for tensor in model.graph.initializer:
+        if tensor.ByteSize() <= _KEPT_INITIALIZER_BYTES:
+            graph.initializer.append(tensor)
+        elif tensor.name not in declared:
+            graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+    probe = onnx.helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(probe)
+    except Exception:  # noqa: BLE001 - inference is a help here: a value it cannot type is a size not known
+        return {}
+    found: Dict[str, List[Optional[int]]] = {}
+    for value in inferred.graph.value_info:
+        tensor = value.type.tensor_type
+        if value.name in names and value.type.HasField("tensor_type") and tensor.HasField("shape"):
+            found[value.name] = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+    return found
+
+
 def _size_allows(entry: Dict[str, Any], node: onnx.NodeProto, dims: Dict[str, List[Optional[int]]]) -> bool:
     """Whether ``node``'s size lets the entry's standard form in: from ``from_size`` on, a dimension not known
     counting as ``UNKNOWN_DIMENSION``; a rank not known lets it in."""
@@ -100,12 +137,31 @@ def _size_allows(entry: Dict[str, Any], node: onnx.NodeProto, dims: Dict[str, Li
     return (sizes[axis] if axis is not None else math.prod(sizes)) >= int(smallest)
 
 
+def _size_input(entry: Dict[str, Any], node: onnx.NodeProto) -> str:
+    """The name of the input whose size the entry's ``from_size`` is about ("" where none is)."""
+    if entry.get("from_size") is None:
+        return ""
+    index = int(entry["size_of"]["input"])
+    return node.input[index] if index < len(node.input) else ""
+
+
+def _nodes(graph: onnx.GraphProto) -> List[onnx.NodeProto]:
+    """The nodes of ``graph`` and of its subgraphs."""
+    found = []
+    for node in graph.node:
+        found.append(node)
+        for attribute in node.attribute:
+            for sub in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                found.extend(_nodes(sub))
+    return found
+
+
 def _count(model: onnx.ModelProto, op_types: FrozenSet[str]) -> Dict[str, int]:
     counts: Dict[str, int] = {}
 
     def walk(graph: onnx.GraphProto) -> None:
         for node in graph.node:
-            if node.op_type in op_types and node.domain == "com.microsoft":
+            if node.op_type in op_types and node.domain in FORMED_DOMAINS:
                 counts[node.op_type] = counts.get(node.op_type, 0) + 1
             for attribute in node.attribute:
                 for sub in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
@@ -125,6 +181,10 @@ def apply_standard_forms(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, Dict[
     if not present:
         return model, {}, []
     forms, dims = table()["forms"], _dims(model)
+    undeclared = frozenset(_size_input(forms[node.op_type], node) for node in _nodes(model.graph)
+                           if node.op_type in present and node.domain in FORMED_DOMAINS) - set(dims) - {""}
+    if undeclared:
+        dims.update(_inferred_dims(model, undeclared))
     lowered, kept = lower_chosen_ops(model, frozenset(present),
                                      lambda node: _size_allows(forms[node.op_type], node, dims))
     left = _count(lowered, frozenset(present))

@@ -1,6 +1,7 @@
 """Softmax cross-entropy in training: the loss with ``ignore_index`` as an input (…Internal) and the standard
-SoftmaxCrossEntropyLoss itself, and the gradient as Exp, OneHot, Sub and Mul, in the arithmetic of ONNX
-Runtime's CPU kernel (orttraining/training_ops/cpu/loss/softmax_cross_entropy_loss.cc).
+SoftmaxCrossEntropyLoss itself, and the gradient as Exp and Mul with the label's -1 scattered in (OneHot and
+Sub before opset 16), in the arithmetic of ONNX Runtime's CPU kernel
+(orttraining/training_ops/cpu/loss/softmax_cross_entropy_loss.cc).
 
 Inference builds have no kernel for the standard SoftmaxCrossEntropyLoss: they run its ONNX function, about ten
 kernels. The engine writes it as LogSoftmax, GatherElements at the label and a reduction (the lean form), and
@@ -219,30 +220,48 @@ def _onehot(emit: Emitter, labels64: str, log_prob: str) -> str:
 def _lean_loss_grad(emit: Emitter, dy: str, log_prob: str, labels: str, ignore: Optional[str], reduction: str,
                     output: str) -> None:
     """No weights: (exp(log_prob) - onehot(label)) * dY, dY over the count of labels (not ignored) for mean, dY
-    per sample for none; where a label is ignored (``ignore``: an int64 scalar value), its one-hot is taken at
+    per sample for none; where a label is ignored (``ignore``: an int64 scalar value), its label is taken as
     class 0 and its row times 0. The count's guard against 0: a batch with no label kept has no row to scale
-    (every row is times 0, or the batch is empty), so the count is taken at least 1 (one Max, not a Where)."""
+    (every row is times 0, or the batch is empty), so the count is taken at least 1 (one Max, not a Where).
+
+    From opset 16 the one-hot is not made: exp(log_prob) * factor, then ScatterElements adds -factor at each
+    label (one element per row). OneHot, Sub and Mul over every class cost more than the kernel on 1.19.2,
+    where this form takes 0.14 of it over [512, 2000] (docs/guides/performance.md, standard forms)."""
     labels64 = labels if emit.elem_type(labels) == TensorProto.INT64 else \
         emit.one("Cast", [labels], to=TensorProto.INT64)
     kept = None
     if ignore is not None:
         kept = emit.one("Not", [emit.one("Equal", [labels64, ignore])])
         labels64 = emit.one("Where", [kept, labels64, emit.const(np.array(0, np.int64))])
-    difference = emit.one("Sub", [emit.one("Exp", [log_prob]), _onehot(emit, labels64, log_prob)])
-    if kept is None and reduction != "none":  # a scalar factor
-        scaled = dy
-        if reduction == "mean":
-            scaled = emit.one("Div", [dy, emit.cast_like(emit.one("Size", [labels64]), log_prob)])
-        emit.one("Mul", [difference, scaled], output)
-        return
+    dims = emit.shape(labels64)
+    known = [int(d) for d in dims if isinstance(d, int)] if dims is not None else None
+    if known is not None and (dims is None or len(known) != len(dims) or not known):
+        known = None
     factor = dy  # per sample [N, d...] for none, else a scalar
+    if reduction == "mean" and kept is None:
+        count = emit.const_like(float(np.prod(known)), log_prob) if known is not None else \
+            emit.cast_like(emit.one("Size", [labels64]), log_prob)
+        factor = emit.one("Div", [dy, count])
     if kept is not None:
         kept_values = emit.cast_like(kept, log_prob)
         if reduction == "mean":
             count = emit.reduce("ReduceSum", kept_values, None, keepdims=False)
             factor = emit.one("Div", [dy, emit.one("Max", [count, emit.const_like(1.0, log_prob)])])
         factor = emit.one("Mul", [kept_values, factor])
-    emit.one("Mul", [difference, emit.unsqueeze(factor, [1])], output)
+    per_sample = kept is not None or reduction == "none"
+    spread = emit.unsqueeze(factor, [1]) if per_sample else factor
+    if emit.opset < 16:
+        difference = emit.one("Sub", [emit.one("Exp", [log_prob]), _onehot(emit, labels64, log_prob)])
+        emit.one("Mul", [difference, spread], output)
+        return
+    index = emit.unsqueeze(labels64, [1])
+    taken = emit.one("Neg", [spread])
+    if not per_sample:
+        index_shape = emit.const(np.array([known[0], 1, *known[1:]], np.int64)) if known is not None else \
+            emit.one("Shape", [index])
+        taken = emit.one("Expand", [taken, index_shape])
+    emit.one("ScatterElements", [emit.one("Mul", [emit.one("Exp", [log_prob]), spread]), index, taken], output,
+             axis=1, reduction="add")
 
 
 def _rows(emit: Emitter, log_prob: str) -> str:
