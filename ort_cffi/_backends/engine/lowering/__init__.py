@@ -23,13 +23,14 @@ from onnx import helper
 from ort_cffi._backends.engine.lowering.registry import (
     CONTRIB_TARGETS, MICROSOFT, RESTATED_STANDARD, RULES, RUNTIME_DEFAULT_DOMAIN, Emitter, LoweringError,
     UnsupportedTrainingOpError, infer_types)
+from ort_cffi._backends.engine.lowering.shape_targets import constant_reshape_targets
 
 # run by the engine itself on its own state, not by the session's graph
 KEPT_FOR_THE_ENGINE = frozenset({"InPlaceAccumulatorV2", "AdamWOptimizer", "SGDOptimizerV2"})
 
 # importing a family's module registers its rules: every module beside this one is a family
 for _family in pkgutil.iter_modules(__path__):
-    if _family.name != "registry":
+    if _family.name not in ("registry", "shape_targets"):
         importlib.import_module(f"{__name__}.{_family.name}")
 
 __all__ = ["KEPT_FOR_THE_ENGINE", "LoweringError", "UnsupportedTrainingOpError", "lower_chosen_ops",
@@ -225,6 +226,7 @@ def lower_training_ops(model: onnx.ModelProto) -> onnx.ModelProto:
     if refused:
         raise UnsupportedTrainingOpError([op for op, _ in refused], [str(error) for _, error in refused])
     _import_contrib_as_used(lowered)
+    constant_reshape_targets(lowered)
     return lowered
 
 
