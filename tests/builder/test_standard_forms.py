@@ -250,3 +250,44 @@ def test_the_cross_entropy_loss_takes_its_form_by_the_size_of_its_scores(classes
         standard = entry["form"] == "standard" and size >= int(entry.get("from_size") or 0)
         assert (op not in kinds) == standard, (op, size, sorted(kinds))
     assert classes < 100 or {"LogSoftmax", "ScatterElements"} <= kinds, sorted(kinds)
+
+
+def _dropout_case(name: str) -> Case:
+    import cases_normalization
+
+    return next(c for c in cases_normalization.CASES["Dropout"] if c.name == name)
+
+
+def test_a_dropout_of_ratio_0_is_the_identity_with_the_forms() -> None:
+    """A training-mode Dropout of constant ratio 0 (torch's layers at dropout=0.0) returns its input and a mask
+    of ones: with the forms it is an Identity (no Dropout kernel forward, no DropoutGrad backward) and its
+    gradient still matches finite differences; with ONNX Runtime's kernels it stays, as its generator writes it;
+    a ratio that drops something keeps the Dropout."""
+    c = _dropout_case("dropout_training_keeps_all")
+    weights = {o: np.ones(shape, dtype) for o, (shape, dtype) in output_shapes(c).items()}
+    forward = forward_model(c, weights)
+    kinds = {flag: [n.op_type for n in build_models(forward, list(c.params), [], None, None, None,
+                                                    standard_forms=flag).training.graph.node]
+             for flag in (False, True)}
+    assert "Dropout" in kinds[False] and "DropoutGrad" in kinds[False], kinds[False]
+    assert "Dropout" not in kinds[True] and "DropoutGrad" not in kinds[True] and "Identity" in kinds[True]
+    comparisons = check(c, standard_forms=True)
+    assert all(x.ok(c.rtol, c.atol) for x in comparisons), comparisons
+
+    from onnx import TensorProto, helper
+
+    from ort_cffi.artifacts.builder.fusions import drop_inert_dropouts
+
+    for ratio, mask_read, kept in ((0.0, False, 0), (0.1, False, 1), (0.0, True, 1)):
+        ratio_value = helper.make_tensor("r", TensorProto.FLOAT, [], [ratio])
+        flag_value = helper.make_tensor("t", TensorProto.BOOL, [], [True])
+        nodes = [helper.make_node("Constant", [], ["ratio"], value=ratio_value),
+                 helper.make_node("Constant", [], ["training"], value=flag_value),
+                 helper.make_node("Dropout", ["x", "ratio", "training"], ["y", "mask" if mask_read else ""])]
+        outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])]
+        if mask_read:
+            outputs.append(helper.make_tensor_value_info("mask", TensorProto.BOOL, [3]))
+        inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])]
+        model = helper.make_model(helper.make_graph(nodes, "d", inputs, outputs))
+        assert drop_inert_dropouts(model) == 1 - kept
+        assert sum(n.op_type == "Dropout" for n in model.graph.node) == kept

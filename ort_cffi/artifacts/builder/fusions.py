@@ -301,3 +301,27 @@ def _keep(graph: onnx.GraphProto, g: _Graph, kept: List[onnx.NodeProto]) -> None
     if len(initializers) < len(graph.initializer):
         del graph.initializer[:]
         graph.initializer.extend(initializers)
+
+
+def drop_inert_dropouts(model: onnx.ModelProto) -> int:
+    """Each Dropout of ``model``'s main graph whose ratio is a constant 0 (torch exports its layers' dropout=0.0
+    so, in training mode) becomes an Identity, in place: ONNX's Dropout then returns its input and a mask of
+    ones, so its gradient is dY as well, and the kernels that draw the mask and apply it, forward (DropoutGrad
+    backward), go. Measured on the performance guide's GPT-like model on 1.19.2: Dropout 3-4.4 ms and
+    DropoutGrad 1.6-1.9 ms of a 70-110 ms step (12 nodes each). A node whose mask is read, or is an output of
+    the graph, stays. Returns how many were replaced."""
+    graph = model.graph
+    g = _Graph(graph)
+    replaced = 0
+    for node in graph.node:
+        if node.op_type != "Dropout" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+            continue
+        if g.scalar(node.input[1]) != 0.0:
+            continue
+        mask = node.output[1] if len(node.output) > 1 else ""
+        if mask and (g.readers.get(mask) or mask in g.outputs):
+            continue
+        identity = helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name)
+        node.CopyFrom(identity)
+        replaced += 1
+    return replaced

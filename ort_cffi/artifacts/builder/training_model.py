@@ -27,7 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ort_cffi.artifacts.builder.context import BuilderError, GradientContext
 from ort_cffi.artifacts.builder.engine import Engine, node_inputs
 from ort_cffi.artifacts.builder.folding import fold_constants
-from ort_cffi.artifacts.builder.fusions import fuse_activations
+from ort_cffi.artifacts.builder.fusions import drop_inert_dropouts, fuse_activations
 from ort_cffi.artifacts.builder.loss_blocks import Namer, add_loss
 from ort_cffi.artifacts.builder.lowering import lower_slow_kernels
 from ort_cffi.artifacts.builder.registry import MICROSOFT
@@ -264,6 +264,8 @@ def build_models(model: onnx.ModelProto, requires_grad: Sequence[str], frozen_pa
     loss_name = outputs[0]
     # folded and measured before the fusions: onnx's shape inference knows no com.microsoft op
     types, probes = fold_constants(training, sorted(parameters))
+    if standard_forms:  # ONNX Runtime's generator keeps them: its artifacts are what the kernel forms match
+        drop_inert_dropouts(training)
     fuse_activations(training, types)
     context = GradientContext(training, types, probes)
     seed = f"{loss_name}_grad"
