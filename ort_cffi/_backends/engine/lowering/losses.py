@@ -217,6 +217,11 @@ def _onehot(emit: Emitter, labels64: str, log_prob: str) -> str:
     return onehot if emit.elem_type(log_prob) == TensorProto.FLOAT else emit.cast_like(onehot, log_prob)
 
 
+# The most labels for which the gradient's -1 at each label is a constant of their shape (a per-position loss's
+# labels may be many: past this the constant would weigh in the model, and Neg and Expand make it at run time)
+MINUS_ONES_MAX_LABELS = 1 << 12
+
+
 def _lean_loss_grad(emit: Emitter, dy: str, log_prob: str, labels: str, ignore: Optional[str], reduction: str,
                     output: str) -> None:
     """No weights: (exp(log_prob) - onehot(label)) * dY, dY over the count of labels (not ignored) for mean, dY
@@ -255,13 +260,22 @@ def _lean_loss_grad(emit: Emitter, dy: str, log_prob: str, labels: str, ignore: 
         emit.one("Mul", [difference, spread], output)
         return
     index = emit.unsqueeze(labels64, [1])
-    taken = emit.one("Neg", [spread])
-    if not per_sample:
-        index_shape = emit.const(np.array([known[0], 1, *known[1:]], np.int64)) if known is not None else \
-            emit.one("Shape", [index])
-        taken = emit.one("Expand", [taken, index_shape])
+    if per_sample:
+        taken = emit.one("Neg", [spread])
+    elif known is not None and int(np.prod(known)) <= MINUS_ONES_MAX_LABELS:
+        # -factor at each label: one Mul by a constant of the index's shape (Neg and Expand are two kernels)
+        minus_ones = np.full([known[0], 1, *known[1:]], -1.0, _dtype_of(emit, log_prob))
+        taken = emit.one("Mul", [emit.const(minus_ones), spread])
+    else:
+        taken = emit.one("Expand", [emit.one("Neg", [spread]), emit.one("Shape", [index])])
     emit.one("ScatterElements", [emit.one("Mul", [emit.one("Exp", [log_prob]), spread]), index, taken], output,
              axis=1, reduction="add")
+
+
+def _dtype_of(emit: Emitter, like: str) -> np.dtype:
+    """The numpy element type of ``like`` (float32 where it is not known)."""
+    found = emit.dtype(like)
+    return found if found is not None else np.dtype(np.float32)
 
 
 def _rows(emit: Emitter, log_prob: str) -> str:
