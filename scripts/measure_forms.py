@@ -130,32 +130,33 @@ def softmax(op: str, shape: Tuple[int, ...]) -> Case:
                 size=int(np.prod(shape)), size_of=(0, None))
 
 
-def cross_entropy_grad(rows: int, classes: int) -> Case:
+def cross_entropy_grad(rows: int, classes: int, *positions: int) -> Case:
     """SoftmaxCrossEntropyLossGrad (mean reduction) as the builder writes the cross-entropy loss's gradient:
-    inputs the loss's gradient, the log-probabilities and the labels."""
+    inputs the loss's gradient, the log-probabilities and the labels (``positions``: axes after the classes)."""
     rng = np.random.default_rng(4)
-    logits = rng.standard_normal((rows, classes)).astype(np.float32)
-    log_prob = logits - logits.max(-1, keepdims=True)
-    log_prob = log_prob - np.log(np.exp(log_prob).sum(-1, keepdims=True))
+    logits = rng.standard_normal((rows, classes, *positions)).astype(np.float32)
+    log_prob = logits - logits.max(1, keepdims=True)
+    log_prob = log_prob - np.log(np.exp(log_prob).sum(1, keepdims=True))
     feeds = {"dY": np.array(1.0, np.float32), "log_prob": log_prob.astype(np.float32),
-             "labels": rng.integers(0, classes, (rows,)).astype(np.int64)}
+             "labels": rng.integers(0, classes, (rows, *positions)).astype(np.int64)}
     node = helper.make_node("SoftmaxCrossEntropyLossGrad", ["dY", "log_prob", "labels"], ["dX"], domain=MICROSOFT,
                             reduction="mean")
-    return Case(f"SoftmaxCrossEntropyLossGrad over [{rows}, {classes}]",
+    return Case(f"SoftmaxCrossEntropyLossGrad over {list(log_prob.shape)}",
                 _model("cross_entropy_grad", [node], feeds, ["dX"]), feeds, ("SoftmaxCrossEntropyLossGrad",), ["dX"],
-                size=rows * classes, size_of=(1, None))
+                size=log_prob.size, size_of=(1, None))
 
 
-def cross_entropy(rows: int, classes: int) -> Case:
+def cross_entropy(rows: int, classes: int, *positions: int) -> Case:
     """The standard SoftmaxCrossEntropyLoss (mean reduction, outputs the loss and the log-probabilities) as the
-    builder's cross-entropy loss block writes it; the logits of a tied-embedding language model's scale (std 11)."""
+    builder's cross-entropy loss block writes it; the logits of a tied-embedding language model's scale (std 11).
+    ``positions``: axes after the classes (a per-token or per-pixel loss, [N, C, d...])."""
     rng = np.random.default_rng(6)
-    feeds = {"scores": (rng.standard_normal((rows, classes)) * 11.0).astype(np.float32),
-             "labels": rng.integers(0, classes, (rows,)).astype(np.int64)}
+    feeds = {"scores": (rng.standard_normal((rows, classes, *positions)) * 11.0).astype(np.float32),
+             "labels": rng.integers(0, classes, (rows, *positions)).astype(np.int64)}
     node = helper.make_node("SoftmaxCrossEntropyLoss", ["scores", "labels"], ["loss", "log_prob"], reduction="mean")
-    return Case(f"SoftmaxCrossEntropyLoss over [{rows}, {classes}]",
+    return Case(f"SoftmaxCrossEntropyLoss over {list(feeds['scores'].shape)}",
                 _model("cross_entropy", [node], feeds, ["loss", "log_prob"]), feeds, ("SoftmaxCrossEntropyLoss",),
-                ["loss", "log_prob"], size=rows * classes, size_of=(0, None))
+                ["loss", "log_prob"], size=feeds["scores"].size, size_of=(0, None))
 
 
 def layer_norm_grad(rows: int, width: int) -> Case:
@@ -205,10 +206,14 @@ CASES: List[Callable[[], Case]] = [
     lambda: cross_entropy(64, 1000),
     lambda: cross_entropy(16, 100),
     lambda: cross_entropy(32, 10),
+    lambda: cross_entropy(16, 128, 16),  # the zoo's gpt2_tiny (per token, classes first)
+    lambda: cross_entropy(16, 4, 32, 32),  # the zoo's segnet (per pixel)
     lambda: cross_entropy_grad(512, 2000),
     lambda: cross_entropy_grad(64, 1000),
     lambda: cross_entropy_grad(16, 100),
     lambda: cross_entropy_grad(32, 10),
+    lambda: cross_entropy_grad(16, 128, 16),
+    lambda: cross_entropy_grad(16, 4, 32, 32),
     lambda: layer_norm_grad(1024, 128),
 ]
 
