@@ -115,6 +115,72 @@ def test_conv_grad(case, symbolic, weight_form, current_runtime):
     check_lowering(model, feeds, current_runtime)
 
 
+@pytest.mark.parametrize("case,symbolic", [(c, s) for c in sorted(CASES) for s in (False, True)])
+def test_conv_grad_for_two_threads(case, symbolic, current_runtime):
+    """Lowered for sessions of two intra-op threads, layers without a stride take dX as a Conv of dY with the
+    kernel flipped and its channel axes swapped (convolution.input_gradient_by_conv): right with groups,
+    dilations and uneven pads, with sizes declared (written where the rule says, for two threads and for one)
+    and known only at run time."""
+    x_shape, w_shape, attributes = CASES[case]
+    if attributes.get("auto_pad", "NOTSET").startswith("SAME"):
+        attributes = explicit_pads(x_shape, w_shape, attributes)
+    x, w = values(x_shape), values(w_shape)
+    feeds = {"dY": values(conv_output_shape(x, w, **attributes)), "X": x, "W": w}
+    outputs = [("dX", np.float32, x_shape), ("dW", np.float32, w_shape), ("dB", np.float32, (w_shape[0],))]
+    model = one_node_model("ConvGrad", feeds, outputs, symbolic=symbolic, kernel_shape=list(w_shape[2:]),
+                           **attributes)
+    lowered = check_lowering(model, feeds, current_runtime, intra_op_threads=2)
+    if symbolic:
+        return
+    spatial = len(x_shape) - 2
+    strides = attributes.get("strides", [1] * spatial)
+    pads = attributes.get("pads", [0] * 2 * spatial)
+    dilations = attributes.get("dilations", [1] * spatial)
+    y_count = int(np.prod(feeds["dY"].shape[2:]))
+    for threads, model_for in ((2, lowered), (1, lower_training_ops(model, 1))):
+        by_conv = convolution.input_gradient_by_conv(strides, list(w_shape[2:]), dilations, pads[:spatial],
+                                                     pads[spatial:], list(w_shape), attributes.get("group", 1),
+                                                     y_count, threads)
+        depthwise = w_shape[1] == 1 and all(s == 1 for s in strides) and \
+            all(p <= (k - 1) * d for p, k, d in zip(pads, list(w_shape[2:]) * 2, dilations * 2))
+        dx_ops = {n.op_type for n in model_for.graph.node if "dX" in n.output}
+        assert dx_ops == ({"Conv"} if by_conv or depthwise else {"ConvTranspose"}), threads
+
+
+@pytest.mark.parametrize("case,symbolic", [(c, s) for c in sorted(CASES) for s in (False, True)])
+def test_conv_grad_input_gradient_by_conv_everywhere(case, symbolic, monkeypatch, current_runtime):
+    """dX as a Conv wherever it can be written (the rule picks it for some shapes only: it must be right for
+    all), with groups, dilations, uneven pads, 1-D to 3-D."""
+    monkeypatch.setattr(convolution, "input_gradient_by_conv",
+                        lambda strides, kernel, dilations, begin, end, *_: convolution.input_gradient_conv_applies(
+                            strides, kernel, dilations, begin, end))
+    x_shape, w_shape, attributes = CASES[case]
+    if attributes.get("auto_pad", "NOTSET").startswith("SAME"):
+        attributes = explicit_pads(x_shape, w_shape, attributes)
+    x, w = values(x_shape), values(w_shape)
+    feeds = {"dY": values(conv_output_shape(x, w, **attributes)), "X": x, "W": w}
+    outputs = [("dX", np.float32, x_shape), ("dW", np.float32, w_shape), ("dB", np.float32, (w_shape[0],))]
+    model = one_node_model("ConvGrad", feeds, outputs, symbolic=symbolic, kernel_shape=list(w_shape[2:]),
+                           **attributes)
+    check_lowering(model, feeds, current_runtime)
+
+
+def test_input_gradient_by_conv_rule():
+    """Where dX is a Conv, by the measured rule: 1x1 kernels (group 1) at any thread count, larger kernels at two
+    threads over maps of more than 64 positions; never with a stride or with pads past the kernel's reach."""
+    def rule(w_dims, positions, threads, strides=(1, 1), pads=(1, 1), group=1):
+        kernel = list(w_dims[2:])
+        return convolution.input_gradient_by_conv(list(strides), kernel, [1, 1], list(pads), list(pads),
+                                                  list(w_dims), group, positions, threads)
+    assert rule((32, 32, 3, 3), 1024, 2) and not rule((32, 32, 3, 3), 1024, 1)
+    assert rule((64, 64, 3, 3), 256, 2) and rule((64, 64, 3, 3), None, 2)
+    assert not rule((128, 128, 3, 3), 64, 2) and not rule((256, 256, 3, 3), 16, 2)
+    assert rule((24, 96, 1, 1), 576, 1, pads=(0, 0)) and rule((512, 128, 1, 1), 16, 1, pads=(0, 0))
+    assert not rule((8, 4, 1, 1), 64, 1, pads=(0, 0), group=2) and rule((8, 4, 1, 1), 64, 2, pads=(0, 0), group=2)
+    assert not rule((32, 32, 3, 3), 1024, 2, strides=(2, 2))
+    assert not rule((32, 32, 3, 3), 1024, 2, pads=(3, 1))
+
+
 @pytest.mark.parametrize("wanted", [(1, 0, 0), (0, 1, 1)])
 def test_conv_grad_some_outputs(wanted, current_runtime):
     x_shape, w_shape, attributes = CASES["2d_stride_pad"]

@@ -124,3 +124,24 @@ def test_zoo_artifacts_lower_and_compute_the_same_gradients(name: str, generator
                  floor=floor)
     for part in ("eval_model", "optimizer_model"):
         lower_training_ops(models[part])  # what the engine keeps stays, the rest lowers
+
+
+@pytest.mark.parametrize("name", sorted(n for n in ZOO if n in ("resnet_training", "mobilenet_v2", "segnet")))
+def test_zoo_convolutions_lowered_for_two_threads(name: str, tmp_path: Path, current_runtime) -> None:
+    """Lowered for sessions of two intra-op threads (dX of layers without a stride as a Conv:
+    convolution.input_gradient_by_conv), the convolutional models' gradients are the training build's."""
+    entry = ZOO[name]
+    made = generate_artifacts(ZOO_DIR / entry["file"], loss=entry["loss"], loss_input_names=[entry["loss_reads"]],
+                              artifact_directory=tmp_path, requires_grad=ALL_PARAMETERS, optimizer="adamw",
+                              additional_output_names=MODEL_OUTPUTS)
+    training, inputs = gradients_as_outputs(onnx.load(str(made.training_model)))
+    parameters = checkpoint_parameters(made.checkpoint)
+    data = np.load(ZOO_DIR / entry["dataset"]["file"])
+    feeds = {n: parameters[n] if n in parameters else data[f"train_{n}"][:4] for n in inputs}
+    expected = run_training_build(training, feeds)
+    lowered = lower_training_ops(training, intra_op_threads=2)
+    floor = 1e-6 * max(float(np.max(np.abs(e))) for e in expected if e.size)
+    assert_close(run_training_build(lowered, feeds), expected, 1e-5, f"{name}, lowered for 2 threads, on 1.19.2",
+                 floor=floor)
+    assert_close(current_runtime.run(lowered, feeds), expected, 1e-5, f"{name}, lowered for 2 threads, on 1.31.1",
+                 floor=floor)

@@ -145,11 +145,12 @@ def assert_close(got: Sequence[np.ndarray], expected: Sequence[np.ndarray], rtol
 
 
 def check_lowering(model: onnx.ModelProto, feeds: Dict[str, np.ndarray], current: CurrentRuntime,
-                   rtol: float = 1e-5, exact: bool = False) -> onnx.ModelProto:
-    """Run ``model`` (its training operator) and its lowered form on 1.19.2 and the lowered form on 1.31.1;
-    all agree within ``rtol`` relative to each output's largest magnitude (bit for bit with ``exact``)."""
+                   rtol: float = 1e-5, exact: bool = False, intra_op_threads: int = 1) -> onnx.ModelProto:
+    """Run ``model`` (its training operator) and its lowered form (for sessions of ``intra_op_threads``
+    threads) on 1.19.2 and the lowered form on 1.31.1; all agree within ``rtol`` relative to each output's
+    largest magnitude (bit for bit with ``exact``)."""
     expected = run_training_build(model, feeds)
-    lowered = lower_training_ops(model)
+    lowered = lower_training_ops(model, intra_op_threads)
 
     assert not [n.op_type for n in lowered.graph.node if n.domain == MICROSOFT and n.op_type not in CONTRIB_TARGETS], \
         "a training operator remains"

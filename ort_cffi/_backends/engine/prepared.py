@@ -78,8 +78,9 @@ class Prepared:
 
 # --- the work itself (needs onnx) ------------------------------------------------------------------------------
 def prepare_here(train: ModelSource, evaluation: Optional[ModelSource], optimizer_model: Optional[ModelSource],
-                 parameters: Sequence[str], trainable: Sequence[str], seed: Optional[int]) -> Prepared:
-    """Read, classify and lower the models in this process."""
+                 parameters: Sequence[str], trainable: Sequence[str], seed: Optional[int],
+                 intra_op_threads: int = 1) -> Prepared:
+    """Read, classify and lower the models in this process, for sessions of ``intra_op_threads`` threads."""
     from ort_cffi._backends.engine import models
     from ort_cffi._backends.engine.lowering import lower_training_ops
 
@@ -93,7 +94,7 @@ def prepare_here(train: ModelSource, evaluation: Optional[ModelSource], optimize
         return model
 
     def runnable(model: Any) -> Any:
-        lowered = lower_training_ops(model)
+        lowered = lower_training_ops(model, intra_op_threads)
         if seed is not None:
             models.seed_random_ops(lowered, seed)
         return lowered
@@ -180,9 +181,12 @@ def _without_weights(model: Any) -> Any:
 
 # --- the entry point ------------------------------------------------------------------------------------------
 def prepare(train: ModelSource, evaluation: Optional[ModelSource], optimizer_model: Optional[ModelSource],
-            parameters: Sequence[str], trainable: Sequence[str], seed: Optional[int]) -> Prepared:
-    """A ``Prepared`` for these models: from the cache, else made (in a child or here) and cached."""
-    request = {"parameters": sorted(parameters), "trainable": sorted(trainable), "seed": seed}
+            parameters: Sequence[str], trainable: Sequence[str], seed: Optional[int],
+            intra_op_threads: int = 1) -> Prepared:
+    """A ``Prepared`` for these models, lowered for sessions of ``intra_op_threads`` threads (some forms are
+    chosen by it, so it is part of the cache key): from the cache, else made (in a child or here) and cached."""
+    request = {"parameters": sorted(parameters), "trainable": sorted(trainable), "seed": seed,
+               "intra_op_threads": intra_op_threads}
     folder = _cache_folder()
     key = None
     if folder is not None:
@@ -200,7 +204,7 @@ def prepare(train: ModelSource, evaluation: Optional[ModelSource], optimizer_mod
     if where == "child" or (where == "auto" and "onnx" not in sys.modules):
         made = _prepare_in_child(sources, request)
     if made is None:
-        made = prepare_here(train, evaluation, optimizer_model, parameters, trainable, seed)
+        made = prepare_here(train, evaluation, optimizer_model, parameters, trainable, seed, intra_op_threads)
     if folder is not None and key is not None:
         _write_entry(folder, key, made)
     return made
@@ -244,7 +248,7 @@ def child_main() -> None:
     assert train is not None
     try:
         made = prepare_here(train, sources["evaluation"], sources["optimizer"], header["parameters"],
-                            header["trainable"], header["seed"])
+                            header["trainable"], header["seed"], header["intra_op_threads"])
     except (ValueError, TypeError, KeyError, IndexError, FileNotFoundError, NotImplementedError,
             RuntimeError) as error:
         from ort_cffi._backends.engine.lowering import UnsupportedTrainingOpError

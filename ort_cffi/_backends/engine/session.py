@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ort_cffi._backends import session_threads
 from ort_cffi._backends.engine import optimizer, values
 from ort_cffi._backends.engine.optimizer import OptimizerSpec
 from ort_cffi._backends.engine.prepared import prepare
@@ -193,7 +194,7 @@ class EngineSession:
     def _build(self, env: Any, options: Any, state: EngineState, train: ModelSource,
                evaluation: Optional[ModelSource], optimizer_model: Optional[ModelSource]) -> None:
         made = prepare(train, evaluation, optimizer_model, list(state.parameters),
-                       [p.name for p in state.trainable()], self.seed)
+                       [p.name for p in state.trainable()], self.seed, session_threads.intra_op_threads(options))
         self.train = GraphNames(made.user_inputs, made.user_outputs, made.parameter_inputs, made.gradients,
                                 made.accumulated)
         self.memory_pattern = keeps_memory_pattern(made.training_intermediates)  # for the eval model's too

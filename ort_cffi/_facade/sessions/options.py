@@ -4,6 +4,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Optional, Type, TypeVar
 
+from ort_cffi._backends import session_threads
 from ort_cffi._native.errors import OrtException, c_string
 from ort_cffi._native.files import fspath, native_path
 from ort_cffi._native.handles import NativeHandle
@@ -135,6 +136,7 @@ class SessionOptions(NativeHandle):
         self._own(out[0], rt.api.ReleaseSessionOptions)
         self._rt = rt
         self._entries: dict[str, str] = {}
+        session_threads.note(out[0], 0)  # options at an address used before start at the default
 
     def setIntraOpNumThreads(self, numThreads: int) -> None:
         """Set the number of threads inside one operator (`SetIntraOpNumThreads`).
@@ -150,6 +152,7 @@ class SessionOptions(NativeHandle):
         """
         n = _check_int(numThreads, "intra-op thread count", 0)
         self._call(self._rt.api.SetIntraOpNumThreads, n, context="SetIntraOpNumThreads")
+        session_threads.note(self._ptr, n)  # the engine picks some forms by it (ort_cffi/_backends/session_threads.py)
 
     def setInterOpNumThreads(self, numThreads: int) -> None:
         """Set the number of threads running independent operators in parallel (`SetInterOpNumThreads`).

@@ -130,8 +130,9 @@ NodeFilter = Callable[[onnx.NodeProto], bool]
 
 
 class _Lowering:
-    def __init__(self, model: onnx.ModelProto, only: Optional[NodeFilter] = None):
+    def __init__(self, model: onnx.ModelProto, only: Optional[NodeFilter] = None, intra_op_threads: int = 1):
         self.opset = default_opset(model)
+        self.intra_op_threads = intra_op_threads
         self.only = only  # which training operators' nodes to lower (None: every one)
         self.taken: Set[str] = set()
         _names(model.graph, self.taken)
@@ -162,6 +163,7 @@ class _Lowering:
     def node(self, node: onnx.NodeProto) -> List[onnx.NodeProto]:
         label = node.name or f"{node.op_type}_{node.output[0] if node.output else ''}"
         emit = Emitter(self.opset, self.taken, self.types, label=label, data=self.data, producers=self.producers)
+        emit.intra_op_threads = self.intra_op_threads
         try:
             RULES[node.op_type](node, emit)
         except LoweringError as refused:
@@ -195,25 +197,26 @@ def _can_raise(model: onnx.ModelProto, opset: int, target: int) -> bool:
     return True
 
 
-def _lowered(model: onnx.ModelProto,
-             only: Optional[NodeFilter] = None) -> Tuple[onnx.ModelProto, List[Tuple[str, LoweringError]]]:
+def _lowered(model: onnx.ModelProto, only: Optional[NodeFilter] = None,
+             intra_op_threads: int = 1) -> Tuple[onnx.ModelProto, List[Tuple[str, LoweringError]]]:
     lowered = onnx.ModelProto()
     lowered.CopyFrom(model)
-    lowering = _Lowering(lowered, only)
+    lowering = _Lowering(lowered, only, intra_op_threads)
     lowering.graph(lowered.graph)
     return lowered, lowering.refused
 
 
-def lower_training_ops(model: onnx.ModelProto) -> onnx.ModelProto:
+def lower_training_ops(model: onnx.ModelProto, intra_op_threads: int = 1) -> onnx.ModelProto:
     """A new model in which every training operator of ``model`` (subgraphs of Loop, If and Scan included) is
-    written in standard operators; ``KEPT_FOR_THE_ENGINE`` stay. ``model`` is not changed. Where a lowering
+    written in standard operators, in the forms measured fastest for sessions of ``intra_op_threads`` threads;
+    ``KEPT_FOR_THE_ENGINE`` stay. ``model`` is not changed. Where a lowering
     needs a newer opset than the model imports (a scatter that adds: 16), the import is raised if no operator
     of the model changes meaning on the way (``_can_raise``). Raises ``UnsupportedTrainingOpError`` naming every
     operator that has no lowering or whose lowering refused a node."""
     missing = unlowerable_ops(model)
     if missing:
         raise UnsupportedTrainingOpError(missing)
-    lowered, refused = _lowered(model)
+    lowered, refused = _lowered(model, None, intra_op_threads)
     needed = [error.needs_opset for _, error in refused]
     opset = default_opset(model)
     if refused and all(needed) and _can_raise(model, opset, max(n for n in needed if n)):
@@ -222,7 +225,7 @@ def lower_training_ops(model: onnx.ModelProto) -> onnx.ModelProto:
         for entry in raised.opset_import:
             if entry.domain in ("", "ai.onnx"):
                 entry.version = RAISE_TO
-        lowered, refused = _lowered(raised)
+        lowered, refused = _lowered(raised, None, intra_op_threads)
     if refused:
         raise UnsupportedTrainingOpError([op for op, _ in refused], [str(error) for _, error in refused])
     _import_contrib_as_used(lowered)

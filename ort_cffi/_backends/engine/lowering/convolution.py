@@ -1,5 +1,6 @@
 """Convolution and pooling gradients: ConvGrad's input gradient as a ConvTranspose (a Conv with the kernel
-flipped for depthwise layers without a stride) and its weight gradient in one of three forms picked per layer
+flipped for depthwise layers without a stride, and for other layers without one by the session's intra-op
+threads and the layer's shape: ``input_gradient_by_conv``) and its weight gradient in one of three forms picked per layer
 (``weight_gradient_form``), MaxPoolGrad as MaxUnpool where the windows are apart (else a scatter that adds over
 MaxPool's indices), AveragePoolGrad as a ConvTranspose of ones; and the forward MaxPool's Indices, where its
 windows tile the input, from its output (``max_pool``).
@@ -102,11 +103,21 @@ def conv_grad(node: onnx.NodeProto, emit: Emitter) -> None:
     begin, end = _resolved_pads(node, emit, spatial, strides, dilations, kernel, x_sizes)
     spatial_axes = list(range(2, 2 + spatial))
 
+    y_count = None  # dY's positions per image
+    if x_sizes is not None and kernel is not None:
+        y_count = int(np.prod([(size + b + e - ((k - 1) * d + 1)) // s + 1 for size, b, e, k, d, s
+                               in zip(x_sizes, begin, end, kernel, dilations, strides)]))
+
     if outputs[0]:
         written = False
         if kernel is not None and w_dims is not None and w_dims[1] == 1 and all(s == 1 for s in strides) and \
                 all(b <= (k - 1) * d and e <= (k - 1) * d for b, e, k, d in zip(begin, end, kernel, dilations)):
             _depthwise_input_gradient(emit, dy, w, w_dims, group, dilations, kernel, begin, end, outputs[0])
+            written = True
+        if not written and kernel is not None and w_dims is not None and \
+                input_gradient_by_conv(strides, kernel, dilations, begin, end, w_dims, group, y_count,
+                                       emit.intra_op_threads):
+            _input_gradient_by_conv(emit, dy, w, w_dims, group, dilations, kernel, begin, end, outputs[0])
             written = True
         if not written and x_sizes is not None and kernel is not None:  # ConvTranspose says the size itself
             y_sizes = [(size + b + e - ((k - 1) * d + 1)) // s + 1
@@ -123,10 +134,6 @@ def conv_grad(node: onnx.NodeProto, emit: Emitter) -> None:
             _crop_to(emit, full, spatial, strides, begin, emit.shape_of(x, 2), outputs[0])
 
     if outputs[1]:
-        y_count = None
-        if x_sizes is not None and kernel is not None:
-            y_count = int(np.prod([(size + b + e - ((k - 1) * d + 1)) // s + 1 for size, b, e, k, d, s
-                                   in zip(x_sizes, begin, end, kernel, dilations, strides)]))
         form = weight_gradient_form(kernel, w_dims, group, y_count, strides) \
             if kernel is not None and emit.opset >= 13 else "conv"
         if form == "columns" and w_dims is not None and kernel is not None:
@@ -157,6 +164,58 @@ def _depthwise_input_gradient(emit: Emitter, dy: str, w: str, w_dims: List[int],
         weights = emit.one("Reshape", [w, emit.const(_ints([group, w_dims[0] // group] + list(kernel)))])
     flipped = emit.one("Slice", [weights, emit.const(_ints([-1] * spatial)), emit.const(_ints([-_LAST] * spatial)),
                                  emit.const(_ints(range(2, 2 + spatial))), emit.const(_ints([-1] * spatial))])
+    pads = [(k - 1) * d - b for k, d, b in zip(kernel, dilations, begin)] + \
+        [(k - 1) * d - e for k, d, e in zip(kernel, dilations, end)]
+    emit.one("Conv", [dy, flipped], output, group=group, dilations=dilations, pads=pads)
+
+
+def input_gradient_by_conv(strides: List[int], kernel: List[int], dilations: List[int], begin: List[int],
+                           end: List[int], w_dims: List[int], group: int, output_size: Optional[int],
+                           threads: int) -> bool:
+    """Whether dX of a layer without a stride (W of ``w_dims``, [M, Cg, kernel...]; ``output_size`` positions
+    per image in dY, None where not known before run time) is a Conv of dY with the kernel flipped and its two
+    channel axes swapped (``_input_gradient_by_conv``) rather than a ConvTranspose, for sessions of
+    ``threads`` intra-op threads. ONNX Runtime's ConvTranspose runs a GEMM and a serial col2im per image: it
+    gains nothing from a second thread, where the Conv splits the batch between them. Measured on 1.31.1
+    (batch 16, the minimum of 80-100 alternating runs, 2026-12-07, load average 5; ms, ConvTranspose against
+    Conv; docs/internals/runtime.md §11):
+
+    - 1x1 kernels (group 1), the Conv at any thread count: no flip, and faster even at one thread (96x24 on
+      24x24 0.77 against 0.68, 24x96 0.80 against 0.55, 512x128 on 4x4 0.63 against 0.34);
+    - larger kernels, the Conv at two threads or more over maps of more than 64 positions (32x32 3x3 on 32x32,
+      4.07 against 2.24; 64x64 on 16x16, 3.30 against 1.94). Over smaller maps the kernel's flip, a Slice with
+      negative steps that copies element by element, and the Transpose of W cost what the Conv saves (128x128 on
+      8x8: 0.56 ms of them against 0.47 saved; 256x256 on 4x4: 2.1 against 2.3). At one thread the ConvTranspose
+      (32x32 on 32x32, 3.95 against 4.10)."""
+    if not input_gradient_conv_applies(strides, kernel, dilations, begin, end):
+        return False
+    if all(k == 1 for k in kernel):
+        return group == 1 or threads >= 2
+    return threads >= 2 and (output_size is None or output_size > 64)
+
+
+def input_gradient_conv_applies(strides: List[int], kernel: List[int], dilations: List[int], begin: List[int],
+                                end: List[int]) -> bool:
+    """Whether ``_input_gradient_by_conv`` can give dX: no stride, and pads within the kernel's reach (the
+    Conv's pads, (k - 1) * d less the forward's, are not negative)."""
+    return all(s == 1 for s in strides) and \
+        all(b <= (k - 1) * d and e <= (k - 1) * d for b, e, k, d in zip(begin, end, kernel, dilations))
+
+
+def _input_gradient_by_conv(emit: Emitter, dy: str, w: str, w_dims: List[int], group: int, dilations: List[int],
+                            kernel: List[int], begin: List[int], end: List[int], output: str) -> None:
+    """dX of a convolution without stride as a Conv of dY: W [M, Cg, k...] read per group as [g, Mg, Cg, k...],
+    its two channel axes swapped into [g * Cg, Mg, k...] (group g: Mg inputs and Cg outputs per group) and its
+    kernel flipped, with pads (k - 1) * d less the forward's (``input_gradient_by_conv`` says where)."""
+    spatial = len(kernel)
+    spatial_axes = list(range(3, 3 + spatial))
+    grouped = emit.one("Reshape", [w, emit.const(_ints([group, w_dims[0] // group, w_dims[1]] + list(kernel)))])
+    swapped = emit.one("Transpose", [grouped], perm=[0, 2, 1] + spatial_axes)
+    weights = emit.one("Reshape", [swapped, emit.const(_ints([group * w_dims[1], w_dims[0] // group] + list(kernel)))])
+    flipped = weights
+    if any(k > 1 for k in kernel):
+        flipped = emit.one("Slice", [weights, emit.const(_ints([-1] * spatial)), emit.const(_ints([-_LAST] * spatial)),
+                                     emit.const(_ints(range(2, 2 + spatial))), emit.const(_ints([-1] * spatial))])
     pads = [(k - 1) * d - b for k, d, b in zip(kernel, dilations, begin)] + \
         [(k - 1) * d - e for k, d, e in zip(kernel, dilations, end)]
     emit.one("Conv", [dy, flipped], output, group=group, dilations=dilations, pads=pads)

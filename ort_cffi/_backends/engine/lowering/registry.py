@@ -109,6 +109,9 @@ class Emitter:
         self.data: Dict[str, onnx.TensorProto] = {} if data is None else data  # values known before run time
         self.producers: Dict[str, onnx.NodeProto] = {} if producers is None else producers
         self.nodes: List[onnx.NodeProto] = []
+        # the intra-op threads the lowered model's sessions run with: some forms are chosen by it (their
+        # rules say so); the engine's cache of lowered models keys on it
+        self.intra_op_threads = 1
 
     def producer(self, name: str) -> Optional[onnx.NodeProto]:
         """The node of the model being lowered that computes ``name`` (None: a graph input or initializer)."""
