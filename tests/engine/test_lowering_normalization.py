@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from lowering_check import check_lowering, current_runtime, one_node_model  # noqa: F401  (a fixture)
+from lowering_check import check_lowering, current_runtime, one_node_model, run_training_build  # noqa: F401  (a fixture)
 
 from ort_cffi._backends.engine.lowering import lower_training_ops
+from ort_cffi._backends.engine.lowering.registry import SHAPE_CHECK
 
 # the reference is the training build's own kernels, through its Python layer
 pytestmark = pytest.mark.needs_onnxruntime_python
@@ -386,3 +387,31 @@ def test_batch_norms_in_a_chain_with_their_gradients(current_runtime):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
                               ir_version=8)
     check_lowering(model, feeds, current_runtime)
+
+
+
+@pytest.mark.parametrize("scores_shape, labels_shape", [((4, 5), (3,)), ((4, 5), (1,)), ((2, 3, 4), (2, 3)),
+                                                        ((2, 3, 4), (1, 4))])
+@pytest.mark.parametrize("internal", [False, True])
+def test_labels_of_another_batch_are_refused(scores_shape, labels_shape, internal, current_runtime):
+    """Labels whose count differs from the scores' rows: the kernel refuses them, and so must the lowered loss,
+    whose GatherElements (and the gradient's ScatterElements) would take fewer labels without a word and train
+    on part of the batch. Both are declared with the same symbolic batch, as an exported training model declares
+    them, so that only the run can tell (and the lowering's shape simplification must keep the check)."""
+    feeds = {"scores": values(scores_shape), "labels": rng.integers(0, scores_shape[1], labels_shape).astype(np.int64)}
+    outputs = [("loss", np.float32, ()), ("log_prob", np.float32, None)]
+    if internal:
+        model = one_node_model("SoftmaxCrossEntropyLossInternal", feeds, outputs, inputs=["scores", "labels"],
+                               symbolic=True)
+    else:
+        model = one_node_model("SoftmaxCrossEntropyLoss", feeds, outputs, domain="", opset=17, symbolic=True)
+    for value in model.graph.input:
+        value.type.tensor_type.shape.dim[0].dim_param = "batch"
+    with pytest.raises(Exception):
+        run_training_build(model, feeds)  # the kernel's refusal, the reference
+    lowered = lower_training_ops(model)
+    assert [n.op_type for n in lowered.graph.node if n.doc_string == SHAPE_CHECK] == ["Reshape"]
+    with pytest.raises(Exception, match="Reshape"):
+        run_training_build(lowered, feeds)
+    with pytest.raises(AssertionError, match="refused the lowered model.*Reshape"):
+        current_runtime.run(lowered, feeds)

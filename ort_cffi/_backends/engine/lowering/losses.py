@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from ort_cffi._backends.engine.lowering.registry import Emitter, attribute, lowers
+from ort_cffi._backends.engine.lowering.registry import SHAPE_CHECK, Emitter, attribute, lowers
 
 
 def _given(node: onnx.NodeProto, index: int) -> Optional[str]:
@@ -54,6 +54,26 @@ def _log_softmax_classes(emit: Emitter, scores: str, output: Optional[str]) -> s
     return emit.one("LogSoftmax", [scores], output, axis=1)
 
 
+def _matching_labels(emit: Emitter, labels64: str, scores: str) -> str:
+    """``labels64`` reshaped to the scores' dimensions without the class axis ([N, d...] of [N, C, d...]), so that
+    the step fails where they differ, as the training kernel does: GatherElements and ScatterElements take an
+    index smaller than their data without a word, so 3 labels for a batch of 4 rows would train on 3 of them.
+    The Reshape fails where the counts differ: for [N, C] scores that is every mismatch; with more axes, labels
+    of the same count in other dimensions would pass. Left out where both shapes are known and equal before run
+    time; ``shape_targets`` leaves the node as it is (``SHAPE_CHECK``)."""
+    dims, label_dims = emit.shape(scores), emit.shape(labels64)
+    if dims is not None and label_dims is not None and len(dims) == len(label_dims) + 1 and \
+            all(isinstance(d, int) for d in dims) and label_dims == dims[:1] + dims[2:]:
+        return labels64
+    if dims is not None and len(dims) == 2:
+        target = emit.shape_of(scores, 0, 1)
+    else:
+        target = emit.one("Concat", [emit.shape_of(scores, 0, 1), emit.shape_of(scores, 2)], axis=0)
+    reshaped = emit.one("Reshape", [labels64, target])
+    emit.nodes[-1].doc_string = SHAPE_CHECK
+    return reshaped
+
+
 def _lean_loss(emit: Emitter, scores: str, labels: str, weights: Optional[str], ignore: Optional[int],
                reduction: str, loss: str, log_prob: Optional[str]) -> None:
     """log_prob = LogSoftmax over the classes (axis 1), the loss -log_prob at each label (GatherElements), times
@@ -62,6 +82,7 @@ def _lean_loss(emit: Emitter, scores: str, labels: str, weights: Optional[str], 
     log_prob = _log_softmax_classes(emit, scores, log_prob)
     labels64 = labels if emit.elem_type(labels) == TensorProto.INT64 else \
         emit.one("Cast", [labels], to=TensorProto.INT64)
+    labels64 = _matching_labels(emit, labels64, scores)
     kept = None
     if ignore is not None:
         kept = emit.one("Not", [emit.one("Equal", [labels64, emit.const(np.array(ignore, np.int64))])])
@@ -129,7 +150,7 @@ def softmax_cross_entropy_loss_internal(node: onnx.NodeProto, emit: Emitter) -> 
                    node.output[0], _out(node, 1))
         return
     log_prob = _log_softmax_classes(emit, scores, _out(node, 1))
-    labels64 = emit.one("Cast", [labels], to=TensorProto.INT64)
+    labels64 = _matching_labels(emit, emit.one("Cast", [labels], to=TensorProto.INT64), scores)
     kept = emit.one("Not", [emit.one("Equal", [labels64, emit.one("Cast", [given], to=TensorProto.INT64)])])
     safe = emit.one("Where", [kept, labels64, emit.const(np.array(0, np.int64))])
     picked = emit.squeeze(emit.one("GatherElements", [log_prob, emit.unsqueeze(safe, [1])], axis=1), [1])

@@ -92,6 +92,11 @@ def attribute(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
 Dim = Union[int, str, None]
 
 
+# The doc string of a node that is there to fail at run time where the inputs disagree (a Reshape of the labels
+# to the scores' dimensions): passes that simplify shapes leave it as it is.
+SHAPE_CHECK = "ort_cffi: shape check"
+
+
 class Emitter:
     """What a rule writes with: nodes, constants and fresh names, and what is known of a value's type.
 
@@ -344,5 +349,5 @@ def make_tensor_type(elem_type: int, shape: Optional[Sequence[Dim]]) -> onnx.Typ
     return helper.make_tensor_type_proto(elem_type, None if shape is None else list(shape))
 
 
-__all__ = ["CONTRIB_TARGETS", "RUNTIME_DEFAULT_DOMAIN", "Emitter", "LoweringError", "MICROSOFT", "RULES", "Rule", "TensorProto",
+__all__ = ["CONTRIB_TARGETS", "RUNTIME_DEFAULT_DOMAIN", "SHAPE_CHECK", "Emitter", "LoweringError", "MICROSOFT", "RULES", "Rule", "TensorProto",
            "UnsupportedTrainingOpError", "attribute", "infer_types", "lowers", "make_tensor_type"]

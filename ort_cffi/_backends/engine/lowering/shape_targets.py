@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ort_cffi._backends.engine.lowering.registry import attribute
+from ort_cffi._backends.engine.lowering.registry import SHAPE_CHECK, attribute
 
 Dim = Union[int, str, None]
 
@@ -106,7 +106,7 @@ def constant_reshape_targets(model: onnx.ModelProto) -> int:
     constants = _constant_values(graph)
     candidates = [node for node in graph.node
                   if node.op_type == "Reshape" and node.domain in ("", "ai.onnx") and len(node.input) > 1
-                  and node.input[1] and node.input[1] not in constants]
+                  and node.input[1] and node.input[1] not in constants and node.doc_string != SHAPE_CHECK]
     if not candidates:
         return 0
     dims = _dims(model)
