@@ -62,8 +62,9 @@ try:
 except RuntimeNotFoundError as error:
     print("refused:", error)
 """
-    env = {**os.environ, "PYTHONPATH": str(site), "ORT_CFFI_LIBRARY": "", "ORT_CFFI_RUNTIME": "", "ORT_CFFI_BACKEND": "",
-           "ORT_CFFI_RUNTIME_DIR": str(tmp_path / "store"), "ORT_CFFI_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "PYTHONPATH": str(site), "ORT_CFFI_LIBRARY": "", "ORT_CFFI_RUNTIME": "",
+           "ORT_CFFI_BACKEND": "", "ORT_CFFI_RUNTIME_DIR": str(tmp_path / "store"),
+           "ORT_CFFI_CACHE_DIR": str(tmp_path / "cache")}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
                           cwd=str(ROOT))
     assert proc.returncode == 0, proc.stdout + proc.stderr
