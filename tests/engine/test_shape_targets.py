@@ -7,11 +7,15 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 import onnx
+import pytest
 from lowering_check import assert_close, current_runtime, run_training_build  # noqa: F401  (a fixture)
 from onnx import TensorProto, helper, numpy_helper
 
 from ort_cffi._backends.engine.lowering import lower_training_ops
 from ort_cffi._backends.engine.lowering.shape_targets import constant_reshape_targets
+
+# the reference run is the training build's, through its Python layer (run_training_build)
+pytestmark = pytest.mark.needs_onnxruntime_python
 
 
 def _model(nodes: List[onnx.NodeProto], inputs: Sequence[tuple], outputs: Sequence[str],
