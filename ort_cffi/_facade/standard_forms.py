@@ -5,5 +5,6 @@ is measured faster than the training build's kernel (``ort_cffi/data/standard_fo
 purpose from the backend layer (``ort_cffi._backends.engine.lowering``), so that no application imports below
 the facade and each form has one implementation."""
 from ort_cffi._backends.engine.lowering import lower_chosen_ops, lowered_op_types
+from ort_cffi._backends.engine.lowering.shape_targets import without_weights
 
-__all__ = ["lower_chosen_ops", "lowered_op_types"]
+__all__ = ["lower_chosen_ops", "lowered_op_types", "without_weights"]

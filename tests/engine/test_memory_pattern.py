@@ -30,14 +30,14 @@ def test_intermediates_are_counted_per_sample() -> None:
 
 
 def test_large_weights_are_left_out_of_inference_and_small_constants_kept() -> None:
-    from ort_cffi._backends.engine.prepared import _without_weights
+    from ort_cffi._backends.engine.lowering.shape_targets import without_weights
 
     model = _mlp(2048)  # w: 64 KiB, declared as an input for inference
     # a Reshape whose shape is a small initializer: inference needs its value for the output's shape
     model.graph.initializer.append(numpy_helper.from_array(np.array([-1, 1024], np.int64), "shape"))
     model.graph.node.insert(2, helper.make_node("Reshape", ["r", "shape"], ["s"]))
     model.graph.node[3].input[0] = "s"
-    stripped = _without_weights(model)
+    stripped = without_weights(model)
     assert [t.name for t in stripped.graph.initializer] == ["shape"]
     assert "w" in [value.name for value in stripped.graph.input]
     # h, r [N, 2048], s [unknown, 1024] (both taken as 1; without the shape's value s would count as the

@@ -128,8 +128,10 @@ def intermediate_bytes(model: Any) -> Optional[int]:
     inference fails or knows no shape."""
     import onnx
 
+    from ort_cffi._backends.engine.lowering.shape_targets import without_weights
+
     try:
-        graph = onnx.shape_inference.infer_shapes(_without_weights(model)).graph
+        graph = onnx.shape_inference.infer_shapes(without_weights(model)).graph
     except Exception:  # an operator onnx cannot infer: the size stays unknown
         return None
     sizes: Dict[str, int] = {}
@@ -149,34 +151,6 @@ def intermediate_bytes(model: Any) -> Optional[int]:
         return None
     largest = max(sizes.values())
     return sum(sizes.get(output, largest) for node in graph.node for output in node.output if output)
-
-
-SMALL_INITIALIZER = 4096  # bytes: an initializer this small (a shape, an axis) stays a constant for inference
-
-
-def _without_weights(model: Any) -> Any:
-    """The model for shape inference without its large initializers' data (each declared as an input of its
-    type and shape instead): inference serializes the model it is given, which would copy the weights."""
-    import onnx
-    from onnx import helper
-
-    graph = model.graph
-    stripped = onnx.ModelProto(ir_version=model.ir_version)
-    stripped.opset_import.extend(model.opset_import)
-    stripped.functions.extend(model.functions)
-    copy = stripped.graph
-    copy.node.extend(graph.node)
-    copy.input.extend(graph.input)
-    copy.output.extend(graph.output)
-    copy.value_info.extend(graph.value_info)
-    declared = {value.name for value in graph.input}
-    for tensor in graph.initializer:
-        inline = tensor.data_location != onnx.TensorProto.EXTERNAL and tensor.ByteSize() <= SMALL_INITIALIZER
-        if inline:
-            copy.initializer.append(tensor)
-        elif tensor.name not in declared:
-            copy.input.append(helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
-    return stripped
 
 
 # --- the entry point ------------------------------------------------------------------------------------------

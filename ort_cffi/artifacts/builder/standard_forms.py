@@ -36,7 +36,7 @@ from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 import onnx
 
-from ort_cffi._facade.standard_forms import lower_chosen_ops, lowered_op_types
+from ort_cffi._facade.standard_forms import lower_chosen_ops, lowered_op_types, without_weights
 
 TABLE = Path(__file__).resolve().parents[2] / "data" / "standard_forms.json"
 STANDARD, KERNEL = "standard", "kernel"
@@ -87,30 +87,12 @@ def _dims(model: onnx.ModelProto) -> Dict[str, List[Optional[int]]]:
     return found
 
 
-# Initializers up to this many bytes stay in the copy shape inference reads (shape and axis constants); larger
-# ones (the weights) are declared as inputs of their type and shape, so the copy stays small.
-_KEPT_INITIALIZER_BYTES = 4096
-
-
 def _inferred_dims(model: onnx.ModelProto, names: FrozenSet[str]) -> Dict[str, List[Optional[int]]]:
     """The dimensions of ``names`` by ONNX shape inference over the main graph, where the model does not
     declare them (a forward value, such as the scores a loss reads, is not declared in a training model); an
     empty mapping where inference fails."""
-    graph = onnx.GraphProto()
-    graph.name = model.graph.name
-    graph.node.extend(model.graph.node)
-    graph.input.extend(model.graph.input)
-    graph.output.extend(model.graph.output)
-    graph.value_info.extend(model.graph.value_info)
-    declared = {value.name for value in model.graph.input}
-    for tensor in model.graph.initializer:
-        if tensor.ByteSize() <= _KEPT_INITIALIZER_BYTES:
-            graph.initializer.append(tensor)
-        elif tensor.name not in declared:
-            graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
-    probe = onnx.helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     try:
-        inferred = onnx.shape_inference.infer_shapes(probe)
+        inferred = onnx.shape_inference.infer_shapes(without_weights(model))
     except Exception:  # noqa: BLE001 - inference is a help here: a value it cannot type is a size not known
         return {}
     found: Dict[str, List[Optional[int]]] = {}

@@ -30,12 +30,13 @@ def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
                 yield from _all_nodes(sub)
 
 
-SMALL_INITIALIZER = 4096  # bytes: a larger initializer is declared as an input for inference, not copied
+SMALL_INITIALIZER = 4096  # bytes: an initializer this small (a shape, an axis) stays a constant for inference
 
 
-def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` for shape inference, its large initializers declared as inputs (inference serializes the
-    model it is given: the weights would be copied)."""
+def without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` for shape inference, its large initializers declared as inputs of their type and shape
+    (inference serializes the model it is given: the weights would be copied). The engine's memory-pattern
+    choice and the builder's standard forms read shapes through it too."""
     stripped = onnx.ModelProto(ir_version=model.ir_version)
     stripped.opset_import.extend(model.opset_import)
     stripped.functions.extend(model.functions)
@@ -57,7 +58,7 @@ def _dims(model: onnx.ModelProto) -> Dict[str, List[Dim]]:
     """Each value's dimensions as onnx's shape inference (with data propagation, which follows shape
     arithmetic) tells them: a size, a symbol, or None."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(_without_weights(model), data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(without_weights(model), data_prop=True)
     except Exception:  # an unknown or inconsistent model: nothing is rewritten
         return {}
     graph = inferred.graph
