@@ -9,6 +9,7 @@ count as the default."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from typing import Any, Dict
 
@@ -38,7 +39,9 @@ def intra_op_threads(options: Any) -> int:
             count = _counts.get(_address(options), 0)
     if count > 0:
         return count
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+    if sys.platform == "linux":  # the CPUs this process may run on (macOS and Windows have no such call)
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except OSError:
+            pass
+    return max(1, os.cpu_count() or 1)
