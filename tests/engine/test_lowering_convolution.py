@@ -115,12 +115,8 @@ def test_conv_grad(case, symbolic, weight_form, current_runtime):
     check_lowering(model, feeds, current_runtime)
 
 
-@pytest.mark.parametrize("case,symbolic", [(c, s) for c in sorted(CASES) for s in (False, True)])
-def test_conv_grad_for_two_threads(case, symbolic, current_runtime):
-    """Lowered for sessions of two intra-op threads, layers without a stride take dX as a Conv of dY with the
-    kernel flipped and its channel axes swapped (convolution.input_gradient_by_conv): right with groups,
-    dilations and uneven pads, with sizes declared (written where the rule says, for two threads and for one)
-    and known only at run time."""
+def _explicit_conv_grad(case, symbolic):
+    """The case's ConvGrad model with its pads written out (SAME resolved) and its feeds."""
     x_shape, w_shape, attributes = CASES[case]
     if attributes.get("auto_pad", "NOTSET").startswith("SAME"):
         attributes = explicit_pads(x_shape, w_shape, attributes)
@@ -129,6 +125,16 @@ def test_conv_grad_for_two_threads(case, symbolic, current_runtime):
     outputs = [("dX", np.float32, x_shape), ("dW", np.float32, w_shape), ("dB", np.float32, (w_shape[0],))]
     model = one_node_model("ConvGrad", feeds, outputs, symbolic=symbolic, kernel_shape=list(w_shape[2:]),
                            **attributes)
+    return x_shape, w_shape, attributes, feeds, model
+
+
+@pytest.mark.parametrize("case,symbolic", [(c, s) for c in sorted(CASES) for s in (False, True)])
+def test_conv_grad_for_two_threads(case, symbolic, current_runtime):
+    """Lowered for sessions of two intra-op threads, layers without a stride take dX as a Conv of dY with the
+    kernel flipped and its channel axes swapped (convolution.input_gradient_by_conv): right with groups,
+    dilations and uneven pads, with sizes declared (written where the rule says, for two threads and for one)
+    and known only at run time."""
+    x_shape, w_shape, attributes, feeds, model = _explicit_conv_grad(case, symbolic)
     lowered = check_lowering(model, feeds, current_runtime, intra_op_threads=2)
     if symbolic:
         return
@@ -154,14 +160,7 @@ def test_conv_grad_input_gradient_by_conv_everywhere(case, symbolic, monkeypatch
     monkeypatch.setattr(convolution, "input_gradient_by_conv",
                         lambda strides, kernel, dilations, begin, end, *_: convolution.input_gradient_conv_applies(
                             strides, kernel, dilations, begin, end))
-    x_shape, w_shape, attributes = CASES[case]
-    if attributes.get("auto_pad", "NOTSET").startswith("SAME"):
-        attributes = explicit_pads(x_shape, w_shape, attributes)
-    x, w = values(x_shape), values(w_shape)
-    feeds = {"dY": values(conv_output_shape(x, w, **attributes)), "X": x, "W": w}
-    outputs = [("dX", np.float32, x_shape), ("dW", np.float32, w_shape), ("dB", np.float32, (w_shape[0],))]
-    model = one_node_model("ConvGrad", feeds, outputs, symbolic=symbolic, kernel_shape=list(w_shape[2:]),
-                           **attributes)
+    *_, feeds, model = _explicit_conv_grad(case, symbolic)
     check_lowering(model, feeds, current_runtime)
 
 
