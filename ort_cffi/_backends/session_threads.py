@@ -3,8 +3,8 @@
 ONNX Runtime's C API sets the count (``SetIntraOpNumThreads``) but has no call that reads it back, and the
 engine picks some gradient forms by it (a form that splits across threads where another cannot:
 ``engine.lowering.convolution.input_gradient_by_conv``). The facade's ``SessionOptions`` notes the count here,
-keyed by the native options' address, when it is made (0: ONNX Runtime's default) and when it is set; the
-engine reads it when it makes a session. Options made below the facade (``ort_cffi.capi``) are not seen: they
+keyed by the native options' address, when it is made (0: ONNX Runtime's default) and when it is set, and
+forgets it when they are released; the engine reads it when it makes a session. Options made below the facade (``ort_cffi.capi``) are not seen: they
 count as the default."""
 from __future__ import annotations
 
@@ -27,6 +27,13 @@ def note(options: Any, count: int) -> None:
     """``count`` intra-op threads set on the native options ``options`` (0: ONNX Runtime's default)."""
     with _lock:
         _counts[_address(options)] = int(count)
+
+
+def forget(options: Any) -> None:
+    """The native options ``options`` are being released: their address may be reused by options that the
+    facade does not see, which must not inherit this count."""
+    with _lock:
+        _counts.pop(_address(options), None)
 
 
 def intra_op_threads(options: Any) -> int:

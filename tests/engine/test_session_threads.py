@@ -2,6 +2,7 @@
 the facade's SessionOptions, ONNX Runtime's default where unset, and part of the lowered-model cache's key."""
 from __future__ import annotations
 
+import gc
 import os
 
 from ort_cffi import SessionOptions
@@ -49,3 +50,19 @@ def test_the_count_is_part_of_the_cache_key(monkeypatch, tmp_path) -> None:
         except Stop:
             pass
     assert [r["intra_op_threads"] for r in requests] == [1, 2]
+
+
+def test_the_count_is_forgotten_when_the_options_are_released() -> None:
+    """Options made below the facade may reuse a released address: they must not inherit its count."""
+    options = SessionOptions()
+    options.setIntraOpNumThreads(3)
+    address = int(ffi.cast("uintptr_t", options._ptr))
+    options.close()
+    assert address not in session_threads._counts
+    options.close()  # idempotent
+    dropped = SessionOptions()
+    dropped.setIntraOpNumThreads(5)
+    address = int(ffi.cast("uintptr_t", dropped._ptr))
+    del dropped  # released by the garbage collector, not by close()
+    gc.collect()
+    assert address not in session_threads._counts

@@ -133,10 +133,16 @@ class SessionOptions(NativeHandle):
         rt = get_runtime()
         out = ffi.new("OrtSessionOptions**")
         check_status(rt.api.CreateSessionOptions(out), "CreateSessionOptions")
-        self._own(out[0], rt.api.ReleaseSessionOptions)
+        release = rt.api.ReleaseSessionOptions
+
+        def release_and_forget(ptr: Any) -> None:
+            session_threads.forget(ptr)
+            release(ptr)
+
+        self._own(out[0], release_and_forget)
         self._rt = rt
         self._entries: dict[str, str] = {}
-        session_threads.note(out[0], 0)  # options at an address used before start at the default
+        session_threads.note(out[0], 0)
 
     def setIntraOpNumThreads(self, numThreads: int) -> None:
         """Set the number of threads inside one operator (`SetIntraOpNumThreads`).
