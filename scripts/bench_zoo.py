@@ -494,6 +494,10 @@ def main() -> None:
     parser.add_argument("--generators", nargs="*", default=["ort_cffi"], choices=GENERATORS,
                         help="with --backends: whose artifacts to time")
     args = parser.parse_args()
+    known = json.loads((ZOO_DIR / "zoo.json").read_text())["models"]
+    unknown = [m for m in args.models or [] if m not in known]
+    if unknown:
+        parser.error(f"no zoo model named {', '.join(unknown)}; the zoo has {', '.join(sorted(known))}")
     if args.backends:
         found = compare_backends(args.rounds, args.steps, args.models, args.generators)
         print_backends(found)
