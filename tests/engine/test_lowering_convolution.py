@@ -66,6 +66,8 @@ CASES = {
     "2d_depthwise_multiplier": ((2, 3, 7, 6), (6, 1, 3, 2), {"group": 3, "pads": [1, 0, 1, 1]}),
     "3d_depthwise_dilation": ((1, 2, 6, 5, 6), (2, 1, 2, 3, 2), {"group": 2, "dilations": [2, 1, 2], "pads": [1, 1, 0, 2, 0, 1]}),
     "2d_depthwise_wide_pads": ((2, 3, 5, 5), (3, 1, 2, 2), {"group": 3, "pads": [2, 1, 1, 2]}),
+    # groups of one output channel and several inputs: the kernel's reordering for dX as a Conv swaps no axis
+    "2d_groups_one_output": ((2, 4, 6, 5), (2, 2, 3, 2), {"group": 2, "pads": [1, 0, 1, 1]}),
     # pointwise without a stride: the patch is X itself
     "2d_pointwise": ((2, 6, 5, 4), (8, 6, 1, 1), {}),
     "1d_pointwise_groups": ((2, 4, 7), (6, 2, 1), {"group": 2}),

@@ -158,12 +158,7 @@ def _depthwise_input_gradient(emit: Emitter, dy: str, w: str, w_dims: List[int],
     and a col2im per group; the Conv was 10-17% faster on MobileNet's depthwise layers (48 channels over 8x8:
     0.26 ms against 0.31; 96 over 2x2: 0.29 against 0.35; 1.31.1, 2026-12-07). Groups of several input
     channels keep the ConvTranspose (a 3x3 layer of 64 outputs over 32 channels on 8x8: 0.57 ms, the Conv 0.70)."""
-    spatial = len(kernel)
-    weights = w
-    if w_dims[0] != group:  # Mg outputs per group: each group's Mg kernels become its Mg input channels
-        weights = emit.one("Reshape", [w, emit.const(_ints([group, w_dims[0] // group] + list(kernel)))])
-    flipped = emit.one("Slice", [weights, emit.const(_ints([-1] * spatial)), emit.const(_ints([-_LAST] * spatial)),
-                                 emit.const(_ints(range(2, 2 + spatial))), emit.const(_ints([-1] * spatial))])
+    flipped = _kernel_for_input_gradient(emit, w, w_dims, group, kernel)  # [g, Mg, k...]
     pads = [(k - 1) * d - b for k, d, b in zip(kernel, dilations, begin)] + \
         [(k - 1) * d - e for k, d, e in zip(kernel, dilations, end)]
     emit.one("Conv", [dy, flipped], output, group=group, dilations=dilations, pads=pads)
@@ -183,10 +178,14 @@ def input_gradient_by_conv(strides: List[int], kernel: List[int], dilations: Lis
     - 1x1 kernels (group 1), the Conv at any thread count: no flip, and faster even at one thread (96x24 on
       24x24 0.77 against 0.68, 24x96 0.80 against 0.55, 512x128 on 4x4 0.63 against 0.34);
     - larger kernels, the Conv at two threads or more over maps of more than 64 positions (32x32 3x3 on 32x32,
-      4.07 against 2.24; 64x64 on 16x16, 3.30 against 1.94). Over smaller maps the kernel's flip, a Slice with
-      negative steps that copies element by element, and the Transpose of W cost what the Conv saves (128x128 on
-      8x8: 0.56 ms of them against 0.47 saved; 256x256 on 4x4: 2.1 against 2.3). At one thread the ConvTranspose
-      (32x32 on 32x32, 3.95 against 4.10)."""
+      4.07 against 2.24; 64x64 on 16x16, 3.30 against 1.94). Over smaller maps the ConvTranspose uses both
+      threads too: in ResNet-style training graphs (batch 16, 2026-12-07, ONNX Runtime's profiler over 20
+      steps) 128x128 on 8x8 took 2.69 ms as a ConvTranspose and 3.03 as the Conv at two threads.
+
+    Measured and not kept: the Conv at one thread over maps of at most 16 positions. Alone, it was faster from
+    128x128 channels up (256x256 on 4x4, 5.3 against 3.8; 512x512 on 2x2, 22.7 against 13.5), but in the
+    training graph of the same 256x256 layer it took what the ConvTranspose took (6.07 ms against 6.06, plus
+    0.86 for the weights' reordering)."""
     if not input_gradient_conv_applies(strides, kernel, dilations, begin, end):
         return False
     if all(k == 1 for k in kernel):
@@ -207,18 +206,46 @@ def _input_gradient_by_conv(emit: Emitter, dy: str, w: str, w_dims: List[int], g
     """dX of a convolution without stride as a Conv of dY: W [M, Cg, k...] read per group as [g, Mg, Cg, k...],
     its two channel axes swapped into [g * Cg, Mg, k...] (group g: Mg inputs and Cg outputs per group) and its
     kernel flipped, with pads (k - 1) * d less the forward's (``input_gradient_by_conv`` says where)."""
-    spatial = len(kernel)
-    spatial_axes = list(range(3, 3 + spatial))
-    grouped = emit.one("Reshape", [w, emit.const(_ints([group, w_dims[0] // group, w_dims[1]] + list(kernel)))])
-    swapped = emit.one("Transpose", [grouped], perm=[0, 2, 1] + spatial_axes)
-    weights = emit.one("Reshape", [swapped, emit.const(_ints([group * w_dims[1], w_dims[0] // group] + list(kernel)))])
-    flipped = weights
-    if any(k > 1 for k in kernel):
-        flipped = emit.one("Slice", [weights, emit.const(_ints([-1] * spatial)), emit.const(_ints([-_LAST] * spatial)),
-                                     emit.const(_ints(range(2, 2 + spatial))), emit.const(_ints([-1] * spatial))])
+    flipped = _kernel_for_input_gradient(emit, w, w_dims, group, kernel)
     pads = [(k - 1) * d - b for k, d, b in zip(kernel, dilations, begin)] + \
         [(k - 1) * d - e for k, d, e in zip(kernel, dilations, end)]
     emit.one("Conv", [dy, flipped], output, group=group, dilations=dilations, pads=pads)
+
+
+def _kernel_for_input_gradient(emit: Emitter, w: str, w_dims: List[int], group: int, kernel: List[int]) -> str:
+    """W [M, Cg, k...] as the Conv that gives dX reads it: [g * Cg, Mg, k...] (per group its two channel axes
+    swapped: group g has Mg input and Cg output channels there), every spatial axis reversed.
+
+    The reversal is a product by the exchange matrix (K x K, K the kernel's positions, ones on the
+    anti-diagonal) over the positions flattened, which reverses every spatial axis at once. Each value is then
+    one weight times 1 plus zeros: the weights themselves, bit for bit as a Slice with negative steps gives them
+    (which copies element by element: 256x256 3x3, 2.06 ms with the Transpose against 0.57; a NaN or infinite
+    weight spreads to its kernel's other positions, where nothing downstream is finite anyway). Where both
+    channel axes are longer than 1 and the layer has one group, the swap is the same product's batch axis
+    (FusedMatMul's transBatchA: [M, Cg, K] read as [Cg, M, K]) instead of a Transpose, which ONNX Runtime runs
+    at about 1.6 ms for 256x256 3x3 (float: FusedMatMul's CPU kernel has no other type)."""
+    m, cg = w_dims[0], w_dims[1]
+    mg = m // group
+    positions = int(np.prod(kernel))
+    target = emit.const(_ints([group * cg, mg] + list(kernel)))
+    elem_type = emit.elem_type(w) or onnx.TensorProto.FLOAT
+    exchange = np.eye(positions, dtype=onnx.helper.tensor_dtype_to_np_dtype(elem_type))[::-1]
+
+    def reversed_positions(x: str) -> str:
+        if positions == 1:
+            return emit.one("Reshape", [x, target])
+        flat = emit.one("Reshape", [x, emit.const(_ints([-1, positions]))])
+        return emit.one("Reshape", [emit.one("MatMul", [flat, emit.const(exchange)]), target])
+
+    if cg == 1 or mg == 1:  # one of the axes to swap has length 1: W's layout is the target's already
+        return reversed_positions(w)
+    if group == 1 and positions > 1 and elem_type == onnx.TensorProto.FLOAT:
+        rows = emit.one("Reshape", [w, emit.const(_ints([m, cg, positions]))])
+        swapped = emit.one("FusedMatMul", [rows, emit.const(exchange[np.newaxis])], domain="com.microsoft",
+                           transBatchA=1)  # [Cg, M, K]
+        return emit.one("Reshape", [swapped, target])
+    grouped = emit.one("Reshape", [w, emit.const(_ints([group, mg, cg, positions]))])
+    return reversed_positions(emit.one("Transpose", [grouped], perm=[0, 2, 1, 3]))
 
 
 def _numbered_shape(emit: Emitter, dx: str, dy: str) -> Optional[str]:
