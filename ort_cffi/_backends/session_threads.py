@@ -4,8 +4,8 @@ ONNX Runtime's C API sets the count (``SetIntraOpNumThreads``) but has no call t
 engine picks some gradient forms by it (a form that splits across threads where another cannot:
 ``engine.lowering.convolution.input_gradient_by_conv``). The facade's ``SessionOptions`` notes the count here,
 keyed by the native options' address, when it is made (0: ONNX Runtime's default) and when it is set, and
-forgets it when they are released; the engine reads it when it makes a session. Options made below the facade (``ort_cffi.capi``) are not seen: they
-count as the default."""
+forgets it when they are released; the engine reads it when it makes a session. Options made below the facade
+(``ort_cffi.capi``) are not seen: they count as the default."""
 from __future__ import annotations
 
 import os
