@@ -391,6 +391,12 @@ def generate(request, backend=None):
         wanted.pop(name, None)
         left_out.pop(name, None)
         frozen.setdefault(name, False)
+    if statistics:  # shared statistics got copies of their own (batchnorm.py): the initializers as they are now
+        initializers = list(model.graph.initializer)
+        present = set(i.name for i in initializers)
+        for names in (wanted, left_out, frozen):
+            for name in [n for n in names if n not in present]:
+                del names[name]
 
     rows = selection.frozen_rows_of(onnx, request.get("frozen_rows") or {}, initializers, renamed, wanted)
     if rows and getattr(backend, "name", None) != "ort_cffi":

@@ -8,7 +8,11 @@ validation loss explodes while its training loss falls (the zoo's MobileNetV2: 2
 ``follow_batch_statistics`` makes the running statistics trainer state: each BatchNormalization (opset 14
 and newer, statistics in initializers read by it alone) gets ``training_mode=1`` and named outputs for
 the updated running mean and variance, which the artifacts list as additional outputs of the training
-model, with the statistics as frozen parameters. A training step then returns the statistics that
+model, with the statistics as frozen parameters. Statistics that another input reads too get a copy of their
+own first: torch's ONNX exporter merges initializers of equal values, so a fresh layer's running mean (zeros)
+and variance (ones) may be its bias and scale, or another layer's statistics, in the exported file. Trained
+as they stand, the layer would normalise with its own trainable scale and bias as statistics, and ONNX
+Runtime's BatchNormInternal would write the running variance into the scale's buffer. A training step then returns the statistics that
 BatchNormInternal computed, ``momentum * running + (1 - momentum) * batch`` (the node's momentum; torch's
 momentum m is exported as 1 - m), and the trainer writes them into the frozen parameters after each step
 (``updateParameter``), as torch's train mode does. The eval model keeps the inference form (eval_graph.py).
@@ -57,6 +61,8 @@ def follow_batch_statistics(model, trained=None):
             readers[name] = readers.get(name, 0) + 1
     outputs = set(o.name for o in graph.output)
     names = set(n for node in graph.node for n in list(node.input) + list(node.output) + [node.name])
+    names.update(t.name for t in graph.initializer)
+    names.update(v.name for v in list(graph.input) + list(graph.output))
     chosen, kept = [], []
     for index, node in enumerate(graph.node):
         if node.op_type != "BatchNormalization" or node.domain not in ("", "ai.onnx") or len(node.input) < 5:
@@ -65,8 +71,8 @@ def follow_batch_statistics(model, trained=None):
             kept.append(node.name or "BatchNormalization_{}".format(index))
             continue  # a frozen layer: its statistics stay too (the node keeps its inference form)
         mean, var = node.input[3], node.input[4]
-        if mean not in floats or var not in floats or readers.get(mean) != 1 or readers.get(var) != 1:
-            continue  # statistics computed, or shared: not the exporters' form
+        if mean not in floats or var not in floats:
+            continue  # statistics computed: not the exporters' form
         if any(name in outputs for name in node.output[1:] if name):
             continue  # the model itself outputs them: leave it be
         chosen.append(index)
@@ -87,10 +93,21 @@ def follow_batch_statistics(model, trained=None):
         names.add(name)
         return name
 
-    statistics, nodes, before, after = [], list(result.graph.node), {}, {}
+    values = dict((t.name, t) for t in graph.initializer)
+    statistics, nodes, before, after, unshared = [], list(result.graph.node), {}, {}, []
     for index in chosen:
         node = nodes[index]
         label = node.name or "BatchNormalization_{}".format(index)
+        for slot, what in ((3, "running_mean"), (4, "running_var")):
+            if readers[node.input[slot]] > 1:  # read elsewhere too: this layer's statistics get their own copy
+                shared = node.input[slot]
+                node.input[slot] = fresh(_statistic_name(node, label, what))
+                copy = result.graph.initializer.add()
+                copy.CopyFrom(values[shared])
+                copy.name = node.input[slot]
+                types[copy.name] = copy.data_type
+                if label not in unshared:
+                    unshared.append(label)
         momentum = DEFAULT_MOMENTUM
         for attribute in list(node.attribute):
             if attribute.name == "training_mode":
@@ -115,6 +132,11 @@ def follow_batch_statistics(model, trained=None):
     del result.graph.node[:]
     for index, node in enumerate(nodes):
         result.graph.node.extend(before.get(index, []) + [node] + after.get(index, []))
+    if unshared:  # an initializer that only statistics read is read by their copies now: it goes
+        read = set(name for node in result.graph.node for name in node.input)
+        kept_initializers = [t for t in result.graph.initializer if t.name in read]
+        del result.graph.initializer[:]
+        result.graph.initializer.extend(kept_initializers)
     momenta = sorted(set(round(s["momentum"], 6) for s in statistics))
     records = [{"rule": "batchnorm_statistics", "op": "BatchNormalization", "count": len(statistics),
                 "nodes": [s["node"] for s in statistics],
@@ -122,7 +144,22 @@ def follow_batch_statistics(model, trained=None):
                         "from the training model's outputs with momentum {} (running = momentum * running + "
                         "(1 - momentum) * batch, torch's unbiased batch variance)".format(
                             ", ".join(str(m) for m in momenta))}]
+    if unshared:
+        records.append({"rule": "batchnorm_statistics", "op": "BatchNormalization", "count": len(unshared),
+                        "nodes": unshared,
+                        "note": "statistics that other inputs read too (an exporter merges initializers of equal "
+                                "values, such as a fresh layer's zero mean and bias) got copies of their own, as "
+                                "the model's layers had them"})
     return result, statistics, records + frozen_records
+
+
+def _statistic_name(node, label, what):
+    """A name for a layer's own copy of a running statistic: torch's (``bn.running_mean``) where the scale is
+    named ``bn.weight``, else the node's label and ``what``."""
+    scale = node.input[1]
+    if scale.endswith(".weight"):
+        return scale[:-len("weight")] + what
+    return "{}.{}".format(label, what)
 
 
 def _unbiased_variance(x, running, biased, output, momentum, data_type, label, fresh):

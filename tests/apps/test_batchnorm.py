@@ -292,3 +292,57 @@ def test_a_frozen_layer_keeps_its_statistics(dataset: Path, tmp_path: Path, gene
         assert all(a.i == 0 for a in first[0].attribute if a.name == "training_mode")
     else:
         assert [n.op_type for n in first] == ["BatchNormInternal"]
+
+
+def merged_statistics_model(merged: bool) -> onnx.ModelProto:
+    """two_batchnorms with bn1 fresh, as torch makes a layer (scale ones, bias zeros, running mean zeros and
+    variance ones), and, where ``merged``, its statistics read from its bias and scale, as torch's ONNX exporter
+    writes such a layer: it merges initializers of equal values."""
+    model, values = two_batchnorms()
+    fresh = {"s1": np.ones(3, np.float32), "b1": np.zeros(3, np.float32), "m1": np.zeros(3, np.float32),
+             "v1": np.ones(3, np.float32)}
+    kept = [t for t in model.graph.initializer if t.name not in fresh]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept + [numpy_helper.from_array(value, name) for name, value in fresh.items()
+                                           if not merged or name in ("s1", "b1")])
+    if merged:
+        bn1 = next(n for n in model.graph.node if n.name == "bn1")
+        bn1.input[3], bn1.input[4] = "b1", "s1"
+    return model
+
+
+@pytest.mark.parametrize("generator", [
+    pytest.param(g, marks=[pytest.mark.needs_onnxruntime_generator] if g == ONNX_RUNTIME else []) for g in GENERATORS])
+def test_statistics_merged_with_the_scale_and_bias_get_their_own(tmp_path: Path, generator: str) -> None:
+    """A layer whose running mean and variance are its bias and scale in the file (torch's exporter merges equal
+    initializers, and a fresh layer's are equal) trains as the same layer with statistics of its own: the batch's
+    statistics in training, the running ones updated apart from the scale and bias. It trained with its scale
+    and bias as statistics, and on the training build ONNX Runtime's generator's artifacts wrote the running
+    variance into the scale."""
+    losses = {}
+    for merged in (True, False):
+        made = generate_artifacts(merged_statistics_model(merged), artifact_directory=tmp_path / str(merged),
+                                  loss_input_names=["logits"], generator=generator, requires_grad=ALL_PARAMETERS,
+                                  loss="cross-entropy", optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
+        manifest = read_manifest(made.folder)
+        bn1 = next(entry for entry in manifest["batchnorm_statistics"] if entry["node"] == "bn1")
+        with session_of(made) as session:
+            losses[merged] = []
+            for batch in batches_of(48, 16, seed=3):
+                with session.trainStep(batch) as result:
+                    losses[merged].append(float(result.get(0).getValue()))
+                session.optimizerStep()
+                session.lazyResetGrad()
+            state = session.getCheckpointState()
+            scale, bias = state.getParameter("s1"), state.getParameter("b1")
+            mean, var = state.getParameter(bn1["mean"]), state.getParameter(bn1["var"])
+        # three AdamW steps at the default rate move a parameter by about 3e-3; the statistics stay as they were
+        # (the trainer writes them back, not the steps)
+        assert 0 < np.abs(scale - 1).max() < 0.01 and 0 < np.abs(bias).max() < 0.01
+        np.testing.assert_array_equal(mean, np.zeros(3, np.float32))
+        np.testing.assert_array_equal(var, np.ones(3, np.float32))
+        if merged:
+            assert (bn1["mean"], bn1["var"]) == ("bn1.running_mean", "bn1.running_var")
+            copied = [r for r in manifest["preparation"] if r["rule"] == "batchnorm_statistics" and "copies" in r["note"]]
+            assert len(copied) == 1 and copied[0]["nodes"] == ["bn1"]
+    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-6)
