@@ -336,12 +336,14 @@ def generate(request, backend=None):
             raise Refusal("options", "additional_output_names names {!r}, which is no value of the model (its "
                                      "outputs: {})".format(name, ", ".join(o.name for o in model.graph.output) or "none"))
 
+    torch_names = load_sibling("module_names")
+    # parameters torch's default exporter merged by value (a fresh model's LayerNorm scales) apart again
+    merged_records = torch_names.untie_merged(onnx, model) if preparing else []
     patterns = request.get("requires_grad")
     notes.extend(selection.constants_as_parameters(model, patterns))
     initializers = list(model.graph.initializer)
     uses = selection.consumers(model.graph)
     graph_outputs = set(o.name for o in model.graph.output)
-    torch_names = load_sibling("module_names")
     renamed = torch_names.module_names(onnx, model)  # torch's names of what its default exporter renamed
     # Names as ONNX Runtime's generator takes them (docs/guides/porting-python.md); what is passed over is noted.
     skipped = []  # type: List[Tuple[str, str, str]]  # (option, name, why), noted by option and reason
@@ -483,7 +485,7 @@ def generate(request, backend=None):
         "files": files,
         "model": original,
         "notes": notes,
-        "preparation": loss_records + statistics_records + preparation + eval_records,
+        "preparation": loss_records + merged_records + statistics_records + preparation + eval_records,
         "batchnorm_statistics": statistics,
         "loss_reading": None if reading is None else {
             "labels": target, "scores": reading["accuracy_scores"], "class_axis": reading["class_axis"],

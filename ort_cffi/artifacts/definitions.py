@@ -23,6 +23,7 @@ RULES = {
     "class_axis": "class axis:",
     "inference_form": "eval model in inference form:",
     "batchnorm_statistics": "running statistics:",
+    "merged_parameters": "parameters apart again:",
     "flat_indices": "indices of shape [1, ...] flattened:",
     "static_shape": "input shape declared for the gradient kernel:",
 }

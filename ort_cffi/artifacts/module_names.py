@@ -163,3 +163,57 @@ def module_names(onnx, model):
                 suffix = _input_name(onnx, node, position, opset)
                 names[name] = "{}.{}".format(path, suffix) if path else suffix
     return names
+
+
+def untie_merged(onnx, model):
+    """(records): the parameters torch's default exporter merged, apart again, in ``model`` (changed in place).
+
+    That exporter merges initializers of equal values, so a fresh model's LayerNorms of one width, whose
+    scales are all ones and biases all zeros, read one scale and one bias in the file (``n1.weight`` for
+    ``n1`` and ``n2``): trained as it stands, the layers would share them, which the module's did not. A node
+    reads a merged parameter where its input is named after a parameter its own torch operation did not read,
+    and that operation read a parameter of the same attribute name (``weight``) that is no initializer of the
+    model (``n2.weight``): the node then gets a copy of the value under that name. A parameter the module
+    itself shares (tied embeddings) is read by every use under its one name, and stays shared. Buffers are
+    not touched here (a BatchNorm's statistics: batchnorm.py gives them their own copies)."""
+    targets = signature_targets(model)
+    if not targets:
+        return []
+    graph = model.graph
+    initializers = dict((i.name, i) for i in graph.initializer)
+    parameters = set(target for placeholder, target in targets.items() if placeholder.startswith("p_"))
+    readers: Dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    made: Dict[str, str] = {}  # new initializer -> the merged one it copies
+    nodes: List[str] = []
+    for index, node in enumerate(graph.node):
+        if not node.metadata_props:
+            continue
+        metadata = dict((p.key, p.value) for p in node.metadata_props)
+        read = _read_parameters(metadata, targets)
+        for position, name in enumerate(node.input):
+            if name not in initializers or name not in parameters or readers.get(name, 0) < 2 or name in read:
+                continue
+            attribute = name.rsplit(".", 1)[-1]
+            own = [t for t in read if t in parameters and t.rsplit(".", 1)[-1] == attribute
+                   and (t not in initializers or made.get(t) == name)]
+            if len(own) != 1:
+                continue
+            if own[0] not in initializers:
+                copy = graph.initializer.add()
+                copy.CopyFrom(initializers[name])
+                copy.name = own[0]
+                initializers[own[0]] = copy
+                made[own[0]] = name
+            node.input[position] = own[0]
+            label = node.name or "{}_{}".format(node.op_type, index)
+            if label not in nodes:
+                nodes.append(label)
+    if not made:
+        return []
+    return [{"rule": "merged_parameters", "op": "initializer", "count": len(made),
+             "nodes": sorted(made),
+             "note": "the exporter had merged them into parameters of equal values ({}); each layer reads its own "
+                     "again".format(", ".join(sorted(set(made.values()))[:4]))}]

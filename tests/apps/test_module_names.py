@@ -16,7 +16,8 @@ from conftest import ROOT
 
 from ort_cffi import OrtEnvironment
 from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, ArtifactsInputError, generate_artifacts, read_manifest
-from ort_cffi.artifacts.module_names import module_names, signature_targets
+from ort_cffi.artifacts.module_names import module_names, signature_targets, untie_merged
+from ort_cffi.artifacts.options import GENERATORS, ONNX_RUNTIME
 from ort_cffi.cli import artifacts as artifacts_cli
 from ort_cffi.cli import train as train_cli
 
@@ -204,3 +205,83 @@ def test_torchscripts_rank_0_parameters_still_train(tmp_path: Path) -> None:
                               optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
     assert "logit_scale" in {p.name for p in made.trainable}
     assert "onnx::Mul_7" in {p.name for p in made.constants}
+
+
+def two_layer_norms(merged: bool) -> onnx.ModelProto:
+    """X [N, 4] -> fc1 -> LayerNorm n1 -> fc2 -> LayerNorm n2 -> head -> logits [N, 3], fresh LayerNorms (scale
+    ones, bias zeros), with the metadata torch's default exporter writes. Where ``merged``, n2 reads n1's
+    scale and bias, as that exporter writes a fresh model: it merges initializers of equal values."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    values = {"fc1.weight": rng.standard_normal((4, 8)), "n1.weight": np.ones(8), "n1.bias": np.zeros(8),
+              "fc2.weight": rng.standard_normal((8, 8)), "n2.weight": np.ones(8), "n2.bias": np.zeros(8),
+              "head.weight": rng.standard_normal((8, 3))}
+    own = {"n2.weight": "n1.weight", "n2.bias": "n1.bias"} if merged else {}
+
+    def layer_norm(x: str, module: str, out: str) -> onnx.NodeProto:
+        node = helper.make_node("LayerNormalization", [x, own.get(f"{module}.weight", f"{module}.weight"),
+                                                       own.get(f"{module}.bias", f"{module}.bias")], [out],
+                                name=f"node_{out}", axis=-1, epsilon=1e-5)
+        fx = (f"%{out} : [num_users=1] = call_function[target=torch.ops.aten.layer_norm.default](args = "
+              f"(%{x}, [8], %p_{module}_weight, %p_{module}_bias, 1e-05, False), kwargs = {{}})")
+        for key, value in (("pkg.torch.onnx.fx_node", fx), ("pkg.torch.onnx.name_scopes", f"['', '{module}', '{out}']")):
+            node.metadata_props.add(key=key, value=value)
+        return node
+
+    nodes = [helper.make_node("MatMul", ["X", "fc1.weight"], ["h1"], name="node_fc1"), layer_norm("h1", "n1", "ln1"),
+             helper.make_node("MatMul", ["ln1", "fc2.weight"], ["h2"], name="node_fc2"), layer_norm("h2", "n2", "ln2"),
+             helper.make_node("MatMul", ["ln2", "head.weight"], ["logits"], name="node_head")]
+    graph = helper.make_graph(nodes, "two_layer_norms", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])],
+                              [numpy_helper.from_array(v.astype(np.float32), k) for k, v in values.items() if k not in own])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="pytorch",
+                              producer_version="2.13.0")
+    model.ir_version = 8
+    signature = "\n".join(f"p_{name.replace('.', '_')}: PARAMETER target='{name}'" for name in values)
+    model.metadata_props.add(key="pkg.torch.export.ExportedProgram.graph_signature", value=signature)
+    return model
+
+
+def test_parameters_the_exporter_merged_are_apart_again() -> None:
+    model = two_layer_norms(merged=True)
+    records = untie_merged(onnx, model)
+    ln2 = next(n for n in model.graph.node if n.name == "node_ln2")
+    assert list(ln2.input[1:]) == ["n2.weight", "n2.bias"]
+    assert list(next(n for n in model.graph.node if n.name == "node_ln1").input[1:]) == ["n1.weight", "n1.bias"]
+    values = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    np.testing.assert_array_equal(values["n2.weight"], np.ones(8, np.float32))
+    assert records[0]["rule"] == "merged_parameters" and records[0]["nodes"] == ["n2.bias", "n2.weight"]
+    assert untie_merged(onnx, two_layer_norms(merged=False)) == []  # nothing merged: nothing changes
+
+
+@pytest.mark.parametrize("generator", [
+    pytest.param(g, marks=[pytest.mark.needs_onnxruntime_generator] if g == ONNX_RUNTIME else []) for g in GENERATORS])
+def test_a_model_whose_layer_norms_the_exporter_merged_trains_as_the_module(tmp_path: Path, generator: str) -> None:
+    """A fresh model's LayerNorms of one width share one scale and one bias in the file torch's default exporter
+    writes. They trained as one shared pair; each layer now trains its own, with the losses of the model as
+    the module had it (the same graph with n2's own parameters)."""
+    env = OrtEnvironment.getEnvironment()
+    rng = np.random.default_rng(5)
+    batch = {"X": rng.standard_normal((16, 4)).astype(np.float32), "labels": rng.integers(0, 3, 16).astype(np.int64)}
+    losses, trained = {}, {}
+    for merged in (True, False):
+        made = generate_artifacts(two_layer_norms(merged), artifact_directory=tmp_path / str(merged),
+                                  loss_input_names=["logits"], generator=generator, requires_grad=ALL_PARAMETERS,
+                                  loss="cross-entropy", optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
+        with env.createTrainingSession(str(made.checkpoint), str(made.training_model), str(made.eval_model),
+                                       str(made.optimizer_model)) as session:
+            losses[merged] = []
+            for _ in range(5):
+                with session.trainStep(batch) as result:
+                    losses[merged].append(float(result.get(0).getValue()))
+                session.optimizerStep()
+                session.lazyResetGrad()
+            state = session.getCheckpointState()
+            trained[merged] = {name: state.getParameter(name) for name in ("n1.weight", "n2.weight")}
+        if merged:
+            assert any(r["rule"] == "merged_parameters" for r in read_manifest(made.folder)["preparation"])
+    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-6)
+    assert not np.allclose(trained[True]["n1.weight"], trained[True]["n2.weight"])  # apart, as the module's
+    for name in ("n1.weight", "n2.weight"):
+        np.testing.assert_allclose(trained[True][name], trained[False][name], rtol=1e-6)
