@@ -6,16 +6,17 @@ which training never updates: a model fine-tuned on other data validates with st
 validation loss explodes while its training loss falls (the zoo's MobileNetV2: 2.31 -> 77.4).
 
 ``follow_batch_statistics`` makes the running statistics trainer state: each BatchNormalization (opset 14
-and newer, statistics in initializers read by it alone) gets ``training_mode=1`` and named outputs for
-the updated running mean and variance, which the artifacts list as additional outputs of the training
-model, with the statistics as frozen parameters. Statistics that another input reads too get a copy of their
-own first: torch's ONNX exporter merges initializers of equal values, so a fresh layer's running mean (zeros)
-and variance (ones) may be its bias and scale, or another layer's statistics, in the exported file. Trained
-as they stand, the layer would normalise with its own trainable scale and bias as statistics, and ONNX
-Runtime's BatchNormInternal would write the running variance into the scale's buffer. A training step then returns the statistics that
-BatchNormInternal computed, ``momentum * running + (1 - momentum) * batch`` (the node's momentum; torch's
-momentum m is exported as 1 - m), and the trainer writes them into the frozen parameters after each step
-(``updateParameter``), as torch's train mode does. The eval model keeps the inference form (eval_graph.py).
+and newer, statistics in initializers) gets ``training_mode=1`` and named outputs for the updated running
+mean and variance, which the artifacts list as additional outputs of the training model, with the
+statistics as frozen parameters. Statistics that another input reads too get a copy of their own first:
+torch's ONNX exporter merges initializers of equal values, so a fresh layer's running mean (zeros) and
+variance (ones) may be its bias and scale, or another layer's statistics, in the exported file. Trained as
+they stand, the layer would normalise with its own trainable scale and bias as statistics, and ONNX
+Runtime's BatchNormInternal would write the running variance into the scale's buffer. A training step then
+returns the statistics that BatchNormInternal computed, ``momentum * running + (1 - momentum) * batch`` (the
+node's momentum; torch's momentum m is exported as 1 - m), and the trainer writes them into the frozen
+parameters after each step (``updateParameter``), as torch's train mode does. The eval model keeps the
+inference form (eval_graph.py).
 
 The running variance follows torch's convention: BatchNormInternal updates it with the biased batch variance
 (the one it normalises with), torch with the unbiased one, ``batch * n / (n - 1)`` with n the elements per
@@ -94,13 +95,14 @@ def follow_batch_statistics(model, trained=None):
         return name
 
     values = dict((t.name, t) for t in graph.initializer)
-    statistics, nodes, before, after, unshared = [], list(result.graph.node), {}, {}, []
+    statistics, nodes, before, after, unshared, copied = [], list(result.graph.node), {}, {}, [], set()
     for index in chosen:
         node = nodes[index]
         label = node.name or "BatchNormalization_{}".format(index)
         for slot, what in ((3, "running_mean"), (4, "running_var")):
             if readers[node.input[slot]] > 1:  # read elsewhere too: this layer's statistics get their own copy
                 shared = node.input[slot]
+                copied.add(shared)
                 node.input[slot] = fresh(_statistic_name(node, label, what))
                 copy = result.graph.initializer.add()
                 copy.CopyFrom(values[shared])
@@ -132,9 +134,10 @@ def follow_batch_statistics(model, trained=None):
     del result.graph.node[:]
     for index, node in enumerate(nodes):
         result.graph.node.extend(before.get(index, []) + [node] + after.get(index, []))
-    if unshared:  # an initializer that only statistics read is read by their copies now: it goes
-        read = set(name for node in result.graph.node for name in node.input)
-        kept_initializers = [t for t in result.graph.initializer if t.name in read]
+    read = set(name for node in result.graph.node for name in node.input) | outputs
+    orphans = set(name for name in copied if name not in read)
+    if orphans:  # a statistic that only statistics read is read through their copies now: it goes
+        kept_initializers = [t for t in result.graph.initializer if t.name not in orphans]
         del result.graph.initializer[:]
         result.graph.initializer.extend(kept_initializers)
     momenta = sorted(set(round(s["momentum"], 6) for s in statistics))
