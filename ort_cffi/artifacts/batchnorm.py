@@ -34,7 +34,6 @@ graph modules find each other).
 """
 import importlib
 import sys
-from typing import Dict
 
 from onnx import ModelProto, TensorProto, helper
 
@@ -56,10 +55,7 @@ def follow_batch_statistics(model, trained=None):
         return model, [], []  # training_mode is an attribute from opset 14 on
     graph = model.graph
     floats = set(t.name for t in graph.initializer if t.data_type in graph_facts.FLOAT_TYPES)
-    readers: Dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
+    readers = graph_facts.readers(graph)
     outputs = set(o.name for o in graph.output)
     names = set(n for node in graph.node for n in list(node.input) + list(node.output) + [node.name])
     names.update(t.name for t in graph.initializer)
@@ -134,7 +130,7 @@ def follow_batch_statistics(model, trained=None):
     del result.graph.node[:]
     for index, node in enumerate(nodes):
         result.graph.node.extend(before.get(index, []) + [node] + after.get(index, []))
-    read = set(name for node in result.graph.node for name in node.input) | outputs
+    read = set(graph_facts.readers(result.graph)) | outputs
     orphans = set(name for name in copied if name not in read)
     if orphans:  # a statistic that only statistics read is read through their copies now: it goes
         kept_initializers = [t for t in result.graph.initializer if t.name not in orphans]

@@ -61,6 +61,17 @@ def graph_and_subgraphs(graph):
                     yield sub
 
 
+def readers(graph):
+    """name -> how many node inputs read it, in ``graph`` and the subgraphs inside it (a Loop's body reading an
+    initializer of the main graph counts)."""
+    counts: Dict[str, int] = {}
+    for inner in graph_and_subgraphs(graph):
+        for node in inner.node:
+            for name in node.input:
+                counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
 def default_opset(model):
     """The model's opset of the default (ONNX) domain, or None when it imports none."""
     for opset in model.opset_import:

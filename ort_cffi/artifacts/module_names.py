@@ -30,8 +30,13 @@ Python 3.8 syntax, the standard library at import time and ``onnx`` (its operato
 ``module_names``, as the other modules the artifacts child loads (graph_facts.py says why).
 """
 import ast
+import importlib
 import re
+import sys
 from typing import Dict, List, Set
+
+graph_facts = (sys.modules.get("_ort_cffi_artifacts_graph_facts")
+               or importlib.import_module("ort_cffi.artifacts.graph_facts"))
 
 SIGNATURE_KEY = "pkg.torch.export.ExportedProgram.graph_signature"
 FX_NODE_KEY = "pkg.torch.onnx.fx_node"
@@ -182,13 +187,9 @@ def untie_merged(onnx, model):
     graph = model.graph
     initializers = dict((i.name, i) for i in graph.initializer)
     parameters = set(target for placeholder, target in targets.items() if placeholder.startswith("p_"))
-    readers: Dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
+    readers = graph_facts.readers(graph)
     made: Dict[str, str] = {}  # new initializer -> the merged one it copies
-    nodes: List[str] = []
-    for index, node in enumerate(graph.node):
+    for node in graph.node:
         if not node.metadata_props:
             continue
         metadata = dict((p.key, p.value) for p in node.metadata_props)
@@ -208,9 +209,6 @@ def untie_merged(onnx, model):
                 initializers[own[0]] = copy
                 made[own[0]] = name
             node.input[position] = own[0]
-            label = node.name or "{}_{}".format(node.op_type, index)
-            if label not in nodes:
-                nodes.append(label)
     if not made:
         return []
     return [{"rule": "merged_parameters", "op": "initializer", "count": len(made),

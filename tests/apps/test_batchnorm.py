@@ -346,3 +346,20 @@ def test_statistics_merged_with_the_scale_and_bias_get_their_own(tmp_path: Path,
             copied = [r for r in manifest["preparation"] if r["rule"] == "batchnorm_statistics" and "copies" in r["note"]]
             assert len(copied) == 1 and copied[0]["nodes"] == ["bn1"]
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-6)
+
+
+def test_a_merged_statistic_that_a_subgraph_reads_stays() -> None:
+    """The copies leave the merged initializer in place where anything still reads it, a subgraph included."""
+    from ort_cffi.artifacts.batchnorm import follow_batch_statistics
+
+    model, _ = two_batchnorms()
+    bn1 = next(n for n in model.graph.node if n.name == "bn1")
+    branch = helper.make_graph([helper.make_node("Identity", ["m1"], ["m1_seen"])], "branch", [],
+                               [helper.make_tensor_value_info("m1_seen", TensorProto.FLOAT, [3])])
+    model.graph.initializer.append(numpy_helper.from_array(np.array(True), "always"))
+    model.graph.node.append(helper.make_node("If", ["always"], ["m1_shown"], then_branch=branch, else_branch=branch))
+    model.graph.output.append(helper.make_tensor_value_info("m1_shown", TensorProto.FLOAT, [3]))
+    assert bn1.input[3] == "m1"
+    result, statistics, _ = follow_batch_statistics(model)
+    assert statistics[0]["mean"] == "bn1.running_mean"  # read by the If's branches too: a copy of its own
+    assert "m1" in {t.name for t in result.graph.initializer}
