@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from lowering_check import check_lowering, current_runtime, one_node_model, run_training_build  # noqa: F401  (a fixture)
+from lowering_check import assert_close, check_lowering, current_runtime, one_node_model, run_training_build  # noqa: F401  (a fixture)
 
 from ort_cffi._backends.engine.lowering import lower_training_ops
 from ort_cffi._backends.engine.lowering.registry import SHAPE_CHECK
@@ -318,6 +318,28 @@ def test_cross_entropy_gradient_scatters_the_labels_minus_one(opset, reduction, 
                            opset=opset, symbolic=symbolic, **attributes)
     kinds = [n.op_type for n in check_lowering(model, feeds, current_runtime).graph.node]
     assert ("ScatterElements" in kinds and "OneHot" not in kinds) if opset >= 16 else "OneHot" in kinds, kinds
+
+
+@pytest.mark.parametrize("opset", [15, 16])
+def test_cross_entropy_gradient_reads_the_label_count_from_log_prob(opset, current_runtime):
+    """A loss block may declare the labels as the scores less their last axis ([N, C] of [N, C, d]) and fix the
+    input's shape after the graph is built, as ort_cffi's builder does: with every size known, the lowering
+    made its constants of -1 and its count from that declared shape, and the scatter failed at the first step
+    (a model torch's default exporter wrote with a static batch, per-token logits [4, 100, 12]). The label
+    count now comes from log_prob."""
+    logit_shape, label_shape = (3, 7, 4), (3, 4)
+    feeds = {"dY": values(()), "log_prob": log_softmax(values(logit_shape, scale=6.0)),
+             "labels": rng.integers(0, 7, label_shape).astype(np.int64)}
+    model = one_node_model("SoftmaxCrossEntropyLossGrad", feeds, [("d_logits", np.float32, logit_shape)],
+                           opset=opset)
+    expected = run_training_build(model, feeds)
+    declared = model.graph.input[2].type.tensor_type.shape
+    declared.dim[1].dim_value = logit_shape[1]  # [3, 7], as the loss block first writes it
+    lowered = lower_training_ops(model)
+    declared = lowered.graph.input[2].type.tensor_type.shape
+    declared.dim[1].dim_value = label_shape[1]  # and the input's shape fixed afterwards
+    assert_close(current_runtime.run(lowered, feeds), expected, 1e-5, "lowered, on the current runtime")
+    assert_close(run_training_build(lowered, feeds), expected, 1e-5, "lowered, on 1.19.2")
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])

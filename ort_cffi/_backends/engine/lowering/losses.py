@@ -9,7 +9,7 @@ the gradient without weights, which reads that LogSoftmax's output, in as few ke
 runtime.md, the engine's forms)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 import onnx
@@ -259,10 +259,7 @@ def _lean_loss_grad(emit: Emitter, dy: str, log_prob: str, labels: str, ignore: 
     if ignore is not None:
         kept = emit.one("Not", [emit.one("Equal", [labels64, ignore])])
         labels64 = emit.one("Where", [kept, labels64, emit.const(np.array(0, np.int64))])
-    dims = emit.shape(labels64)
-    known = [int(d) for d in dims if isinstance(d, int)] if dims is not None else None
-    if known is not None and (dims is None or len(known) != len(dims) or not known):
-        known = None
+    known = _label_dims(emit, log_prob)
     factor = dy  # per sample [N, d...] for none, else a scalar
     if reduction == "mean" and kept is None:
         count = emit.const_like(float(np.prod(known)), log_prob) if known is not None else \
@@ -291,6 +288,18 @@ def _lean_loss_grad(emit: Emitter, dy: str, log_prob: str, labels: str, ignore: 
         taken = emit.one("Expand", [emit.one("Neg", [spread]), emit.one("Shape", [index])])
     emit.one("ScatterElements", [emit.one("Mul", [emit.one("Exp", [log_prob]), spread]), index, taken], output,
              axis=1, reduction="add")
+
+
+def _label_dims(emit: Emitter, log_prob: str) -> Optional[List[int]]:
+    """The labels' dimensions where every one is known before run time: log_prob's less the class axis (1).
+    They are read from log_prob, not from the labels' declared shape: a loss block may declare the labels as
+    the scores less their last axis and fix the input's shape only after the graph is built (ort_cffi's
+    builder does so for [N, C, d...] scores), and with static sizes a constant of that shape made the scatter
+    fail."""
+    dims = emit.shape(log_prob)
+    if dims is None or len(dims) < 2 or not all(isinstance(d, int) for d in dims):
+        return None
+    return [int(d) for axis, d in enumerate(dims) if axis != 1]
 
 
 def _dtype_of(emit: Emitter, like: str) -> np.dtype:
