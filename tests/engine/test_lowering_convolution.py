@@ -372,10 +372,50 @@ def test_average_pool_grad(case, count_include_pad, current_runtime):
         assert_close(run_training_build(lowered, feeds), expected, 1e-5, "lowered, on 1.19.2")
         assert_close(current_runtime.run(lowered, feeds), expected, 1e-5, f"lowered, on {CURRENT_VERSION}")
         return
+    if count_include_pad and attributes.get("ceil_mode"):
+        # the windows past the end pads divide as each runtime's forward does (the test below)
+        assert_close(run_training_build(lower_training_ops(model), feeds), run_training_build(model, feeds), 1e-5,
+                     "lowered, on 1.19.2")
+        return
     check_lowering(model, feeds, current_runtime)
     expected = average_pool_gradient(feeds["dY"], x_shape, attributes["kernel_shape"], attributes["strides"],
                                       attributes.get("pads", [0] * 4), count_include_pad)
     assert_close(run_training_build(model, feeds), [expected], 1e-5, "the 1.19.2 kernel, against the plain form")
+
+
+CEIL_AVERAGE_POOLS = {
+    "1d": ((2, 3, 8), {"kernel_shape": [3], "strides": [2], "ceil_mode": 1}),
+    "1d_pads": ((2, 3, 8), {"kernel_shape": [3], "strides": [2], "ceil_mode": 1, "pads": [1, 1]}),
+    "2d": POOLS["2d_ceil"],
+    "2d_apart": POOLS["2d_apart_ceil"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CEIL_AVERAGE_POOLS))
+def test_average_pool_grad_with_ceil_windows_is_the_gradient_of_each_runtimes_pool(case, current_runtime):
+    """With count_include_pad 1, a window ceil_mode adds past the end pads divides by the kernel's size on
+    1.19.2 and by its positions inside the input and pads on 1.31.1 (as in torch): the lowered gradient, on
+    each runtime, against central differences of that runtime's own AveragePool (linear: exact but for
+    rounding). Before, the lowering divided by the kernel's size on both, which on 1.31.1 trained a model
+    exported from torch's AvgPool1d(3, stride=2, ceil_mode=True) with gradients 20-140% off."""
+    x_shape, attributes = CEIL_AVERAGE_POOLS[case]
+    attributes = dict(attributes, count_include_pad=1)
+    x = values(x_shape)
+    dy = values(pool_output("AveragePool", x, attributes))
+    lowered = lower_training_ops(pool_model("AveragePool", x_shape, attributes, True))
+    forward = helper.make_model(helper.make_graph(
+        [helper.make_node("AveragePool", ["X"], ["Y"], **attributes)], "forward",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)]), opset_imports=[helper.make_opsetid("", 17)],
+        ir_version=8)
+    for where, run in (("1.19.2", run_training_build), (CURRENT_VERSION, current_runtime.run)):
+        (dx,) = run(lowered, {"X": x, "dY": dy})
+        for seed in range(3):
+            direction = np.random.default_rng(seed).standard_normal(x_shape).astype(np.float32)
+            ahead, behind = (run(forward, {"X": x + sign * direction})[0] for sign in (1, -1))
+            difference = float(np.sum((ahead.astype(np.float64) - behind) * dy)) / 2
+            projected = float(np.sum(dx.astype(np.float64) * direction))
+            assert abs(projected - difference) <= 1e-4 * (abs(difference) + 1.0), (where, projected, difference)
 
 
 def test_lowered_models_are_standard_onnx():

@@ -386,7 +386,14 @@ def _windows_apart(pool: onnx.NodeProto) -> bool:
 def average_pool_grad(node: onnx.NodeProto, emit: Emitter) -> None:
     """Input dY; output dX of the output's declared shape (which the kernel reads). Each dY element, times 1 /
     the count of its window (the kernel's size, or with count_include_pad 0 the elements inside the input),
-    is spread over its window: a ConvTranspose of ones per channel."""
+    is spread over its window: a ConvTranspose of ones per channel.
+
+    With count_include_pad 1 and ceil_mode 1, the windows ceil_mode adds past the end pads divide by what the
+    runtime's own AveragePool divides them by, which changed between releases: 1.19.2 (forward and gradient
+    kernel alike) by the kernel's size, 1.31.1 (and torch) by the positions inside the input and its pads
+    (``[1, 1, 8]`` of ones, kernel 3, stride 2: the last output 0.667 on 1.19.2, 1 on 1.31.1). Such a
+    window's factor is read from the runtime: its AveragePool of ones over the count of the window's elements
+    inside the input (constants, folded when the session is made), so that the gradient is the forward's."""
     dy = node.input[0]
     dims = _static(emit.shape(node.output[0]))
     if dims is None:
@@ -394,9 +401,10 @@ def average_pool_grad(node: onnx.NodeProto, emit: Emitter) -> None:
     spatial = len(dims) - 2
     kernel = list(attribute(node, "kernel_shape"))
     strides = list(attribute(node, "strides", [1] * spatial))
-    begin, _ = _pads(node, spatial)
+    begin, end = _pads(node, spatial)
     ones_kernel = emit.const(np.ones([1, 1] + kernel, np.float32))
-    if int(attribute(node, "count_include_pad", 0)):
+    includes_pads, ceil_mode = int(attribute(node, "count_include_pad", 0)), int(attribute(node, "ceil_mode", 0))
+    if includes_pads and not ceil_mode:
         scale: str = emit.const(np.array(1.0 / float(np.prod(kernel)), np.float32))
     else:  # each window's count of elements inside the input (the kernel clips windows to it)
         ones_input = emit.const(np.ones([1, 1] + dims[2:], np.float32))
@@ -404,7 +412,12 @@ def average_pool_grad(node: onnx.NodeProto, emit: Emitter) -> None:
                           pads=begin + [k + s for k, s in zip(kernel, strides)])
         counts = emit.one("Slice", [counts, emit.const(_ints([0] * spatial)), emit.shape_of(dy, 2),
                                     emit.const(_ints(range(2, 2 + spatial)))])
-        scale = emit.one("Reciprocal", [counts])
+        if includes_pads:  # the runtime's divisor: (elements inside / divisor) over the elements inside
+            pooled = emit.one("AveragePool", [ones_input], kernel_shape=kernel, strides=strides, pads=begin + end,
+                              ceil_mode=1, count_include_pad=1)
+            scale = emit.one("Div", [pooled, emit.one("Max", [counts, emit.const(np.array(1.0, np.float32))])])
+        else:
+            scale = emit.one("Reciprocal", [counts])
     weighted = emit.one("Mul", [dy, emit.cast_like(scale, dy)])
     one_channel = emit.one("Reshape", [weighted, emit.one("Concat", [emit.const(_ints([-1, 1])), emit.shape_of(dy, 2)],
                                                           axis=0)])
