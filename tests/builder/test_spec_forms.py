@@ -113,6 +113,55 @@ def test_an_average_pool_whose_ceil_windows_pass_the_pads_computes_the_specifica
                                rtol=1e-5, atol=1e-6)
 
 
+def test_a_pool_behind_pads_computed_from_the_input_shape_is_written_out_too() -> None:
+    """TorchScript exports ConstantPad1d with its pads computed from the input's shape (Shape, ConstantOfShape,
+    Concat, Reshape, Transpose...). With a symbolic batch, onnx's shape inference then loses every spatial size
+    after the Pad, and the pool was left to each release's answer: on the 1.19.2 training build a model trained
+    on another function than torch's (first loss 1.504 against 1.469). Its sizes are read from the model with
+    its size arithmetic folded."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 2, 6)).astype(np.float32)
+    pad_ints = helper.make_tensor("pad_ints", TensorProto.INT64, [2], [2, 0])
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Size", ["shape"], ["rank"]),
+             helper.make_node("Mul", ["rank", "two"], ["twice"]),
+             helper.make_node("Sub", ["twice", "two_1d"], ["zeros_count"]),  # 2 * rank - 2 zeros before the pads
+             helper.make_node("ConstantOfShape", ["zeros_count"], ["zeros"],
+                              value=helper.make_tensor("zero", TensorProto.INT64, [1], [0])),
+             helper.make_node("Concat", ["pad_ints", "zeros"], ["flat"], axis=0),
+             helper.make_node("Reshape", ["flat", "pairs"], ["paired"]),  # [begin, end] per axis, the last first
+             helper.make_node("Slice", ["paired", "minus_one", "far", "zero_axis", "minus_one"], ["in_order"]),
+             helper.make_node("Transpose", ["in_order"], ["columns"], perm=[1, 0]),
+             helper.make_node("Reshape", ["columns", "minus_one"], ["pads"]),
+             helper.make_node("Pad", ["xw", "pads"], ["padded"]),
+             helper.make_node("Mul", ["x", "w"], ["xw"]),
+             helper.make_node("AveragePool", ["padded"], ["y"], kernel_shape=[3], strides=[2], ceil_mode=1,
+                              count_include_pad=1),
+             helper.make_node("ReduceSum", ["y"], ["loss"], keepdims=0)]
+    nodes.insert(0, nodes.pop(11))  # the Mul first
+    graph = helper.make_graph(
+        nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, 6])],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, []),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.full((2, 1), 1.5, np.float32), "w"), pad_ints,
+         numpy_helper.from_array(np.array(2, np.int64), "two"), numpy_helper.from_array(np.array([2], np.int64), "two_1d"),
+         numpy_helper.from_array(np.array([-1, 2], np.int64), "pairs"),
+         numpy_helper.from_array(np.array([-1], np.int64), "minus_one"),
+         numpy_helper.from_array(np.array([-(1 << 62)], np.int64), "far"),
+         numpy_helper.from_array(np.array([0], np.int64), "zero_axis")])
+    made = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    made.ir_version = 8
+    built = build_models(made, ["w"], [], None)
+    assert next(n for n in built.eval.graph.node if "y" in n.output).op_type != "AveragePool"
+    with OrtEnvironment.getEnvironment().createSession(built.eval.SerializeToString()) as session:
+        with session.run({"x": x, "w": np.full((2, 1), 1.5, np.float32)}) as result:
+            y = np.asarray(dict(result)["y"].getValue())
+    padded = np.concatenate([np.zeros((3, 2, 2)), 1.5 * x.astype(np.float64)], axis=2)  # length 8
+    expected = np.stack([padded[:, :, 0:3].mean(2), padded[:, :, 2:5].mean(2), padded[:, :, 4:7].mean(2),
+                         padded[:, :, 6:8].mean(2)], axis=2)  # the last window: two positions, divided by 2
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_an_average_pool_whose_windows_stay_in_the_pads_keeps_its_operator() -> None:
     nodes = [helper.make_node("AveragePool", ["w"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
                               ceil_mode=1, count_include_pad=1),

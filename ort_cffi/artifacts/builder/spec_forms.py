@@ -32,6 +32,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ort_cffi.artifacts.builder.folding import fold_constants
+
+
 # the element-wise part each reduction keeps when it reduces nothing (None: the input itself)
 _ELEMENTWISE: Dict[str, Optional[str]] = {
     "ReduceL1": "Abs", "ReduceL2": "Abs", "ReduceSumSquare": "Square", "ReduceLogSum": "Log",
@@ -94,6 +97,40 @@ def _inferred(model: onnx.ModelProto) -> Dict[str, Tuple[int, List[Optional[int]
     for initializer in model.graph.initializer:  # a parameter is one (no graph input) before it is trained
         found.setdefault(initializer.name, (initializer.data_type, [int(d) for d in initializer.dims]))
     return found
+
+
+def _with_folded_sizes(model: onnx.ModelProto, found: Dict[str, Tuple[int, List[Optional[int]]]],
+                       names: List[str]) -> None:
+    """Fill in, for ``names``, the sizes shape inference left unknown that it can tell once the model's
+    arithmetic on sizes is folded (folding.py), or that come out the same under both made-up assignments of
+    the inputs' symbolic sizes (probe_shapes.py): they do not depend on them. A TorchScript export's
+    ConstantPad1d computes its pads from the input's shape at run time, and with a symbolic batch onnx loses
+    every spatial size after it, though none depends on the batch. Only a copy is folded: the model is
+    rewritten as it is."""
+    folded = onnx.ModelProto()
+    folded.CopyFrom(model)
+    parameters = [i.name for i in model.graph.initializer if i.data_type in _FLOATS]  # kept as they are
+    types, probes = fold_constants(folded, parameters)
+    for name in names:
+        elem, dims = types.get(name, found.get(name, (0, None)))
+        sizes = [probe.get(name) for probe in probes]
+        if len(sizes) >= 2 and all(size is not None and dims is not None and len(size) == len(dims)
+                                   for size in sizes):
+            dims = [d if d is not None else (sizes[0][axis] if len({s[axis] for s in sizes}) == 1 else None)
+                    for axis, d in enumerate(dims)]  # type: ignore[index,union-attr,arg-type]
+        if dims is not None:
+            found[name] = (elem, list(dims))
+
+
+_FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)
+
+
+def _ceil_mode(node: onnx.NodeProto) -> bool:
+    return any(a.name == "ceil_mode" and a.i for a in node.attribute)
+
+
+def _spatial_sizes_unknown(typed: Optional[Tuple[int, List[Optional[int]]]]) -> bool:
+    return typed is None or len(typed[1]) < 3 or None in typed[1][2:]
 
 
 def _pool_plan(node: onnx.NodeProto, dims: Optional[List[Optional[int]]]) -> Optional[Dict[str, Any]]:
@@ -224,6 +261,10 @@ def rewrite_changed_operators(model: onnx.ModelProto) -> List[str]:
     opset = _opset(model)
     known = _constants(graph)
     types = _inferred(model) if any(n.op_type in _POOLS for n in graph.node) else {}
+    unsized = [n.input[0] for n in graph.node if n.op_type in _POOLS and n.input and _ceil_mode(n)
+               and _spatial_sizes_unknown(types.get(n.input[0]))]
+    if unsized:
+        _with_folded_sizes(model, types, unsized)
     rewritten: List[str] = []
     nodes: List[onnx.NodeProto] = []
     initializers: List[onnx.TensorProto] = []

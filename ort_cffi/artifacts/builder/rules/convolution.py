@@ -283,8 +283,8 @@ def _average_pool_by_conv(g: GradientContext, node: NodeView) -> str:
     channels, kernel, conv, padded = _pool_window(g, node)
     dy = node.dy()
     if node.attr("count_include_pad", 0) or not padded:
-        # Every window divides by its full size (ONNX Runtime's pool does so with count_include_pad=1 even
-        # for the windows ceil_mode adds past the pads: measured).
+        # Every window divides by its full size. (A window ceil_mode adds past the end pads divides by less
+        # on releases after 1.19.2: spec_forms.py writes such a pool out before it is differentiated.)
         dy = g.op("Mul", dy, g.scalar(1.0 / int(np.prod(kernel)), x))
     else:
         # Each window divides by the number of its taps inside the input: the same windows over ones.
