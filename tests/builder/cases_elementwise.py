@@ -76,6 +76,12 @@ CASES: Dict[str, List[Case]] = {
                    [helper.make_node("Cast", ["x"], ["d"], to=TensorProto.DOUBLE),
                     helper.make_node("Mul", ["d", "d"], ["d2"]),
                     helper.make_node("Cast", ["d2"], ["y"], to=TensorProto.FLOAT)], {"x": f32(3, 4)})],
+    # torch's default exporter writes CastLike where it is not asked to optimize (opset 15 on)
+    "CastLike": [chain("cast_like_there_and_back",
+                       [helper.make_node("CastLike", ["x", "as_double"], ["d"]),
+                        helper.make_node("Mul", ["d", "d"], ["d2"]),
+                        helper.make_node("CastLike", ["d2", "as_float"], ["y"])], {"x": f32(3, 4)},
+                       {"as_double": np.zeros(1, np.float64), "as_float": np.zeros(1, np.float32)})],
     "Clip": [case("clip_both", "Clip", [("x", f32(4, 5, low=-2, high=2)),
                                         ("lo", np.array(-0.55, dtype=np.float32)), ("hi", np.array(0.65, dtype=np.float32))],
                   ["x", "lo", "hi"]),

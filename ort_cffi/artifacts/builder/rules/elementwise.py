@@ -129,6 +129,16 @@ def cast(g: GradientContext, node: NodeView) -> Grads:
     return [g.op("Cast", node.dy(), to=g.elem_type(x))]
 
 
+@gradient("CastLike", inputs=(0,))
+def cast_like(g: GradientContext, node: NodeView) -> Grads:
+    """Cast to the type of the second input (opset 15; torch's default exporter writes it where it is not asked
+    to optimize): as Cast. The second input gives only its type, and gets no gradient."""
+    x, y = node.inputs[0], node.outputs[0]
+    if g.elem_type(x) not in FLOATING or g.elem_type(y) not in FLOATING:
+        return [None]
+    return [g.op("Cast", node.dy(), to=g.elem_type(x))]
+
+
 def _mask(g: GradientContext, condition: str, like: str) -> str:
     return g.op("Cast", condition, to=g.elem_type(like))
 
