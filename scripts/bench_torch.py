@@ -5,7 +5,8 @@ ort_cffi side runs in the project's ``.venv`` (its children). Make the environme
 
     python3.11 -m venv .venv-bench                 # .venv-* is ignored by git
     .venv-bench/bin/pip install torch==2.13.0 "onnx<1.17" "numpy<2.3"   # the CPU wheel kept on this machine
-    .venv-bench/bin/pip install --no-deps onnxscript==0.7.2               # torch's default (dynamo) exporter
+    .venv-bench/bin/pip install --no-deps onnxscript==0.7.2 onnx_ir==1.1.0 ml_dtypes==0.7.0 packaging
+                                                    # torch's default (dynamo) exporter, and what onnxscript imports
 
     .venv-bench/bin/python scripts/bench_torch.py --threads 1 2 --rounds 3
 

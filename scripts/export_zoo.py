@@ -14,7 +14,8 @@ torch is never a dependency of ort_cffi: it lives only in the separate virtual e
 
 torch's default exporter (``dynamo=True``, the ``*_dynamo`` models) also needs onnxscript 0.7, which asks for
 onnx 1.17; it runs with 1.16.2 installed beside it (``pip install --no-deps onnxscript==0.7.2`` into the same
-environment): its ``_framework_apis.torch_2_11`` is what torch 2.13 imports. The models added for issue 31
+environment, with what it imports: ``onnx_ir==1.1.0 ml_dtypes==0.7.0 packaging``): its
+``_framework_apis.torch_2_11`` is what torch 2.13 imports. The models added for issue 31
 alone are exported with
 
     /work/zoo-venv/bin/python scripts/export_zoo.py --out tests/zoo --only bilstm_tagger bilstm_tagger_dynamo \\
