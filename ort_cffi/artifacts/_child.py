@@ -49,6 +49,10 @@ SIBLING_PREFIX = "_ort_cffi_artifacts_"  # graph_facts.SIBLING_PREFIX, needed he
 SIBLINGS_NEEDED = {"rewrites": ["rewrite_rules"], "parameter_selection": ["refusal"], "ir_opset": ["refusal"]}
 
 
+LOST_REASON = ("no longer in the model: torch's exporter dropped it with the operation that read it, and the model "
+               "computes without it (torch.onnx.export(..., optimize=False) keeps it)")
+
+
 def load_sibling(name):
     """This folder's module ``name`` (Python 3.8 syntax, standard library, numpy and onnx only), loaded by
     file location under ``SIBLING_PREFIX + name``, after graph_facts and the siblings it needs."""
@@ -338,7 +342,15 @@ def generate(request, backend=None):
 
     torch_names = load_sibling("module_names")
     # parameters torch's default exporter merged by value (a fresh model's LayerNorm scales) apart again
-    merged_records = torch_names.untie_merged(onnx, model) if preparing else []
+    weights = getattr(backend, "weights", None)  # where ort_cffi's builder set the large initializers aside
+    merged_records = torch_names.untie_merged(onnx, model, weights) if preparing else []
+    # and a shared parameter (a head tied to its embedding) that it copied, transposed, for one use, tied again
+    merged_records += torch_names.retie_folded_copies(onnx, model, weights) if preparing else []
+    # and biases of zeros it left out of a Gemm or a Conv (an attention's out_proj.bias) put back
+    merged_records += torch_names.restore_dropped_biases(onnx, model) if preparing else []
+    # the module's parameters the exporter dropped outright (a training-mode BatchNorm after a Conv): said, not
+    # trained (left_out; no initializer holds them)
+    lost = torch_names.lost_parameters(onnx, model)
     patterns = request.get("requires_grad")
     notes.extend(selection.constants_as_parameters(model, patterns))
     initializers = list(model.graph.initializer)
@@ -493,7 +505,7 @@ def generate(request, backend=None):
         "trainable": [parameter(onnx, by_name[n], renamed) for n in requires_grad],
         "frozen": [parameter(onnx, by_name[n], renamed) for n in frozen_params],
         "constants": [parameter(onnx, i, renamed) for i in floats if i.name not in parameters],
-        "left_out": left_out,
+        "left_out": dict(left_out, **dict((name, LOST_REASON) for name in lost)),
         "loss_input": scores,
         "target": target,
         "additional_output_names": additional,

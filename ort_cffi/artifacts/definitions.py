@@ -24,6 +24,8 @@ RULES = {
     "inference_form": "eval model in inference form:",
     "batchnorm_statistics": "running statistics:",
     "merged_parameters": "parameters apart again:",
+    "tied_parameters": "shared parameters tied again:",
+    "dropped_biases": "biases of zeros put back:",
     "flat_indices": "indices of shape [1, ...] flattened:",
     "static_shape": "input shape declared for the gradient kernel:",
 }

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import numpy as np
 import onnx
@@ -255,18 +255,34 @@ def test_parameters_the_exporter_merged_are_apart_again() -> None:
     assert untie_merged(onnx, two_layer_norms(merged=False)) == []  # nothing merged: nothing changes
 
 
+def saved(model: onnx.ModelProto, folder: Path, external: bool) -> Any:
+    """``model`` itself, or saved with its weights in ``<file>.data``, as torch's default exporter saves (it keeps
+    only the smallest tensors, such as a Split's sizes, in the graph)."""
+    if not external:
+        return model
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(folder / "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="model.onnx.data", size_threshold=64)
+    return folder / "model.onnx"
+
+
+@pytest.mark.parametrize("external", [False, True], ids=["inline", "external_data"])
 @pytest.mark.parametrize("generator", [
     pytest.param(g, marks=[pytest.mark.needs_onnxruntime_generator] if g == ONNX_RUNTIME else []) for g in GENERATORS])
-def test_a_model_whose_layer_norms_the_exporter_merged_trains_as_the_module(tmp_path: Path, generator: str) -> None:
+def test_a_model_whose_layer_norms_the_exporter_merged_trains_as_the_module(tmp_path: Path, generator: str,
+                                                                           external: bool) -> None:
     """A fresh model's LayerNorms of one width share one scale and one bias in the file torch's default exporter
     writes. They trained as one shared pair; each layer now trains its own, with the losses of the model as
-    the module had it (the same graph with n2's own parameters)."""
+    the module had it (the same graph with n2's own parameters). That exporter saves the weights in a file of
+    their own, which ort_cffi's builder sets aside as it loads the model: the copies' data come with them
+    (the first version wrote them without, and the checkpoint writer refused them)."""
     env = OrtEnvironment.getEnvironment()
     rng = np.random.default_rng(5)
     batch = {"X": rng.standard_normal((16, 4)).astype(np.float32), "labels": rng.integers(0, 3, 16).astype(np.int64)}
     losses, trained = {}, {}
     for merged in (True, False):
-        made = generate_artifacts(two_layer_norms(merged), artifact_directory=tmp_path / str(merged),
+        made = generate_artifacts(saved(two_layer_norms(merged), tmp_path / f"model_{merged}", external),
+                                  artifact_directory=tmp_path / str(merged),
                                   loss_input_names=["logits"], generator=generator, requires_grad=ALL_PARAMETERS,
                                   loss="cross-entropy", optimizer="adamw", additional_output_names=MODEL_OUTPUTS)
         with env.createTrainingSession(str(made.checkpoint), str(made.training_model), str(made.eval_model),
@@ -285,3 +301,177 @@ def test_a_model_whose_layer_norms_the_exporter_merged_trains_as_the_module(tmp_
     assert not np.allclose(trained[True]["n1.weight"], trained[True]["n2.weight"])  # apart, as the module's
     for name in ("n1.weight", "n2.weight"):
         np.testing.assert_allclose(trained[True][name], trained[False][name], rtol=1e-6)
+
+
+def _with_metadata(node: onnx.NodeProto, fx_node: str, scopes: str) -> onnx.NodeProto:
+    node.metadata_props.add(key="pkg.torch.onnx.fx_node", value=fx_node)
+    node.metadata_props.add(key="pkg.torch.onnx.name_scopes", value=scopes)
+    return node
+
+
+def _exported(nodes: List[onnx.NodeProto], initializers: Dict[str, np.ndarray], inputs: List[Any], parameters: List[str],
+              outputs: List[Any]) -> onnx.ModelProto:
+    from onnx import helper, numpy_helper
+
+    graph = helper.make_graph(nodes, "exported", inputs, outputs,
+                              [numpy_helper.from_array(v.astype(v.dtype), k) for k, v in initializers.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="pytorch",
+                              producer_version="2.13.0")
+    model.ir_version = 8
+    signature = "\n".join(f"p_{name.replace('.', '_')}: PARAMETER target='{name}'" for name in parameters)
+    model.metadata_props.add(key="pkg.torch.export.ExportedProgram.graph_signature", value=signature)
+    return model
+
+
+def cross_attention_bias(merged: bool) -> onnx.ModelProto:
+    """X [N, 8] through two attention-like projections with packed biases [16], fresh (zeros): ``self.in_proj_bias``
+    read by an Add with the exporter's metadata, ``cross.in_proj_bias`` split in two by a Split the exporter
+    writes without metadata (as for nn.MultiheadAttention's cross-attention), its halves read by Adds of module
+    ``cross``. Where ``merged``, that Split reads ``self.in_proj_bias``: the exporter merged the two zeros."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(11)
+    values = {"self.w": 0.3 * rng.standard_normal((8, 16)).astype(np.float32),
+              "self.in_proj_bias": np.zeros(16, np.float32), "cross.w": 0.3 * rng.standard_normal((16, 16)).astype(np.float32),
+              "cross.in_proj_bias": np.zeros(16, np.float32), "head.w": 0.3 * rng.standard_normal((8, 3)).astype(np.float32),
+              "halves": np.array([8, 8], np.int64)}
+    bias = "self.in_proj_bias" if merged else "cross.in_proj_bias"
+    linear = "%{} : [num_users=1] = call_function[target=torch.ops.aten.linear.default](args = (%{}, %{}, %{}), kwargs = {{}})"
+    nodes = [
+        helper.make_node("MatMul", ["X", "self.w"], ["s"]),
+        _with_metadata(helper.make_node("Add", ["s", "self.in_proj_bias"], ["s_b"]),
+                       linear.format("linear", "x", "p_self_w", "p_self_in_proj_bias"), "['', 'self', 'linear']"),
+        helper.make_node("MatMul", ["s_b", "cross.w"], ["c"]),
+        helper.make_node("Split", [bias, "halves"], ["b_q", "b_kv"], axis=0),
+        helper.make_node("Split", ["c", "halves"], ["c_q", "c_kv"], axis=1),
+        _with_metadata(helper.make_node("Add", ["c_q", "b_q"], ["q"]),
+                       linear.format("linear_1", "c", "getitem", "getitem_2"), "['', 'cross', 'linear_1']"),
+        _with_metadata(helper.make_node("Add", ["c_kv", "b_kv"], ["kv"]),
+                       linear.format("linear_2", "c", "getitem_1", "getitem_3"), "['', 'cross', 'linear_2']"),
+        helper.make_node("Mul", ["q", "kv"], ["h"]),
+        helper.make_node("MatMul", ["h", "head.w"], ["logits"]),
+    ]
+    kept = {k: v for k, v in values.items() if merged is False or k != "cross.in_proj_bias"}
+    return _exported(nodes, kept, [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 8])],
+                     [k for k in values if k != "halves"], [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])])
+
+
+def test_a_split_without_metadata_is_placed_by_its_readers() -> None:
+    model = cross_attention_bias(merged=True)
+    records = untie_merged(onnx, model)
+    split = next(n for n in model.graph.node if n.op_type == "Split" and n.output[0] == "b_q")
+    assert split.input[0] == "cross.in_proj_bias" and records[0]["nodes"] == ["cross.in_proj_bias"]
+    add = next(n for n in model.graph.node if n.output[0] == "s_b")
+    assert add.input[1] == "self.in_proj_bias"  # its own stays
+
+
+def test_a_cross_attention_bias_the_exporter_merged_trains_as_the_module(tmp_path: Path) -> None:
+    """Trained as written, the cross-attention's packed bias was the self-attention's: one parameter with the
+    gradients of both summed (a decoder layer's losses parted from the TorchScript export's at the second
+    step). Each now trains its own: the losses of the model with both biases apart."""
+    rng = np.random.default_rng(2)
+    batch = {"X": rng.standard_normal((12, 8)).astype(np.float32), "labels": rng.integers(0, 3, 12).astype(np.int64)}
+    losses = {}
+    for merged in (True, False):
+        made = generate_artifacts(saved(cross_attention_bias(merged), tmp_path / f"model_{merged}", True),
+                                  artifact_directory=tmp_path / str(merged), loss_input_names=["logits"],
+                                  requires_grad=ALL_PARAMETERS, loss="cross-entropy", optimizer="sgd")
+        assert {p.name for p in made.trainable} >= {"self.in_proj_bias", "cross.in_proj_bias"}
+        losses[merged] = train_artifacts(made, batch, 6, learning_rate=0.05).losses
+    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-6)
+    assert losses[True][-1] < losses[True][0]
+
+
+def tied_head(folded: bool) -> onnx.ModelProto:
+    """ids [N] -> an embedding (Gather) -> a head tied to it (MatMul by its transpose) -> logits [N, V]. With
+    ``folded``, as torch's default exporter writes it: the head reads ``val_7``, the weight transposed and
+    folded into an initializer of its own, while the embedding reads ``head.weight``; else the head reads a
+    Transpose of that one parameter."""
+    from onnx import TensorProto, helper
+
+    weight = np.random.default_rng(4).standard_normal((10, 6)).astype(np.float32)
+    embedding = "%embedding : [num_users=1] = call_function[target=torch.ops.aten.embedding.default](args = (%p_head_weight, %ids), kwargs = {})"
+    linear = "%linear : [num_users=1] = call_function[target=torch.ops.aten.linear.default](args = (%embedding, %p_head_weight), kwargs = {})"
+    nodes = [_with_metadata(helper.make_node("Gather", ["head.weight", "ids"], ["x"]), embedding, "['', 'emb', 'embedding']")]
+    initializers = {"head.weight": weight}
+    if folded:
+        initializers["val_7"] = np.ascontiguousarray(weight.T)
+    else:
+        nodes.append(helper.make_node("Transpose", ["head.weight"], ["val_7"], perm=[1, 0]))
+    nodes.append(_with_metadata(helper.make_node("MatMul", ["x", "val_7"], ["logits"]), linear, "['', 'head', 'linear']"))
+    return _exported(nodes, initializers, [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N"])],
+                     ["emb.weight", "head.weight"], [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])])
+
+
+@pytest.mark.parametrize("external", [False, True], ids=["inline", "external_data"])
+def test_a_head_tied_to_its_embedding_stays_tied(tmp_path: Path, external: bool) -> None:
+    """torch's default exporter folds the tied head's transposed weight into an initializer of its own: trained
+    as written, head and embedding parted after the first step, each with its own part of the gradient. The
+    copy is computed from the parameter again: one parameter, the losses of the model written tied."""
+    rng = np.random.default_rng(8)
+    batch = {"ids": rng.integers(0, 10, 16).astype(np.int64), "labels": rng.integers(0, 10, 16).astype(np.int64)}
+    losses = {}
+    for folded in (True, False):
+        made = generate_artifacts(saved(tied_head(folded), tmp_path / f"model_{folded}", external),
+                                  artifact_directory=tmp_path / str(folded), loss_input_names=["logits"],
+                                  requires_grad=ALL_PARAMETERS, loss="cross-entropy", optimizer="sgd")
+        assert [p.name for p in made.trainable] == ["head.weight"]
+        if folded:
+            assert any(r["rule"] == "tied_parameters" and r["nodes"] == ["val_7"]
+                       for r in read_manifest(made.folder)["preparation"])
+        losses[folded] = train_artifacts(made, batch, 6, learning_rate=0.5).losses
+    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-6)
+    assert losses[True][-1] < losses[True][0]
+
+
+def linear_without_its_bias(dropped: bool) -> onnx.ModelProto:
+    """X [N, 6] -> Gemm (an nn.Linear of 4 outputs whose bias is zeros) -> Relu -> a head -> logits [N, 3]. With
+    ``dropped``, as torch's default exporter writes a fresh attention's out_proj: the Gemm without its bias,
+    which no initializer holds; its torch operation read ``fc.bias`` all the same."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(6)
+    values = {"fc.weight": rng.standard_normal((4, 6)).astype(np.float32), "fc.bias": np.zeros(4, np.float32),
+              "head.weight": rng.standard_normal((3, 4)).astype(np.float32)}
+    linear = "%{} : [num_users=1] = call_function[target=torch.ops.aten.linear.default](args = (%{}, %p_{}_weight{}), kwargs = {{}})"
+    fc = helper.make_node("Gemm", ["X", "fc.weight"] + ([] if dropped else ["fc.bias"]), ["h"], transB=1)
+    nodes = [_with_metadata(fc, linear.format("linear", "x", "fc", ", %p_fc_bias"), "['', 'fc', 'linear']"),
+             helper.make_node("Relu", ["h"], ["r"]),
+             _with_metadata(helper.make_node("Gemm", ["r", "head.weight"], ["logits"], transB=1),
+                            linear.format("linear_1", "relu", "head", ""), "['', 'head', 'linear_1']")]
+    kept = {k: v for k, v in values.items() if not (dropped and k == "fc.bias")}
+    return _exported(nodes, kept, [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 6])], list(values),
+                     [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])])
+
+
+def test_a_bias_of_zeros_the_exporter_dropped_trains_again(tmp_path: Path) -> None:
+    """The module's fc.bias was in no file, so training left it at zero where torch trains it. It comes back as
+    zeros under its torch name, and the model trains as the one written with it."""
+    rng = np.random.default_rng(9)
+    batch = {"X": rng.standard_normal((10, 6)).astype(np.float32), "labels": rng.integers(0, 3, 10).astype(np.int64)}
+    losses = {}
+    for dropped in (True, False):
+        made = generate_artifacts(linear_without_its_bias(dropped), artifact_directory=tmp_path / str(dropped),
+                                  loss_input_names=["logits"], requires_grad=ALL_PARAMETERS, loss="cross-entropy",
+                                  optimizer="sgd")
+        assert sorted(p.name for p in made.trainable) == ["fc.bias", "fc.weight", "head.weight"]
+        assert not made.left_out
+        losses[dropped] = train_artifacts(made, batch, 5, learning_rate=0.1).losses
+    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-6)
+
+
+def test_a_parameter_dropped_with_its_operation_is_said_not_trained(tmp_path: Path) -> None:
+    """torch 2.13's exporter (onnxscript 0.7's optimizer) drops a training-mode BatchNorm that follows a Conv,
+    its scale and bias with it: the file computes without them. Generation says so, by the torch names."""
+    model = linear_without_its_bias(dropped=False)
+    fx = ("%batch_norm : [num_users=1] = call_function[target=torch.ops.aten._native_batch_norm_legit_functional"
+          ".default](args = (%linear, %p_bn_weight, %p_bn_bias, %b_bn_running_mean, %b_bn_running_var, True, 0.1, "
+          "1e-05), kwargs = {})")
+    relu = next(n for n in model.graph.node if n.op_type == "Relu")
+    _with_metadata(relu, fx, "['', 'bn', 'batch_norm']")
+    signature = next(p for p in model.metadata_props if p.key == "pkg.torch.export.ExportedProgram.graph_signature")
+    signature.value += "\np_bn_weight: PARAMETER target='bn.weight'\np_bn_bias: PARAMETER target='bn.bias'"
+    made = generate_artifacts(model, artifact_directory=tmp_path, loss_input_names=["logits"],
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy", optimizer="sgd")
+    assert sorted(made.left_out) == ["bn.bias", "bn.weight"]
+    assert "dropped it" in made.left_out["bn.weight"] and "optimize=False" in made.left_out["bn.weight"]

@@ -51,6 +51,15 @@ class WeightStore:
             else:
                 initializers.append(tensor)  # a small tensor: copied back
 
+    def alias(self, name: str, source: str) -> None:
+        """Where ``source`` is set aside, keep its data under ``name`` too (a parameter made as a copy of it, whose
+        stub holds no data): external data is referenced again, not read."""
+        if source in self.tensors:
+            copy = TensorProto()
+            copy.CopyFrom(self.tensors[source])
+            copy.name = name
+            self.tensors[name] = copy
+
     def originals(self, tensors: Iterable[TensorProto]) -> List[TensorProto]:
         """``tensors`` (stubs or not) as loaded: what the checkpoint writer reads."""
         return [self.tensors.get(t.name, t) for t in tensors]
