@@ -297,9 +297,10 @@ def _label_dims(emit: Emitter, log_prob: str) -> Optional[List[int]]:
     builder does so for [N, C, d...] scores), and with static sizes a constant of that shape made the scatter
     fail."""
     dims = emit.shape(log_prob)
-    if dims is None or len(dims) < 2 or not all(isinstance(d, int) for d in dims):
+    if dims is None or len(dims) < 2:
         return None
-    return [int(d) for axis, d in enumerate(dims) if axis != 1]
+    sizes = [d for d in dims if isinstance(d, int)]
+    return sizes[:1] + sizes[2:] if len(sizes) == len(dims) else None
 
 
 def _dtype_of(emit: Emitter, like: str) -> np.dtype:
