@@ -112,14 +112,22 @@ def _with_folded_sizes(model: onnx.ModelProto, found: Dict[str, Tuple[int, List[
     parameters = [i.name for i in model.graph.initializer if i.data_type in _FLOATS]  # kept as they are
     types, probes = fold_constants(folded, parameters)
     for name in names:
-        elem, dims = types.get(name, found.get(name, (0, None)))
+        elem, known = types.get(name, (found[name][0] if name in found else 0, None))
+        if known is not None:
+            dims: Optional[List[Optional[int]]] = [d if isinstance(d, int) else None for d in known]
+        else:
+            dims = list(found[name][1]) if name in found else None
         sizes = [probe.get(name) for probe in probes]
-        if len(sizes) >= 2 and all(size is not None and dims is not None and len(size) == len(dims)
-                                   for size in sizes):
-            dims = [d if d is not None else (sizes[0][axis] if len({s[axis] for s in sizes}) == 1 else None)
-                    for axis, d in enumerate(dims)]  # type: ignore[index,union-attr,arg-type]
+        if dims is not None and len(sizes) >= 2 and all(s is not None and len(s) == len(dims) for s in sizes):
+            dims = [d if d is not None else _agreed([s[axis] for s in sizes if s is not None])
+                    for axis, d in enumerate(dims)]
         if dims is not None:
-            found[name] = (elem, list(dims))
+            found[name] = (elem, dims)
+
+
+def _agreed(sizes: List[Optional[int]]) -> Optional[int]:
+    """The size every probe gave, or None where they differ."""
+    return sizes[0] if len(set(sizes)) == 1 else None
 
 
 _FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)
