@@ -32,7 +32,7 @@ import os
 import re
 import sys
 import traceback
-from typing import List, Tuple
+from typing import Any, Dict, List, Tuple
 
 LOSS_NAMES = {
     "CrossEntropyLoss": "cross-entropy",
@@ -46,7 +46,8 @@ LOSS_NAMES = {
 # siblings each one takes from sys.modules (graph_facts.py says why): those are loaded first.
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIBLING_PREFIX = "_ort_cffi_artifacts_"  # graph_facts.SIBLING_PREFIX, needed here to load graph_facts itself
-SIBLINGS_NEEDED = {"rewrites": ["rewrite_rules"], "parameter_selection": ["refusal"], "ir_opset": ["refusal"]}
+SIBLINGS_NEEDED = {"rewrites": ["rewrite_rules"], "parameter_selection": ["refusal"], "ir_opset": ["refusal"],
+                   "exported_parameters": ["module_names"]}
 
 
 LOST_REASON = ("no longer in the model: torch's exporter dropped it with the operation that read it, and the model "
@@ -341,16 +342,18 @@ def generate(request, backend=None):
                                      "outputs: {})".format(name, ", ".join(o.name for o in model.graph.output) or "none"))
 
     torch_names = load_sibling("module_names")
-    # parameters torch's default exporter merged by value (a fresh model's LayerNorm scales) apart again
+    # what torch's default exporter merged, copied, dropped or folded of the module's parameters, made as the
+    # module has them (exported_parameters.py); what it folded away for good, said
+    exported = load_sibling("exported_parameters")
     weights = getattr(backend, "weights", None)  # where ort_cffi's builder set the large initializers aside
-    merged_records = torch_names.untie_merged(onnx, model, weights) if preparing else []
-    # and a shared parameter (a head tied to its embedding) that it copied, transposed, for one use, tied again
-    merged_records += torch_names.retie_folded_copies(onnx, model, weights) if preparing else []
-    # and biases of zeros it left out of a Gemm or a Conv (an attention's out_proj.bias) put back
-    merged_records += torch_names.restore_dropped_biases(onnx, model) if preparing else []
-    # the module's parameters the exporter dropped outright (a training-mode BatchNorm after a Conv): said, not
-    # trained (left_out; no initializer holds them)
-    lost = torch_names.lost_parameters(onnx, model)
+    merged_records = []  # type: List[Dict[str, Any]]
+    if preparing:
+        merged_records += exported.untie_merged(onnx, model, weights)
+        merged_records += exported.retie_folded_copies(onnx, model, weights)
+        merged_records += exported.restore_dropped_biases(onnx, model)
+        merged_records += exported.retie_broadcast_copies(onnx, model, weights)
+    merged_records += exported.unread_parameters(onnx, model)
+    lost = exported.lost_parameters(onnx, model)  # not trained (left_out; no initializer holds them)
     patterns = request.get("requires_grad")
     notes.extend(selection.constants_as_parameters(model, patterns))
     initializers = list(model.graph.initializer)

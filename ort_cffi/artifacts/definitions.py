@@ -26,6 +26,7 @@ RULES = {
     "merged_parameters": "parameters apart again:",
     "tied_parameters": "shared parameters tied again:",
     "dropped_biases": "biases of zeros put back:",
+    "unread_parameters": "not in the file:",
     "flat_indices": "indices of shape [1, ...] flattened:",
     "static_shape": "input shape declared for the gradient kernel:",
 }

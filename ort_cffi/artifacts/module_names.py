@@ -33,7 +33,7 @@ import ast
 import importlib
 import re
 import sys
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Set
 
 graph_facts = (sys.modules.get("_ort_cffi_artifacts_graph_facts")
                or importlib.import_module("ort_cffi.artifacts.graph_facts"))
@@ -46,8 +46,6 @@ NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 SIGNATURE_LINE = re.compile(r"^\s*(\w+): (PARAMETER|BUFFER|CONSTANT_TENSOR)\b[^\n]*?target='([^']+)'", re.M)
 MODULE_STATE = ("PARAMETER", "BUFFER")
 PLACEHOLDER = re.compile(r"%(\w+)")
-# the torch operations whose ONNX node (Gemm, Conv) takes the bias as its third input
-BIASED_TARGET = re.compile(r"target=torch\.ops\.aten\.(linear|addmm|conv\w*|convolution)\.")
 
 
 def signature_targets(model):
@@ -116,7 +114,7 @@ def module_path(metadata):
     return None
 
 
-def _read_parameters(metadata, targets):
+def read_parameters(metadata, targets):
     """The torch names of the placeholders the node's torch operation read, in order."""
     fx_node = metadata.get(FX_NODE_KEY, "")
     args = fx_node.split("args = ", 1)[1] if "args = " in fx_node else ""
@@ -159,7 +157,7 @@ def module_names(onnx, model):
             if name not in renamed or name in names:
                 continue
             metadata = dict((p.key, p.value) for p in node.metadata_props)
-            read = [target for target in _read_parameters(metadata, targets) if target not in own_names]
+            read = [target for target in read_parameters(metadata, targets) if target not in own_names]
             if len(read) == 1:
                 names[name] = read[0]
             elif read:
@@ -170,245 +168,3 @@ def module_names(onnx, model):
                 suffix = _input_name(onnx, node, position, opset)
                 names[name] = "{}.{}".format(path, suffix) if path else suffix
     return names
-
-
-def _consumers(graph):
-    """name -> the nodes of ``graph`` that read it."""
-    found: Dict[str, List] = {}
-    for node in graph.node:
-        for name in node.input:
-            found.setdefault(name, []).append(node)
-    return found
-
-
-def _metadata(node):
-    return dict((p.key, p.value) for p in node.metadata_props)
-
-
-def _readers_module(node, consumers):
-    """The module a node without the exporter's metadata was computed in, as the nodes reading its outputs
-    tell it (the optimizer that splits an attention's packed bias writes its Split without metadata): their
-    one module path, or None where they name none or several."""
-    paths = set()
-    for output in node.output:
-        for reader in consumers.get(output, ()):
-            if reader.metadata_props:
-                paths.add(module_path(_metadata(reader)))
-    return paths.pop() if len(paths) == 1 and None not in paths else None
-
-
-def untie_merged(onnx, model, weights=None):
-    """(records): the parameters torch's default exporter merged, apart again, in ``model`` (changed in place).
-
-    That exporter merges initializers of equal values, so a fresh model's LayerNorms of one width, whose
-    scales are all ones and biases all zeros, read one scale and one bias in the file (``n1.weight`` for
-    ``n1`` and ``n2``): trained as it stands, the layers would share them, which the module's did not. A node
-    reads a merged parameter where its input is named after a parameter its own torch operation did not read,
-    and that operation read a parameter of the same attribute name (``weight``) that is no initializer of the
-    model (``n2.weight``): the node then gets a copy of the value under that name. A node the exporter wrote
-    without its metadata (the Split of a cross-attention's packed ``in_proj_bias``, which reads the self-
-    attention's when both are zeros) is placed by the nodes reading its outputs: where they all belong to one
-    module, a parameter of that module with the attribute's name that is no initializer is its own. A
-    parameter the module itself shares (tied embeddings) is read by every use under its one name, and stays
-    shared. Buffers are not touched here (a BatchNorm's statistics: batchnorm.py gives them their own
-    copies). ``weights``: where ort_cffi's builder set the model's large and external initializers aside
-    (builder/weights.py; their initializers are stubs), which keeps a copy's data under its name too."""
-    targets = signature_targets(model)
-    if not targets:
-        return []
-    graph = model.graph
-    initializers = dict((i.name, i) for i in graph.initializer)
-    parameters = set(target for placeholder, target in targets.items() if placeholder.startswith("p_"))
-    readers = graph_facts.readers(graph)
-    consumers = _consumers(graph)
-    made: Dict[str, str] = {}  # new initializer -> the merged one it copies
-    for node in graph.node:
-        if node.metadata_props:
-            read = _read_parameters(_metadata(node), targets)  # type: Optional[List[str]]
-            module = None
-        else:
-            read, module = None, _readers_module(node, consumers)
-            if module is None:
-                continue
-        for position, name in enumerate(node.input):
-            if name not in initializers or name not in parameters or readers.get(name, 0) < 2:
-                continue
-            owner, _, attribute = name.rpartition(".")
-            if read is not None and name in read or read is None and owner == module:
-                continue
-            pool = read if read is not None else [t for t in parameters if t.rpartition(".")[0] == module]
-            own = [t for t in pool if t in parameters and t.rpartition(".")[2] == attribute
-                   and (t not in initializers or made.get(t) == name)]
-            if len(own) != 1:
-                continue
-            if own[0] not in initializers:
-                copy = graph.initializer.add()
-                copy.CopyFrom(initializers[name])
-                copy.name = own[0]
-                initializers[own[0]] = copy
-                made[own[0]] = name
-                if weights is not None:
-                    weights.alias(own[0], name)
-            node.input[position] = own[0]
-    if not made:
-        return []
-    return [{"rule": "merged_parameters", "op": "initializer", "count": len(made),
-             "nodes": sorted(made),
-             "note": "the exporter had merged them into parameters of equal values ({}); each layer reads its own "
-                     "again".format(", ".join(sorted(set(made.values()))[:4]))}]
-
-
-def retie_folded_copies(onnx, model, weights=None):
-    """(records): a shared parameter the exporter copied for one of its uses, read through the parameter
-    again, in ``model`` (changed in place).
-
-    torch's default exporter folds a Linear's weight, transposed for its MatMul, into a new initializer
-    (``val_97``). Where the module shares that weight (a language model's head tied to its embedding), the
-    other use still reads the parameter (``head.weight``), and the file holds two tensors: trained as it
-    stands, the tie is gone, the head and the embedding part after the first step, and neither gets the
-    gradient torch gives the shared weight (its two parts summed). Such a copy is known by its reader, whose
-    torch operation read one parameter that is itself an initializer of the model; where the copy holds that
-    parameter's values as they are, transposed (2-D) or reshaped, it is replaced by that operation on the
-    parameter (a Transpose or a Reshape, which ONNX Runtime computes once per step). ``weights``: as for
-    ``untie_merged``; the values compared are read from there."""
-    from onnx import helper, numpy_helper
-
-    targets = signature_targets(model)
-    if not targets:
-        return []
-    graph = model.graph
-    initializers = dict((i.name, i) for i in graph.initializer)
-    parameters = set(target for placeholder, target in targets.items() if placeholder.startswith("p_"))
-    state = set(targets.values())
-    consumers = _consumers(graph)
-    derived: Dict[str, str] = {}  # copy -> the parameter it is derived from
-    nodes = []
-    for name, copy in initializers.items():
-        if name in state:
-            continue
-        first = next((n for n in consumers.get(name, ()) if n.metadata_props), None)
-        if first is None:
-            continue
-        read = [t for t in _read_parameters(_metadata(first), targets) if t in parameters and t in initializers]
-        if len(read) != 1 or initializers[read[0]].data_type != copy.data_type:
-            continue
-        try:
-            value, source = _value(numpy_helper, copy, weights), _value(numpy_helper, initializers[read[0]], weights)
-        except Exception:  # no data to compare: left as it is
-            continue
-        if value.size != source.size:
-            continue
-        if value.shape == source.shape and (value == source).all():
-            node = None
-        elif value.ndim == 2 and source.ndim == 2 and value.shape == source.shape[::-1] and (value == source.T).all():
-            node = helper.make_node("Transpose", [read[0]], [name], name=name + "_tied", perm=[1, 0])
-        elif (value.reshape(-1) == source.reshape(-1)).all():
-            shape = helper.make_tensor(name + "_tied_shape", onnx.TensorProto.INT64, [value.ndim], list(value.shape))
-            graph.initializer.append(shape)
-            node = helper.make_node("Reshape", [read[0], shape.name], [name], name=name + "_tied")
-        else:
-            continue
-        derived[name] = read[0]
-        if node is None:  # the same values: its readers read the parameter
-            for reader in graph.node:
-                for position, input_name in enumerate(reader.input):
-                    if input_name == name:
-                        reader.input[position] = read[0]
-        else:
-            nodes.append(node)
-    if not derived:
-        return []
-    kept = [i for i in graph.initializer if i.name not in derived]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-    for node in reversed(nodes):
-        graph.node.insert(0, node)
-    return [{"rule": "tied_parameters", "op": "initializer", "count": len(derived), "nodes": sorted(derived),
-             "note": "copies the exporter folded out of shared parameters ({}), computed from them again, so "
-                     "that the parameters stay shared".format(", ".join(sorted(set(derived.values()))[:4]))}]
-
-
-def _value(numpy_helper, initializer, weights):
-    """An initializer's values, from where ort_cffi's builder set them aside where it did."""
-    if weights is not None and initializer.name in weights.tensors:
-        initializer = weights.materialized(initializer.name)
-    return numpy_helper.to_array(initializer)
-
-
-def _covered(model, targets):
-    """The torch names of the parameters the model still holds: initializers named after them, and those that
-    the readers of an initializer the exporter renamed (a folded or stacked copy) read."""
-    graph = model.graph
-    initializers = set(i.name for i in graph.initializer)
-    state = set(targets.values())
-    covered = initializers & state
-    for node in graph.node:
-        if node.metadata_props and any(name in initializers and name not in state for name in node.input):
-            covered.update(_read_parameters(_metadata(node), targets))
-    return covered
-
-
-def restore_dropped_biases(onnx, model):
-    """(records): the biases of zeros torch's default exporter left out of a Gemm or a Conv, put back, in
-    ``model`` (changed in place).
-
-    Its optimizer drops a bias input that is all zeros (a fresh ``nn.MultiheadAttention``'s ``out_proj.bias``,
-    read by a Gemm over the flattened tokens): the module's parameter is then in no file, and training would
-    leave it at zero where torch trains it. Where a Gemm (or a Conv) without its bias input comes from a torch
-    operation that read a ``bias`` parameter the model no longer holds, that parameter comes back as zeros of
-    the product's width, under its torch name."""
-    import numpy
-    from onnx import helper, numpy_helper
-
-    targets = signature_targets(model)
-    if not targets:
-        return []
-    graph = model.graph
-    initializers = dict((i.name, i) for i in graph.initializer)
-    parameters = set(target for placeholder, target in targets.items() if placeholder.startswith("p_"))
-    covered = _covered(model, targets)
-    restored = []
-    for node in graph.node:
-        if node.op_type not in ("Gemm", "Conv") or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
-            continue
-        if not node.metadata_props or node.input[1] not in initializers:
-            continue
-        metadata = _metadata(node)
-        if not BIASED_TARGET.search(metadata.get(FX_NODE_KEY, "")):  # a fused node's metadata is another's
-            continue
-        dropped = [t for t in _read_parameters(metadata, targets)
-                   if t in parameters and t not in covered and t.rpartition(".")[2] == "bias"]
-        if len(dropped) != 1 or dropped[0] in initializers:
-            continue
-        dims = list(initializers[node.input[1]].dims)
-        if node.op_type == "Gemm":
-            transposed = any(a.name == "transB" and a.i for a in node.attribute)
-            width = dims[0] if transposed else dims[-1]
-        else:
-            width = dims[0]
-        zeros = numpy_helper.from_array(numpy.zeros(width, helper.tensor_dtype_to_np_dtype(
-            initializers[node.input[1]].data_type)), dropped[0])
-        graph.initializer.append(zeros)
-        initializers[dropped[0]] = zeros
-        node.input.append(dropped[0])
-        restored.append(dropped[0])
-    if not restored:
-        return []
-    return [{"rule": "dropped_biases", "op": "initializer", "count": len(restored), "nodes": sorted(restored),
-             "note": "the exporter had left these biases of zeros out; they are parameters of the module, and "
-                     "train again"}]
-
-
-def lost_parameters(onnx, model):
-    """The torch names of the module's parameters that a torch operation of the model read and that the file
-    no longer holds in any form: the exporter dropped them, with the operation that read them (torch 2.13 with
-    onnxscript 0.7 drops a training-mode BatchNorm that follows a Conv: the model then computes no
-    normalization at all). They cannot be trained. A parameter no operation read is a tied one's second name
-    (torch.export lists both), and is not lost."""
-    targets = signature_targets(model)
-    parameters = set(target for placeholder, target in targets.items() if placeholder.startswith("p_"))
-    read: Set[str] = set()
-    for node in model.graph.node:
-        if node.metadata_props:
-            read.update(_read_parameters(_metadata(node), targets))
-    return sorted((parameters & read) - _covered(model, targets))

@@ -16,7 +16,8 @@ from conftest import ROOT
 
 from ort_cffi import OrtEnvironment
 from ort_cffi.artifacts import ALL_PARAMETERS, MODEL_OUTPUTS, ArtifactsInputError, generate_artifacts, read_manifest
-from ort_cffi.artifacts.module_names import module_names, signature_targets, untie_merged
+from ort_cffi.artifacts.exported_parameters import retie_broadcast_copies, untie_merged
+from ort_cffi.artifacts.module_names import module_names, signature_targets
 from ort_cffi.artifacts.options import GENERATORS, ONNX_RUNTIME
 from ort_cffi.cli import artifacts as artifacts_cli
 from ort_cffi.cli import train as train_cli
@@ -475,3 +476,76 @@ def test_a_parameter_dropped_with_its_operation_is_said_not_trained(tmp_path: Pa
                               requires_grad=ALL_PARAMETERS, loss="cross-entropy", optimizer="sgd")
     assert sorted(made.left_out) == ["bn.bias", "bn.weight"]
     assert "dropped it" in made.left_out["bn.weight"] and "optimize=False" in made.left_out["bn.weight"]
+
+
+def bias_folded_into_a_constant(folded: bool) -> onnx.ModelProto:
+    """X [3, 4] and Y [3, 5] -> X @ w1 + (b broadcast to [3, 4]) + Y @ w2 + b -> logits [3, 4]: a cell's first
+    step from a zero state, where ``0 @ W_hh.T + b_hh`` is the bias broadcast over the batch. With ``folded``,
+    as torch's default exporter writes it with a static batch: that broadcast is a constant of its own."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(12)
+    values = {"w1": 0.5 * rng.standard_normal((4, 4)).astype(np.float32),
+              "w2": 0.5 * rng.standard_normal((5, 4)).astype(np.float32),
+              "b": rng.standard_normal(4).astype(np.float32)}
+    initializers = dict(values)
+    if folded:
+        initializers["linear"] = np.ascontiguousarray(np.broadcast_to(values["b"], (3, 4)))
+    nodes = [helper.make_node("MatMul", ["X", "w1"], ["x1"]),
+             helper.make_node("Add", ["x1", "linear" if folded else "b"], ["first"]),
+             helper.make_node("MatMul", ["Y", "w2"], ["y2"]),
+             helper.make_node("Add", ["y2", "b"], ["second"]),
+             helper.make_node("Add", ["first", "second"], ["logits"])]
+    return _exported(nodes, initializers, [helper.make_tensor_value_info("X", TensorProto.FLOAT, [3, 4]),
+                                           helper.make_tensor_value_info("Y", TensorProto.FLOAT, [3, 5])],
+                     list(values), [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [3, 4])])
+
+
+@pytest.mark.parametrize("external", [False, True], ids=["inline", "external_data"])
+def test_a_parameter_folded_into_a_broadcast_constant_gets_its_gradient(tmp_path: Path, external: bool) -> None:
+    """An LSTMCell run from a zero state: its first step's bias was a frozen constant, and that step's share of
+    the bias's gradient was lost (12% of torch's gradient on a 5-step cell loop). The constant is an Expand of
+    the parameter again: the losses of the model written with the parameter."""
+    rng = np.random.default_rng(13)
+    batch = {"X": rng.standard_normal((3, 4)).astype(np.float32), "Y": rng.standard_normal((3, 5)).astype(np.float32),
+             "labels": rng.integers(0, 4, 3).astype(np.int64)}
+    losses = {}
+    for folded in (True, False):
+        made = generate_artifacts(saved(bias_folded_into_a_constant(folded), tmp_path / f"model_{folded}", external),
+                                  artifact_directory=tmp_path / str(folded), loss_input_names=["logits"],
+                                  requires_grad=ALL_PARAMETERS, loss="cross-entropy", optimizer="sgd")
+        assert sorted(p.name for p in made.trainable) == ["b", "w1", "w2"]
+        if folded:
+            assert any(r["rule"] == "tied_parameters" and r["nodes"] == ["linear"]
+                       for r in read_manifest(made.folder)["preparation"])
+        losses[folded] = train_artifacts(made, batch, 5, learning_rate=0.1).losses
+    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-6)
+
+
+def test_a_constant_of_zeros_is_no_parameters_copy(tmp_path: Path) -> None:
+    """A parameter of equal values (a fresh bias of zeros) cannot be told from a constant the exporter made: a
+    constant is tied back only to a parameter holding at least two different values."""
+
+    model = bias_folded_into_a_constant(folded=True)
+    for tensor in model.graph.initializer:
+        if tensor.name in ("b", "linear"):
+            tensor.CopyFrom(onnx.numpy_helper.from_array(np.zeros(tensor.dims, np.float32), tensor.name))
+    assert retie_broadcast_copies(onnx, model) == []
+
+
+def test_parameters_no_operation_reads_are_said(tmp_path: Path) -> None:
+    """A weight-normalised Linear's weight is computed from parametrizations.weight.original0 and original1
+    only, and torch's default exporter folds it into a constant: the two are in no form in the file, and no
+    operation reads them. Generation says so; a tied parameter's second name is not said."""
+    model = linear_without_its_bias(dropped=False)
+    signature = next(p for p in model.metadata_props if p.key == "pkg.torch.export.ExportedProgram.graph_signature")
+    signature.value += ("\np_l1_parametrizations_weight_original0: PARAMETER target='l1.parametrizations.weight.original0'"
+                        "\np_l1_parametrizations_weight_original1: PARAMETER target='l1.parametrizations.weight.original1'")
+    made = generate_artifacts(model, artifact_directory=tmp_path / "folded", loss_input_names=["logits"],
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy", optimizer="sgd")
+    said = [r for r in read_manifest(made.folder)["preparation"] if r["rule"] == "unread_parameters"]
+    assert said and said[0]["nodes"] == ["l1.parametrizations.weight.original0", "l1.parametrizations.weight.original1"]
+    assert "optimize=False" in said[0]["note"]
+    tied = generate_artifacts(tied_head(folded=True), artifact_directory=tmp_path / "tied", loss_input_names=["logits"],
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy", optimizer="sgd")
+    assert not [r for r in read_manifest(tied.folder)["preparation"] if r["rule"] == "unread_parameters"]
