@@ -188,6 +188,13 @@ def retie_folded_copies(onnx, model, weights=None):
                      "that the parameters stay shared".format(", ".join(sorted(set(derived.values()))[:4]))}]
 
 
+def _size(dims):
+    size = 1
+    for d in dims:
+        size *= d
+    return size
+
+
 def _value(numpy_helper, initializer, weights):
     """An initializer's values, from where ort_cffi's builder set them aside where it did."""
     if weights is not None and initializer.name in weights.tensors:
@@ -295,44 +302,39 @@ def retie_broadcast_copies(onnx, model, weights=None):
     state = set(targets.values())
     floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)
     initializers = [i for i in graph.initializer if i.data_type in floats]
-    parameters = []
-    for tensor in initializers:
-        if tensor.name in state:
-            try:
-                value = _value(numpy_helper, tensor, weights)
-            except Exception:  # no data to compare
-                continue
-            if value.size > 1 and not (value == value.reshape(-1)[0]).all():
-                parameters.append((tensor, value))
+    parameters = [i for i in initializers if i.name in state and len(i.dims) > 0]
+    constants = [i for i in initializers if i.name not in state and len(i.dims) > 0]
+
+    def spreads(source_dims, dims):  # numpy's broadcasting of a smaller tensor to ``dims``
+        if len(source_dims) > len(dims) or _size(source_dims) >= _size(dims):
+            return False
+        return all(s in (1, d) for s, d in zip(source_dims[::-1], dims[::-1]))
+
     derived: Dict[str, str] = {}
     nodes = []
-    for tensor in initializers:
-        if tensor.name in state or not tensor.dims:
-            continue
-        size = 1
-        for d in tensor.dims:
-            size *= d
-        candidates = [(p, v) for p, v in parameters if p.data_type == tensor.data_type and v.size < size
-                      and size % v.size == 0 and v.ndim <= len(tensor.dims)]
+    for tensor in constants:
+        dims = list(tensor.dims)
+        # the values are read only where the shapes allow it: a large model's weights are not all loaded
+        candidates = [p for p in parameters if p.data_type == tensor.data_type and spreads(list(p.dims), dims)]
         if not candidates:
             continue
         try:
             value = _value(numpy_helper, tensor, weights)
-        except Exception:
+        except Exception:  # no data to compare
             continue
-        for parameter, source in candidates:
+        for parameter in candidates:
             try:
-                spread = numpy.broadcast_to(source, value.shape)
-            except ValueError:
+                source = _value(numpy_helper, parameter, weights)
+            except Exception:
                 continue
-            if (spread == value).all():
-                shape = helper.make_tensor(tensor.name + "_tied_shape", onnx.TensorProto.INT64, [value.ndim],
-                                           list(value.shape))
-                graph.initializer.append(shape)
-                nodes.append(helper.make_node("Expand", [parameter.name, shape.name], [tensor.name],
-                                              name=tensor.name + "_tied"))
-                derived[tensor.name] = parameter.name
-                break
+            if (source == source.reshape(-1)[0]).all() or not (numpy.broadcast_to(source, value.shape) == value).all():
+                continue
+            shape = helper.make_tensor(tensor.name + "_tied_shape", onnx.TensorProto.INT64, [value.ndim], dims)
+            graph.initializer.append(shape)
+            nodes.append(helper.make_node("Expand", [parameter.name, shape.name], [tensor.name],
+                                          name=tensor.name + "_tied"))
+            derived[tensor.name] = parameter.name
+            break
     if not derived:
         return []
     kept = [i for i in graph.initializer if i.name not in derived]
