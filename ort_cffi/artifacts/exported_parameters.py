@@ -94,7 +94,7 @@ def untie_merged(onnx, model, weights=None):
             if name not in initializers or name not in parameters or readers.get(name, 0) < 2:
                 continue
             owner, _, attribute = name.rpartition(".")
-            if read is not None and name in read or read is None and owner == module:
+            if (read is not None and name in read) or (read is None and owner == module):
                 continue
             pool = read if read is not None else [t for t in parameters if t.rpartition(".")[0] == module]
             own = [t for t in pool if t in parameters and t.rpartition(".")[2] == attribute
