@@ -378,7 +378,9 @@ def test_a_cross_attention_bias_the_exporter_merged_trains_as_the_module(tmp_pat
                                   artifact_directory=tmp_path / str(merged), loss_input_names=["logits"],
                                   requires_grad=ALL_PARAMETERS, loss="cross-entropy", optimizer="sgd")
         assert {p.name for p in made.trainable} >= {"self.in_proj_bias", "cross.in_proj_bias"}
-        losses[merged] = train_artifacts(made, batch, 6, learning_rate=0.05).losses
+        run = train_artifacts(made, batch, 6, learning_rate=0.05)
+        assert all(run.moved), run.moved  # both biases train
+        losses[merged] = run.losses
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-6)
     assert losses[True][-1] < losses[True][0]
 
@@ -420,7 +422,9 @@ def test_a_head_tied_to_its_embedding_stays_tied(tmp_path: Path, external: bool)
         if folded:
             assert any(r["rule"] == "tied_parameters" and r["nodes"] == ["val_7"]
                        for r in read_manifest(made.folder)["preparation"])
-        losses[folded] = train_artifacts(made, batch, 6, learning_rate=0.5).losses
+        run = train_artifacts(made, batch, 6, learning_rate=0.5)
+        assert all(run.moved), run.moved
+        losses[folded] = run.losses
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-6)
     assert losses[True][-1] < losses[True][0]
 
@@ -457,7 +461,9 @@ def test_a_bias_of_zeros_the_exporter_dropped_trains_again(tmp_path: Path) -> No
                                   optimizer="sgd")
         assert sorted(p.name for p in made.trainable) == ["fc.bias", "fc.weight", "head.weight"]
         assert not made.left_out
-        losses[dropped] = train_artifacts(made, batch, 5, learning_rate=0.1).losses
+        run = train_artifacts(made, batch, 5, learning_rate=0.1)
+        assert all(run.moved), run.moved  # fc.bias among them
+        losses[dropped] = run.losses
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-6)
 
 
@@ -518,7 +524,9 @@ def test_a_parameter_folded_into_a_broadcast_constant_gets_its_gradient(tmp_path
         if folded:
             assert any(r["rule"] == "tied_parameters" and r["nodes"] == ["linear"]
                        for r in read_manifest(made.folder)["preparation"])
-        losses[folded] = train_artifacts(made, batch, 5, learning_rate=0.1).losses
+        run = train_artifacts(made, batch, 5, learning_rate=0.1)
+        assert all(run.moved), run.moved
+        losses[folded] = run.losses
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-6)
 
 
