@@ -166,5 +166,24 @@ def module_names(onnx, model):
                     path = read[0].rsplit(".", 1)[0] if "." in read[0] else ""
                 opset = opsets.get(node.domain, opsets.get("ai.onnx" if node.domain == "" else node.domain, 1))
                 suffix = _input_name(onnx, node, position, opset)
+                if _holds_no_parameter(node, suffix, metadata):
+                    continue
                 names[name] = "{}.{}".format(path, suffix) if path else suffix
     return names
+
+
+# Inputs that the operator an exporter decomposes a module's operation into reads beside the parameters, and
+# that hold none of them: a recurrent operator's initial states (a module called without one starts from
+# zeros the exporter writes), and the InstanceNormalization that GroupNorm is written with, whose scale and
+# bias are ones and zeros per group (the module's weight and bias come after it, per channel, in a Mul and an
+# Add). Named as parameters, they were trained beside the module's own.
+STATE_INPUTS = {"LSTM": ("initial_h", "initial_c", "sequence_lens"), "GRU": ("initial_h", "sequence_lens"),
+                "RNN": ("initial_h", "sequence_lens")}
+GROUP_NORM = re.compile(r"target=torch\.ops\.aten\.(native_)?group_norm\.")
+
+
+def _holds_no_parameter(node, input_name, metadata):
+    if input_name in STATE_INPUTS.get(node.op_type, ()):
+        return True
+    return (node.op_type == "InstanceNormalization" and input_name in ("scale", "B")
+            and bool(GROUP_NORM.search(metadata.get(FX_NODE_KEY, ""))))

@@ -557,3 +557,66 @@ def test_parameters_no_operation_reads_are_said(tmp_path: Path) -> None:
     tied = generate_artifacts(tied_head(folded=True), artifact_directory=tmp_path / "tied", loss_input_names=["logits"],
                               requires_grad=ALL_PARAMETERS, loss="cross-entropy", optimizer="sgd")
     assert not [r for r in read_manifest(tied.folder)["preparation"] if r["rule"] == "unread_parameters"]
+
+
+def group_norm_as_exported() -> onnx.ModelProto:
+    """X [N, 4, 3] -> GroupNorm(2, 4) -> logits [N, 4] (the mean over the positions), as torch's default exporter
+    writes it: a Reshape to the groups, an InstanceNormalization whose scale and bias are ones and zeros per
+    group (``val_11``, ``val_14``), a Reshape back, and the module's weight and bias per channel in a Mul and an
+    Add (``val_24``, ``val_26``); every node carries group_norm's metadata, which read the weight and bias."""
+    from onnx import TensorProto, helper
+
+    fx = ("%group_norm : [num_users=1] = call_function[target=torch.ops.aten.group_norm.default](args = (%x, 2, "
+          "%p_gn_weight, %p_gn_bias, 1e-05, False), kwargs = {})")
+    scopes = "['', 'gn', 'group_norm']"
+    rng = np.random.default_rng(14)
+    initializers = {"val_11": np.ones(2, np.float32), "val_14": np.zeros(2, np.float32),
+                    "val_24": (1 + 0.1 * rng.standard_normal((4, 1))).astype(np.float32),
+                    "val_26": (0.1 * rng.standard_normal((4, 1))).astype(np.float32),
+                    "groups": np.array([0, 2, -1], np.int64), "back": np.array([0, 4, 3], np.int64),
+                    "axes": np.array([2], np.int64)}
+    nodes = [_with_metadata(helper.make_node("Reshape", ["X", "groups"], ["g"]), fx, scopes),
+             _with_metadata(helper.make_node("InstanceNormalization", ["g", "val_11", "val_14"], ["n"], epsilon=1e-5),
+                            fx, scopes),
+             _with_metadata(helper.make_node("Reshape", ["n", "back"], ["b"]), fx, scopes),
+             _with_metadata(helper.make_node("Mul", ["b", "val_24"], ["m"]), fx, scopes),
+             _with_metadata(helper.make_node("Add", ["m", "val_26"], ["y"]), fx, scopes),
+             helper.make_node("ReduceMean", ["y", "axes"], ["logits"], keepdims=0)]
+    model = _exported(nodes, initializers, [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4, 3])],
+                      ["gn.weight", "gn.bias"], [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4])])
+    model.opset_import[0].version = 18
+    return model
+
+
+def test_group_norms_per_group_constants_are_no_parameters(tmp_path: Path) -> None:
+    """The InstanceNormalization GroupNorm is written with reads ones and zeros per group beside the module's
+    weight and bias: they were named gn.scale and gn.B and trained as two more parameters (a GroupNorm
+    model's losses parted from torch's at the second step). They stay constants; the weight and bias train."""
+    names = module_names(onnx, group_norm_as_exported())
+    assert set(names) == {"val_24", "val_26"}
+    made = generate_artifacts(group_norm_as_exported(), artifact_directory=tmp_path, loss_input_names=["logits"],
+                              requires_grad=ALL_PARAMETERS, loss="cross-entropy", optimizer="sgd")
+    assert sorted(p.name for p in made.trainable) == ["val_24", "val_26"]
+    rng = np.random.default_rng(15)
+    batch = {"X": rng.standard_normal((6, 4, 3)).astype(np.float32), "labels": rng.integers(0, 4, 6).astype(np.int64)}
+    assert all(train_artifacts(made, batch, 3, learning_rate=0.1).moved)
+
+
+def test_a_recurrent_operators_initial_state_is_no_parameter() -> None:
+    """A GRU called without a state starts from zeros the exporter writes as an initializer, which the GRU
+    node reads as initial_h beside the stacked W, R and B: it was named gru.initial_h and trained (a tagger's
+    losses parted from torch's by 1e-4 in three steps). It stays a constant."""
+    from onnx import TensorProto, helper
+
+    fx = ("%gru : [num_users=1] = call_function[target=torch.ops.aten.gru.input](args = (%x, %zeros, [%p_gru_weight_ih_l0, "
+          "%p_gru_weight_hh_l0, %p_gru_bias_ih_l0, %p_gru_bias_hh_l0], True, 1, 0.0, True, False, True), kwargs = {})")
+    rng = np.random.default_rng(16)
+    initializers = {"val_27": rng.standard_normal((1, 12, 3)).astype(np.float32),
+                    "val_28": rng.standard_normal((1, 12, 4)).astype(np.float32),
+                    "val_44": rng.standard_normal((1, 24)).astype(np.float32), "val_10": np.zeros((1, 2, 4), np.float32)}
+    node = _with_metadata(helper.make_node("GRU", ["X", "val_27", "val_28", "val_44", "", "val_10"], ["Y", "Y_h"],
+                                           hidden_size=4, linear_before_reset=1), fx, "['', 'gru', 'gru']")
+    model = _exported([node], initializers, [helper.make_tensor_value_info("X", TensorProto.FLOAT, [5, 2, 3])],
+                      ["gru.weight_ih_l0", "gru.weight_hh_l0", "gru.bias_ih_l0", "gru.bias_hh_l0"],
+                      [helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [1, 2, 4])])
+    assert module_names(onnx, model) == {"val_27": "gru.W", "val_28": "gru.R", "val_44": "gru.B"}
