@@ -176,6 +176,14 @@ def retie_folded_copies(onnx, model, weights=None):
                         reader.input[position] = read[0]
         else:
             nodes.append(node)
+    return _computed_again(graph, derived, nodes, "copies the exporter folded out of shared parameters ({}), "
+                                                  "computed from them again, so that the parameters stay shared")
+
+
+def _computed_again(graph, derived, nodes, note):
+    """(records): the constants of ``derived`` (constant -> the parameter it is computed from) taken out of
+    ``graph``'s initializers, and ``nodes`` (computing those that are still read) put first in it; ``note``
+    names the parameters where it says {}."""
     if not derived:
         return []
     kept = [i for i in graph.initializer if i.name not in derived]
@@ -184,8 +192,7 @@ def retie_folded_copies(onnx, model, weights=None):
     for node in reversed(nodes):
         graph.node.insert(0, node)
     return [{"rule": "tied_parameters", "op": "initializer", "count": len(derived), "nodes": sorted(derived),
-             "note": "copies the exporter folded out of shared parameters ({}), computed from them again, so "
-                     "that the parameters stay shared".format(", ".join(sorted(set(derived.values()))[:4]))}]
+             "note": note.format(", ".join(sorted(set(derived.values()))[:4]))}]
 
 
 def _size(dims):
@@ -335,16 +342,9 @@ def retie_broadcast_copies(onnx, model, weights=None):
                                           name=tensor.name + "_tied"))
             derived[tensor.name] = parameter.name
             break
-    if not derived:
-        return []
-    kept = [i for i in graph.initializer if i.name not in derived]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-    for node in reversed(nodes):
-        graph.node.insert(0, node)
-    return [{"rule": "tied_parameters", "op": "initializer", "count": len(derived), "nodes": sorted(derived),
-             "note": "constants the exporter folded out of parameters ({}) broadcast, computed from them again, "
-                     "so that their gradient reaches them".format(", ".join(sorted(set(derived.values()))[:4]))}]
+    return _computed_again(graph, derived, nodes, "constants the exporter folded out of parameters ({}) "
+                                                  "broadcast, computed from them again, so that their gradient "
+                                                  "reaches them")
 
 
 def unread_parameters(onnx, model):

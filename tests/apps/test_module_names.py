@@ -366,21 +366,36 @@ def test_a_split_without_metadata_is_placed_by_its_readers() -> None:
     assert add.input[1] == "self.in_proj_bias"  # its own stays
 
 
+def both_forms(tmp_path: Path, model_of: Any, batch: Dict[str, np.ndarray], steps: int, learning_rate: float,
+               external: bool = False) -> Dict[bool, Any]:
+    """Artifacts of ``model_of(True)`` (the file as the exporter writes it) and ``model_of(False)`` (the module
+    written as it is), each trained ``steps`` SGD steps on ``batch``: {form: (artifacts, run)}. Every trainable
+    tensor of both moved (equal losses would also hold where neither trained)."""
+    done = {}
+    for form in (True, False):
+        made = generate_artifacts(saved(model_of(form), tmp_path / f"model_{form}", external),
+                                  artifact_directory=tmp_path / str(form), loss_input_names=["logits"],
+                                  requires_grad=ALL_PARAMETERS, loss="cross-entropy", optimizer="sgd")
+        run = train_artifacts(made, batch, steps, learning_rate=learning_rate)
+        assert all(run.moved), (form, run.moved)
+        done[form] = (made, run)
+    return done
+
+
+def _repaired(made: Any, rule: str, nodes: List[str]) -> bool:
+    return any(r["rule"] == rule and r["nodes"] == nodes for r in read_manifest(made.folder)["preparation"])
+
+
 def test_a_cross_attention_bias_the_exporter_merged_trains_as_the_module(tmp_path: Path) -> None:
     """Trained as written, the cross-attention's packed bias was the self-attention's: one parameter with the
     gradients of both summed (a decoder layer's losses parted from the TorchScript export's at the second
     step). Each now trains its own: the losses of the model with both biases apart."""
     rng = np.random.default_rng(2)
     batch = {"X": rng.standard_normal((12, 8)).astype(np.float32), "labels": rng.integers(0, 3, 12).astype(np.int64)}
-    losses = {}
-    for merged in (True, False):
-        made = generate_artifacts(saved(cross_attention_bias(merged), tmp_path / f"model_{merged}", True),
-                                  artifact_directory=tmp_path / str(merged), loss_input_names=["logits"],
-                                  requires_grad=ALL_PARAMETERS, loss="cross-entropy", optimizer="sgd")
+    done = both_forms(tmp_path, cross_attention_bias, batch, 6, 0.05, external=True)  # both biases move
+    for made, _ in done.values():
         assert {p.name for p in made.trainable} >= {"self.in_proj_bias", "cross.in_proj_bias"}
-        run = train_artifacts(made, batch, 6, learning_rate=0.05)
-        assert all(run.moved), run.moved  # both biases train
-        losses[merged] = run.losses
+    losses = {merged: run.losses for merged, (_, run) in done.items()}
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-6)
     assert losses[True][-1] < losses[True][0]
 
@@ -413,18 +428,11 @@ def test_a_head_tied_to_its_embedding_stays_tied(tmp_path: Path, external: bool)
     copy is computed from the parameter again: one parameter, the losses of the model written tied."""
     rng = np.random.default_rng(8)
     batch = {"ids": rng.integers(0, 10, 16).astype(np.int64), "labels": rng.integers(0, 10, 16).astype(np.int64)}
-    losses = {}
-    for folded in (True, False):
-        made = generate_artifacts(saved(tied_head(folded), tmp_path / f"model_{folded}", external),
-                                  artifact_directory=tmp_path / str(folded), loss_input_names=["logits"],
-                                  requires_grad=ALL_PARAMETERS, loss="cross-entropy", optimizer="sgd")
+    done = both_forms(tmp_path, tied_head, batch, 6, 0.5, external)
+    for made, _ in done.values():
         assert [p.name for p in made.trainable] == ["head.weight"]
-        if folded:
-            assert any(r["rule"] == "tied_parameters" and r["nodes"] == ["val_7"]
-                       for r in read_manifest(made.folder)["preparation"])
-        run = train_artifacts(made, batch, 6, learning_rate=0.5)
-        assert all(run.moved), run.moved
-        losses[folded] = run.losses
+    assert _repaired(done[True][0], "tied_parameters", ["val_7"])
+    losses = {folded: run.losses for folded, (_, run) in done.items()}
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-6)
     assert losses[True][-1] < losses[True][0]
 
@@ -454,16 +462,11 @@ def test_a_bias_of_zeros_the_exporter_dropped_trains_again(tmp_path: Path) -> No
     zeros under its torch name, and the model trains as the one written with it."""
     rng = np.random.default_rng(9)
     batch = {"X": rng.standard_normal((10, 6)).astype(np.float32), "labels": rng.integers(0, 3, 10).astype(np.int64)}
-    losses = {}
-    for dropped in (True, False):
-        made = generate_artifacts(linear_without_its_bias(dropped), artifact_directory=tmp_path / str(dropped),
-                                  loss_input_names=["logits"], requires_grad=ALL_PARAMETERS, loss="cross-entropy",
-                                  optimizer="sgd")
+    done = both_forms(tmp_path, linear_without_its_bias, batch, 5, 0.1)  # fc.bias moves
+    for made, _ in done.values():
         assert sorted(p.name for p in made.trainable) == ["fc.bias", "fc.weight", "head.weight"]
         assert not made.left_out
-        run = train_artifacts(made, batch, 5, learning_rate=0.1)
-        assert all(run.moved), run.moved  # fc.bias among them
-        losses[dropped] = run.losses
+    losses = {dropped: run.losses for dropped, (_, run) in done.items()}
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-6)
 
 
@@ -515,18 +518,11 @@ def test_a_parameter_folded_into_a_broadcast_constant_gets_its_gradient(tmp_path
     rng = np.random.default_rng(13)
     batch = {"X": rng.standard_normal((3, 4)).astype(np.float32), "Y": rng.standard_normal((3, 5)).astype(np.float32),
              "labels": rng.integers(0, 4, 3).astype(np.int64)}
-    losses = {}
-    for folded in (True, False):
-        made = generate_artifacts(saved(bias_folded_into_a_constant(folded), tmp_path / f"model_{folded}", external),
-                                  artifact_directory=tmp_path / str(folded), loss_input_names=["logits"],
-                                  requires_grad=ALL_PARAMETERS, loss="cross-entropy", optimizer="sgd")
+    done = both_forms(tmp_path, bias_folded_into_a_constant, batch, 5, 0.1, external)
+    for made, _ in done.values():
         assert sorted(p.name for p in made.trainable) == ["b", "w1", "w2"]
-        if folded:
-            assert any(r["rule"] == "tied_parameters" and r["nodes"] == ["linear"]
-                       for r in read_manifest(made.folder)["preparation"])
-        run = train_artifacts(made, batch, 5, learning_rate=0.1)
-        assert all(run.moved), run.moved
-        losses[folded] = run.losses
+    assert _repaired(done[True][0], "tied_parameters", ["linear"])
+    losses = {folded: run.losses for folded, (_, run) in done.items()}
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-6)
 
 
